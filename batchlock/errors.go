@@ -1,0 +1,65 @@
+package batchlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrNotObtained means the lock was not taken: another owner holds some of
+	// the keys (see ConflictError), or the wait for them ended first.
+	ErrNotObtained = errors.New("batchlock: not obtained")
+
+	// ErrLockLost means a lock stopped being held while its holder still
+	// counted on it: a lease ran out, a key was taken or deleted behind the
+	// holder's back, or its Client was closed.
+	ErrLockLost = errors.New("batchlock: lock lost")
+
+	// ErrNotHeld means an Unlock or Extend found keys that no longer carry
+	// this lock's hold, or the lock had already been released.
+	ErrNotHeld = errors.New("batchlock: not held")
+
+	// ErrInvalid is wrapped by every error about bad input. Such an error is
+	// returned before anything is sent to Redis.
+	ErrInvalid = errors.New("batchlock: invalid argument")
+
+	// ErrClosed is returned by calls on a closed Client, and is the reason a
+	// renewed lock is reported lost when its Client is closed.
+	ErrClosed = errors.New("batchlock: client closed")
+)
+
+// ConflictError is returned when keys are held by another owner. It lists the
+// caller's keys (without the prefix) that were found held, and Is
+// ErrNotObtained.
+type ConflictError struct {
+	Keys []string
+}
+
+func (e *ConflictError) Error() string {
+	return "batchlock: not obtained: held by another owner: " + describeKeys(e.Keys)
+}
+
+// Is reports ErrNotObtained as a match, so that callers need test for one error.
+func (e *ConflictError) Is(target error) bool { return target == ErrNotObtained }
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// describeKeys names the first few keys of a list, for error messages.
+func describeKeys(keys []string) string {
+	const shown = 5
+	var b strings.Builder
+	for i, k := range keys {
+		if i == shown {
+			fmt.Fprintf(&b, " and %d more", len(keys)-shown)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", k)
+	}
+	return b.String()
+}

@@ -1,0 +1,49 @@
+package batchlock
+
+import "time"
+
+// EventKind says what happened to a lock.
+type EventKind int
+
+const (
+	// EventAcquired: a Lock, TryLock or Do call now holds its keys. Duration
+	// is the time the call took, waiting included.
+	EventAcquired EventKind = iota + 1
+	// EventConflict: an attempt found keys held by another owner (Conflict
+	// lists them). A waiting call reports one per attempt.
+	EventConflict
+	// EventRenewed: the watchdog renewed the lock's lease.
+	EventRenewed
+	// EventLost: the lock was lost; Err says why.
+	EventLost
+	// EventReleased: Unlock ran. Duration is the time the lock was held; Err
+	// is set when the release failed on the network.
+	EventReleased
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventAcquired:
+		return "acquired"
+	case EventConflict:
+		return "conflict"
+	case EventRenewed:
+		return "renewed"
+	case EventLost:
+		return "lost"
+	case EventReleased:
+		return "released"
+	}
+	return "unknown"
+}
+
+// Event is one thing that happened to a lock, as given to WithObserver.
+// Slices are shared with the library and must not be modified.
+type Event struct {
+	Kind     EventKind
+	Owner    string
+	Keys     []string // the lock's keys, without the prefix
+	Conflict []string // EventConflict: keys held by another owner
+	Duration time.Duration
+	Err      error
+}

@@ -1,0 +1,120 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// retryAttempts and the backoff below ride out a failover (a few seconds
+	// of CLUSTERDOWN, MOVED and refused connections) within the caller's
+	// context.
+	retryAttempts = 20
+	retryBase     = 5 * time.Millisecond
+	retryMax      = 500 * time.Millisecond
+)
+
+// call is one script evaluation: one group's keys and arguments, and once run,
+// its reply.
+type call struct {
+	keys []string
+	args []any
+	cmd  *redis.Cmd
+}
+
+// run evaluates script once per call. All calls go in one pipeline, which a
+// cluster client splits per master and sends to the masters in parallel: one
+// round trip per master touched. Calls that fail in a way that leaves them
+// not run or safe to repeat (every script here is idempotent) are retried with
+// backoff within ctx. Each call's cmd holds its final reply or error.
+func (c *Client) run(ctx context.Context, script *redis.Script, calls []*call) {
+	pending := calls
+	for attempt := 0; ; attempt++ {
+		c.exec(ctx, script, pending)
+		var again []*call
+		for _, cl := range pending {
+			if retryable(cl.cmd.Err()) {
+				again = append(again, cl)
+			}
+		}
+		if len(again) == 0 || attempt+1 >= retryAttempts || ctx.Err() != nil {
+			return
+		}
+		if c.cluster {
+			c.rdb.(*redis.ClusterClient).ReloadState(ctx)
+		}
+		if sleep(ctx, backoff(attempt, retryBase, retryMax)) != nil {
+			return
+		}
+		pending = again
+	}
+}
+
+// exec sends the calls by digest, and resends by source the ones a server
+// did not know the digest of (a restarted or freshly promoted master).
+func (c *Client) exec(ctx context.Context, script *redis.Script, calls []*call) {
+	pipe := c.rdb.Pipeline()
+	for _, cl := range calls {
+		cl.cmd = pipe.EvalSha(ctx, script.Hash(), cl.keys, cl.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+
+	var unknown []*call
+	for _, cl := range calls {
+		if redis.HasErrorPrefix(cl.cmd.Err(), "NOSCRIPT") {
+			unknown = append(unknown, cl)
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	pipe = c.rdb.Pipeline()
+	for _, cl := range unknown {
+		cl.cmd = script.Eval(ctx, pipe, cl.keys, cl.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// retryable reports errors after which a script call has not run, or may have
+// run but is safe to repeat, and may succeed when tried again.
+func retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	for _, prefix := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "NOSCRIPT"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	var netErr net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr) ||
+		strings.Contains(err.Error(), "connection pool timeout")
+}
+
+// backoff is a capped exponential pause with full jitter, so that clients that
+// failed together do not retry together.
+func backoff(attempt int, base, max time.Duration) time.Duration {
+	d := base << min(attempt, 20)
+	if d <= 0 || d > max {
+		d = max
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

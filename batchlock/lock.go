@@ -1,0 +1,221 @@
+package batchlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lock is a batch of keys held by one owner. Its methods are safe for
+// concurrent use.
+type Lock struct {
+	c      *Client
+	owner  string
+	hold   string // hash field of this handle's hold: "h:" + random id
+	keys   []string
+	groups []group
+	lease  time.Duration
+	renew  bool // kept alive by the watchdog, rather than a fixed TTL
+
+	mu         sync.Mutex
+	tokens     map[string]int64 // by lock key
+	validUntil time.Time        // the lease is confirmed to run at least until then
+	acquiredAt time.Time
+	expiry     *time.Timer      // fires when validUntil is near and unconfirmed
+	err        error            // nil while held
+	done       chan struct{}
+	onLoss     []func(error)
+}
+
+func newLock(c *Client, owner string, keys []string, groups []group, lease time.Duration, renew bool) *Lock {
+	n := 0
+	for _, g := range groups {
+		n += len(g.keys)
+	}
+	return &Lock{
+		c:      c,
+		owner:  owner,
+		hold:   "h:" + randomID(8),
+		keys:   keys,
+		groups: groups,
+		lease:  lease,
+		renew:  renew,
+		tokens: make(map[string]int64, n),
+		done:   make(chan struct{}),
+	}
+}
+
+// Keys returns the lock's keys, deduplicated and sorted, without the prefix.
+func (l *Lock) Keys() []string { return append([]string(nil), l.keys...) }
+
+// Owner returns the lock's owner id.
+func (l *Lock) Owner() string { return l.owner }
+
+// Token returns the fencing token of key in this lock, or 0 when key is not
+// one of its keys. A key's token is taken from its slot's counter when an
+// owner takes the key fresh, and only ever grows: storage that remembers the
+// largest token it has seen per key can refuse writes from a stale holder.
+// Reentrant locks of one owner share the token of the ownership they joined.
+func (l *Lock) Token(key string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tokens[l.c.cfg.prefix+key]
+}
+
+// Done returns a channel that is closed when the lock is released or lost.
+func (l *Lock) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lock is held, an error wrapping ErrLockLost once
+// it is lost, and ErrNotHeld once it was released.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Extend makes every key's lease run for at least ttl from now; a lease that
+// already runs longer (another hold of the same owner) is kept. When keys are
+// found no longer held, the lock is lost and the error wraps ErrNotHeld.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return invalid("ttl %v must be at least 1ms", ttl)
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	start := time.Now()
+	lost, err := l.c.extend(ctx, l, l.groups, ttl)
+	if err != nil {
+		return fmt.Errorf("batchlock: extend: %w", err)
+	}
+	if len(lost) > 0 {
+		err := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), lost[0])
+		l.lose(fmt.Errorf("%w: %w", ErrLockLost, err))
+		return err
+	}
+	l.confirm(start.Add(ttl))
+	return nil
+}
+
+// Unlock releases the lock's holds on all its keys; a key with no hold left
+// is deleted and its waiters are woken. It returns an error wrapping
+// ErrNotHeld when the lock was already released, or when some keys no longer
+// carried its hold (the lock had been lost); the other keys are released all
+// the same. When Unlock fails on the network, the lock is no longer renewed
+// and its keys are freed when their lease runs out.
+func (l *Lock) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		if l.err == ErrNotHeld {
+			l.mu.Unlock()
+			return fmt.Errorf("%w: already released", ErrNotHeld)
+		}
+	default:
+	}
+	l.mu.Unlock()
+	l.c.watchdog.remove(l)
+
+	missing, err := l.c.release(ctx, l, l.groups, nil)
+	held := time.Since(l.acquiredAt)
+	l.finish(ErrNotHeld)
+	l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held, Err: err})
+	if err != nil {
+		return fmt.Errorf("batchlock: unlock: %w", err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %d of %d keys were no longer held, such as %q", ErrNotHeld, len(missing), len(l.keys), missing[0])
+	}
+	return nil
+}
+
+// confirm records that the lease runs at least until t.
+func (l *Lock) confirm(t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t.After(l.validUntil) {
+		l.validUntil = t
+	}
+	if l.expiry != nil {
+		l.expiry.Reset(l.untilExpiry())
+	}
+}
+
+// arm starts the timer that reports the lock lost when its lease was not
+// confirmed in time.
+func (l *Lock) arm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expiry = time.AfterFunc(l.untilExpiry(), l.expire)
+}
+
+// untilExpiry is the time left before the lock must count as lost. A renewed
+// lock counts as lost a sixth of its lease early (half a renewal period), so
+// that its holder hears of it before another client can take the keys; a
+// fixed lease ends when it ends, measured from before the acquire was sent.
+func (l *Lock) untilExpiry() time.Duration {
+	d := time.Until(l.validUntil)
+	if l.renew {
+		d -= l.lease / 6
+	}
+	return d
+}
+
+func (l *Lock) expire() {
+	l.mu.Lock()
+	if d := l.untilExpiry(); d > 0 {
+		l.expiry.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(fmt.Errorf("%w: lease ran out before it could be renewed", ErrLockLost))
+}
+
+// lose marks the lock lost with err (which wraps ErrLockLost), unless it
+// already ended.
+func (l *Lock) lose(err error) {
+	if l.finish(err) {
+		l.c.watchdog.remove(l)
+		l.c.emit(Event{Kind: EventLost, Owner: l.owner, Keys: l.keys, Err: err})
+	}
+}
+
+// finish ends the lock with err; only the first end counts.
+func (l *Lock) finish(err error) bool {
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		l.mu.Unlock()
+		return false
+	default:
+	}
+	l.err = err
+	close(l.done)
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
+	hooks := l.onLoss
+	l.onLoss = nil
+	l.mu.Unlock()
+	for _, f := range hooks {
+		f(err)
+	}
+	return true
+}
+
+// whenDone calls f with the lock's error once it ends (at once if it has).
+func (l *Lock) whenDone(f func(error)) {
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		err := l.err
+		l.mu.Unlock()
+		f(err)
+		return
+	default:
+	}
+	l.onLoss = append(l.onLoss, f)
+	l.mu.Unlock()
+}

@@ -1,0 +1,68 @@
+package batchlock
+
+import (
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/batchlock/batchlock/hashtag"
+)
+
+// Names under the prefix that batchlock keeps for itself, one per slot.
+const (
+	fenceName  = "fence:{"
+	cancelName = "cancel:{"
+)
+
+// group is one unit of acquisition: lock keys of one slot, taken by one script
+// call. Every client takes groups in the same global order (slot, then key),
+// which is what makes waiting deadlock-free.
+type group struct {
+	slot      int
+	keys      []string // lock keys, sorted
+	fenceKey  string
+	cancelKey string
+}
+
+// plan validates keys and turns them into groups. keys may repeat.
+func (c *Client) plan(keys []string) ([]string, []group, error) {
+	if len(keys) == 0 {
+		return nil, nil, invalid("no keys")
+	}
+	lockKeys := make([]string, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			return nil, nil, invalid("key %d is empty", i)
+		}
+		if strings.HasPrefix(k, fenceName) || strings.HasPrefix(k, cancelName) {
+			return nil, nil, invalid("key %q: names starting with %q or %q are reserved", k, fenceName, cancelName)
+		}
+		lockKeys[i] = c.cfg.prefix + k
+	}
+
+	var slots []hashtag.Group
+	if c.cluster {
+		slots = hashtag.GroupBySlot(lockKeys)
+	} else {
+		// A single node takes the whole batch in one slot's worth of calls.
+		sort.Strings(lockKeys)
+		slots = []hashtag.Group{{Slot: 0, Keys: slices.Compact(lockKeys)}}
+	}
+
+	var groups []group
+	var userKeys []string
+	for _, s := range slots {
+		tag := hashtag.ForSlot(s.Slot)
+		fence := c.cfg.prefix + fenceName + tag + "}"
+		cancel := c.cfg.prefix + cancelName + tag + "}"
+		for start := 0; start < len(s.Keys); start += maxGroupKeys {
+			end := min(start+maxGroupKeys, len(s.Keys))
+			groups = append(groups, group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence, cancelKey: cancel})
+		}
+		for _, k := range s.Keys {
+			userKeys = append(userKeys, k[len(c.cfg.prefix):])
+		}
+	}
+	sort.Strings(userKeys)
+	return userKeys, groups, nil
+}

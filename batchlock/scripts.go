@@ -1,0 +1,27 @@
+package batchlock
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireSource string
+	//go:embed scripts/release.lua
+	releaseSource string
+	//go:embed scripts/extend.lua
+	extendSource string
+
+	acquireScript = redis.NewScript(acquireSource)
+	releaseScript = redis.NewScript(releaseSource)
+	extendScript  = redis.NewScript(extendSource)
+)
+
+// Replies of acquire.lua.
+const (
+	acquireGranted   = 1
+	acquireRefused   = 0
+	acquireCancelled = -1
+)

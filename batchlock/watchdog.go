@@ -1,0 +1,134 @@
+package batchlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// watchdog renews the leases of a Client's locks taken without WithTTL: one
+// goroutine, started with the first such lock, renews every lock every
+// lease/3 in one pipelined round (one script call per group, one round trip
+// per master). Loss is detected apart from it, by each lock's expiry timer,
+// so a round stuck on a frozen master cannot delay it.
+type watchdog struct {
+	c *Client
+
+	mu      sync.Mutex
+	locks   map[*Lock]struct{}
+	running bool
+	closed  bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func newWatchdog(c *Client) *watchdog {
+	return &watchdog{c: c, locks: make(map[*Lock]struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// add starts watching a freshly taken lock: its expiry timer, and for a
+// renewed lock, renewal.
+func (w *watchdog) add(l *Lock) {
+	l.arm()
+	if !l.renew {
+		return
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		l.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+		return
+	}
+	w.locks[l] = struct{}{}
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+	w.mu.Unlock()
+}
+
+func (w *watchdog) remove(l *Lock) {
+	w.mu.Lock()
+	delete(w.locks, l)
+	w.mu.Unlock()
+}
+
+func (w *watchdog) loop() {
+	defer close(w.done)
+	interval := w.c.cfg.lease / 3
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-w.stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-ticker.C:
+			roundCtx, cancelRound := context.WithTimeout(ctx, interval)
+			w.renew(roundCtx)
+			cancelRound()
+		}
+	}
+}
+
+// renew extends every watched lock once.
+func (w *watchdog) renew(ctx context.Context) {
+	w.mu.Lock()
+	locks := make([]*Lock, 0, len(w.locks))
+	for l := range w.locks {
+		locks = append(locks, l)
+	}
+	w.mu.Unlock()
+	if len(locks) == 0 {
+		return
+	}
+
+	lease := strconv.FormatInt(w.c.cfg.lease.Milliseconds(), 10)
+	var calls []*call
+	first := make([]int, len(locks)+1) // calls of locks[i] are calls[first[i]:first[i+1]]
+	for i, l := range locks {
+		first[i] = len(calls)
+		for _, g := range l.groups {
+			calls = append(calls, &call{keys: g.keys, args: []any{l.hold, lease}})
+		}
+	}
+	first[len(locks)] = len(calls)
+
+	start := time.Now()
+	w.c.run(ctx, extendScript, calls)
+	for i, l := range locks {
+		lost, err := collectKeys(calls[first[i]:first[i+1]], "renew")
+		switch {
+		case len(lost) > 0:
+			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost), len(l.keys), w.c.userKeys(lost)[0]))
+		case err == nil:
+			l.confirm(start.Add(w.c.cfg.lease))
+			w.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
+		}
+	}
+}
+
+// close stops renewal and reports every renewed lock lost, since nothing
+// keeps it alive any more.
+func (w *watchdog) close() {
+	w.mu.Lock()
+	w.closed = true
+	running := w.running
+	locks := w.locks
+	w.locks = make(map[*Lock]struct{})
+	w.mu.Unlock()
+	close(w.stop)
+	if running {
+		<-w.done
+	}
+	for l := range locks {
+		l.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+	}
+}

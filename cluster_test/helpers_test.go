@@ -1,0 +1,99 @@
+package cluster_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// testPrefix returns a prefix no other test uses, so tests can share a cluster.
+func testPrefix(t testing.TB) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := strings.NewReplacer("/", ".", "{", "(", "}", ")").Replace(t.Name())
+	return fmt.Sprintf("t:%s:%s:", name, hex.EncodeToString(b))
+}
+
+// newLocker returns a batchlock Client on rdb with a fresh prefix, closed at
+// the end of the test.
+func newLocker(t testing.TB, rdb redis.UniversalClient, opts ...batchlock.Option) (*batchlock.Client, string) {
+	t.Helper()
+	prefix := testPrefix(t)
+	c, err := batchlock.New(rdb, append([]batchlock.Option{batchlock.WithPrefix(prefix)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, prefix
+}
+
+// spread returns n keys whose slots spread over the whole key space.
+func spread(n int, tag string) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("sku:%s:%d", tag, i)
+	}
+	return keys
+}
+
+// lockKeysUnder lists every key under prefix on every master, without the
+// fencing counters and cancellation sets, which are meant to stay.
+func lockKeysUnder(t testing.TB, rdb redis.UniversalClient, prefix string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var found []string
+	scan := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			rest := k[len(prefix):]
+			if strings.HasPrefix(rest, "fence:{") || strings.HasPrefix(rest, "cancel:{") {
+				continue
+			}
+			mu.Lock()
+			found = append(found, k)
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, r.ForEachMaster(ctx, scan))
+	case *redis.Client:
+		require.NoError(t, scan(ctx, r))
+	}
+	return found
+}
+
+// allKeysUnder counts every key under prefix, internal ones included.
+func allKeysUnder(t testing.TB, rdb *redis.ClusterClient, prefix string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	n := 0
+	require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		keys, err := node.Keys(ctx, prefix+"*").Result()
+		mu.Lock()
+		n += len(keys)
+		mu.Unlock()
+		return err
+	}))
+	return n
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

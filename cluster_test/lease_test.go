@@ -1,0 +1,265 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+func TestWatchdogKeepsLockForManyLeases(t *testing.T) {
+	rdb := newClient(t)
+	const lease = 600 * time.Millisecond
+	var renewals atomic.Int64
+	c, prefix := newLocker(t, rdb, batchlock.WithLease(lease), batchlock.WithObserver(func(e batchlock.Event) {
+		if e.Kind == batchlock.EventRenewed {
+			renewals.Add(1)
+		}
+	}))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(30, "wd")
+	l, err := c.Lock(ctx, keys)
+	require.NoError(t, err)
+
+	// Hold for five leases: without renewal the keys would be gone.
+	require.Eventually(t, func() bool { return renewals.Load() >= 12 }, 10*time.Second, 10*time.Millisecond)
+	assert.NoError(t, l.Err())
+	assert.Len(t, lockKeysUnder(t, rdb, prefix), 30)
+	ttl, err := rdb.PTTL(ctx, prefix+keys[0]).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, lease/4, "the lease keeps being pushed forward")
+	require.NoError(t, l.Unlock(ctx))
+	assert.ErrorIs(t, l.Err(), batchlock.ErrNotHeld)
+}
+
+func TestFixedTTLIsNotRenewedAndEndsTheLock(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 30*time.Second)
+	l, err := c.Lock(ctx, []string{"ttl-a", "ttl-b"}, batchlock.WithTTL(300*time.Millisecond))
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close when the fixed lease ran out")
+	}
+	assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+	require.Eventually(t, func() bool { return len(lockKeysUnder(t, rdb, prefix)) == 0 }, 5*time.Second, 10*time.Millisecond)
+	assert.ErrorIs(t, l.Unlock(ctx), batchlock.ErrNotHeld)
+}
+
+func TestExtendPushesFixedLease(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 30*time.Second)
+	l, err := c.Lock(ctx, []string{"ext"}, batchlock.WithTTL(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, time.Minute))
+	ttl, err := rdb.PTTL(ctx, prefix+"ext").Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 50*time.Second)
+	require.NoError(t, l.Extend(ctx, time.Second), "a shorter extension keeps the longer lease")
+	ttl, err = rdb.PTTL(ctx, prefix+"ext").Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 50*time.Second)
+	assert.ErrorIs(t, l.Extend(ctx, 0), batchlock.ErrInvalid)
+
+	require.NoError(t, rdb.Del(ctx, prefix+"ext").Err())
+	assert.ErrorIs(t, l.Extend(ctx, time.Minute), batchlock.ErrNotHeld)
+	<-l.Done()
+	assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+}
+
+func TestLossIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steal func(ctx context.Context, rdb *redis.ClusterClient, key string) error
+	}{
+		{"key deleted", func(ctx context.Context, rdb *redis.ClusterClient, key string) error {
+			return rdb.Del(ctx, key).Err()
+		}},
+		{"key taken by another owner", func(ctx context.Context, rdb *redis.ClusterClient, key string) error {
+			if err := rdb.Del(ctx, key).Err(); err != nil {
+				return err
+			}
+			return rdb.HSet(ctx, key, "owner", "thief", "fence", 1, "h:thief", 1).Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := newClient(t)
+			const lease = 900 * time.Millisecond
+			var lost atomic.Int64
+			c, prefix := newLocker(t, rdb, batchlock.WithLease(lease), batchlock.WithObserver(func(e batchlock.Event) {
+				if e.Kind == batchlock.EventLost {
+					lost.Add(1)
+				}
+			}))
+			ctx := ctxTimeout(t, 30*time.Second)
+			keys := spread(20, "loss")
+
+			cause := make(chan error, 1)
+			started := make(chan struct{})
+			var stolenAt time.Time
+			var mu sync.Mutex
+			err := c.Do(ctx, keys, func(ctx context.Context) error {
+				close(started)
+				mu.Lock()
+				stolenAt = time.Now()
+				mu.Unlock()
+				if err := tc.steal(ctx, rdb, prefix+keys[7]); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				cause <- context.Cause(ctx)
+				return ctx.Err()
+			})
+			<-started
+			require.ErrorIs(t, err, batchlock.ErrLockLost, "Do reports the loss")
+			require.ErrorIs(t, <-cause, batchlock.ErrLockLost, "fn's context is cancelled with the loss as cause")
+			mu.Lock()
+			assert.Less(t, time.Since(stolenAt), lease+lease/3+2*time.Second, "loss seen within about one renewal period")
+			mu.Unlock()
+			assert.EqualValues(t, 1, lost.Load())
+			// Do unlocked the keys it still held; the stolen one is not ours.
+			left := lockKeysUnder(t, rdb, prefix)
+			if tc.name == "key deleted" {
+				assert.Empty(t, left)
+			} else {
+				assert.Equal(t, []string{prefix + keys[7]}, left)
+			}
+		})
+	}
+}
+
+func TestDoUnlocksOnErrorAndPanic(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(10, "do")
+
+	boom := errors.New("boom")
+	err := c.Do(ctx, keys, func(ctx context.Context) error {
+		assert.Len(t, lockKeysUnder(t, rdb, prefix), 10)
+		return boom
+	})
+	assert.ErrorIs(t, err, boom)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+
+	assert.PanicsWithValue(t, "kaboom", func() {
+		_ = c.Do(ctx, keys, func(context.Context) error { panic("kaboom") })
+	})
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix), "a panic in fn still unlocks")
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	ran := false
+	err = c.Do(cancelled, keys, func(context.Context) error { ran = true; return nil })
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.False(t, ran)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+func TestDoNestedIsReentrant(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 30*time.Second)
+	err := c.Do(ctx, []string{"n1", "n2"}, func(ctx context.Context) error {
+		return c.Do(ctx, []string{"n2", "n3"}, func(ctx context.Context) error {
+			assert.Len(t, lockKeysUnder(t, rdb, prefix), 3)
+			return nil
+		})
+	})
+	require.NoError(t, err)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+func TestHandoffByReleaseMessage(t *testing.T) {
+	rdb := newClient(t)
+	// Polling is slowed to a minute: only the release message can wake the
+	// waiter in time.
+	c, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(20, "msg")
+	holder, err := c.Lock(ctx, keys[5:6], batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, keys)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	// The waiter is blocked once it listens on the held key's channel.
+	require.Eventually(t, func() bool { return shardSubscribers(ctx, rdb, prefix+keys[5]) > 0 }, 10*time.Second, 5*time.Millisecond)
+	released := time.Now()
+	require.NoError(t, holder.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+		assert.Less(t, time.Since(released), 10*time.Second)
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter was not woken by the release")
+	}
+	require.Eventually(t, func() bool { return shardSubscribers(ctx, rdb, prefix+keys[5]) == 0 }, 10*time.Second, 5*time.Millisecond, "the waiter unsubscribes once it holds the lock")
+}
+
+// shardSubscribers counts the sharded pub/sub subscribers of channel on the
+// master that serves it.
+func shardSubscribers(ctx context.Context, rdb *redis.ClusterClient, channel string) int64 {
+	node, err := rdb.MasterForKey(ctx, channel)
+	if err != nil {
+		return -1
+	}
+	counts, err := node.PubSubShardNumSub(ctx, channel).Result()
+	if err != nil {
+		return -1
+	}
+	return counts[channel]
+}
+
+func TestHandoffWhenLeaseRunsOut(t *testing.T) {
+	rdb := newClient(t)
+	c, _ := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(8, "expire")
+	// A holder that never unlocks: its lease is all that frees the keys.
+	_, err := c.Lock(ctx, keys[:3], batchlock.WithTTL(400*time.Millisecond))
+	require.NoError(t, err)
+	start := time.Now()
+	l, err := c.Lock(ctx, keys)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 20*time.Second, "woken by the blocker's lease, not the minute-long poll")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+func TestCloseReportsRenewedLocksLost(t *testing.T) {
+	rdb := newClient(t)
+	c, err := batchlock.New(rdb, batchlock.WithPrefix(testPrefix(t)))
+	require.NoError(t, err)
+	ctx := ctxTimeout(t, 30*time.Second)
+	renewed, err := c.Lock(ctx, []string{"c1"})
+	require.NoError(t, err)
+	fixed, err := c.Lock(ctx, []string{"c2"}, batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+
+	require.NoError(t, c.Close())
+	require.NoError(t, c.Close(), "Close is idempotent")
+	<-renewed.Done()
+	assert.ErrorIs(t, renewed.Err(), batchlock.ErrLockLost)
+	assert.ErrorIs(t, renewed.Err(), batchlock.ErrClosed)
+	assert.NoError(t, fixed.Err(), "a fixed lease is not cut short by Close")
+	_, err = c.Lock(ctx, []string{"c3"})
+	assert.ErrorIs(t, err, batchlock.ErrClosed)
+	require.NoError(t, fixed.Unlock(ctx), "Unlock works after Close")
+	require.NoError(t, renewed.Unlock(ctx))
+}
