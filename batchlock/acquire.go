@@ -62,6 +62,10 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		lease, renew = lc.ttl, false
 	}
 	l := newLock(c, owner, userKeys, groups, lease, renew)
+	l.ack = c.cfg.ack
+	if lc.ackSet {
+		l.ack = lc.ack
+	}
 
 	start := time.Now()
 	if err := c.take(ctx, l, wait); err != nil {
@@ -207,7 +211,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group) acquireOu
 		keys = append(append(keys, g.fenceKey, g.cancelKey), g.keys...)
 		calls[i] = &call{keys: keys, args: []any{l.owner, l.hold, lease}}
 	}
-	c.run(ctx, acquireScript, calls)
+	c.run(ctx, acquireScript, calls, l.ack)
 
 	out := acquireOutcome{refused: -1}
 	for i, cl := range calls {
@@ -219,6 +223,9 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group) acquireOu
 		switch {
 		case err == nil && status == acquireGranted && len(vals) == len(groups[i].keys)+1:
 			out.granted = append(out.granted, i)
+			if l.ack.n > 0 && cl.acks < int64(l.ack.n) && out.err == nil {
+				out.err = fmt.Errorf("%w: %w: %d of %d replicas acknowledged within %v", ErrNotObtained, ErrNoReplicas, max(cl.acks, 0), l.ack.n, l.ack.timeout)
+			}
 			l.mu.Lock()
 			for j, v := range vals[1:] {
 				l.tokens[groups[i].keys[j]], _ = v.(int64)
@@ -296,7 +303,7 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, unknown m
 		keys = append(append(keys, g.cancelKey), g.keys...)
 		calls[i] = &call{keys: keys, args: []any{l.hold, cancelled, remember}}
 	}
-	c.run(ctx, releaseScript, calls)
+	c.run(ctx, releaseScript, calls, replicaAck{})
 	return collectKeys(calls, "release")
 }
 
@@ -308,7 +315,7 @@ func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.D
 	for i, g := range groups {
 		calls[i] = &call{keys: g.keys, args: []any{l.hold, ms}}
 	}
-	c.run(ctx, extendScript, calls)
+	c.run(ctx, extendScript, calls, replicaAck{})
 	return collectKeys(calls, "extend")
 }
 

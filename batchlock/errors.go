@@ -24,6 +24,10 @@ var (
 	// returned before anything is sent to Redis.
 	ErrInvalid = errors.New("batchlock: invalid argument")
 
+	// ErrNoReplicas means fewer replicas than WithReplicas asked for
+	// acknowledged an acquire in time; the lock was rolled back.
+	ErrNoReplicas = errors.New("batchlock: not acknowledged by enough replicas")
+
 	// ErrClosed is returned by calls on a closed Client, and is the reason a
 	// renewed lock is reported lost when its Client is closed.
 	ErrClosed = errors.New("batchlock: client closed")

@@ -17,13 +17,14 @@ type Lock struct {
 	groups []group
 	lease  time.Duration
 	renew  bool // kept alive by the watchdog, rather than a fixed TTL
+	ack    replicaAck
 
 	mu         sync.Mutex
 	tokens     map[string]int64 // by lock key
 	validUntil time.Time        // the lease is confirmed to run at least until then
 	acquiredAt time.Time
-	expiry     *time.Timer      // fires when validUntil is near and unconfirmed
-	err        error            // nil while held
+	expiry     *time.Timer // fires when validUntil is near and unconfirmed
+	err        error       // nil while held
 	done       chan struct{}
 	onLoss     []func(error)
 }

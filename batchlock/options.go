@@ -25,11 +25,12 @@ type Option interface{ apply(*config) }
 type LockOption interface{ applyLock(*lockConfig) }
 
 type config struct {
-	prefix         string
-	lease          time.Duration
-	observer       func(Event)
-	pollMax        time.Duration
-	pubsub         bool
+	prefix   string
+	lease    time.Duration
+	observer func(Event)
+	ack      replicaAck
+	pollMax  time.Duration
+	pubsub   bool
 }
 
 func defaultConfig() config {
@@ -51,14 +52,16 @@ func (c *config) validate() error {
 	if c.lease < 3*time.Millisecond {
 		return invalid("lease %v is too short to be renewed (minimum 3ms)", c.lease)
 	}
-	return nil
+	return c.ack.validate()
 }
 
 type lockConfig struct {
-	ttl            time.Duration
-	ttlSet         bool
-	owner          string
-	ownerSet       bool
+	ttl      time.Duration
+	ttlSet   bool
+	owner    string
+	ownerSet bool
+	ack      replicaAck
+	ackSet   bool
 }
 
 func (c *lockConfig) validate() error {
@@ -67,6 +70,23 @@ func (c *lockConfig) validate() error {
 	}
 	if c.ownerSet && c.owner == "" {
 		return invalid("owner must not be empty")
+	}
+	return c.ack.validate()
+}
+
+// replicaAck is how many replicas of each master must acknowledge an acquire,
+// and how long to wait for them; n == 0 waits for none.
+type replicaAck struct {
+	n       int
+	timeout time.Duration
+}
+
+func (a replicaAck) validate() error {
+	if a.n < 0 {
+		return invalid("replicas %d must be >= 0", a.n)
+	}
+	if a.n > 0 && a.timeout < time.Millisecond {
+		return invalid("replica timeout %v must be at least 1ms", a.timeout)
 	}
 	return nil
 }
@@ -133,4 +153,23 @@ func WithTTL(d time.Duration) LockOption {
 // even against other goroutines of the same process.
 func WithOwner(owner string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.owner, c.ownerSet = owner, true })
+}
+
+// ReplicasOption is returned by WithReplicas; it is both a client-wide
+// default (Option) and a per-lock setting (LockOption).
+type ReplicasOption struct{ ack replicaAck }
+
+func (o ReplicasOption) apply(c *config) { c.ack = o.ack }
+
+func (o ReplicasOption) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, true }
+
+// WithReplicas makes a lock count as taken only once n replicas of every
+// master it touches acknowledged the acquire within timeout: WAIT n timeout
+// goes in the same pipeline, on the same connection, after the acquire
+// scripts of each master. With fewer acknowledgements the call rolls back and
+// fails with an error that wraps ErrNotObtained and ErrNoReplicas. Given to
+// New it is the default of every lock; given to a call it overrides that.
+// WithReplicas(0, 0) waits for none. Default: none.
+func WithReplicas(n int, timeout time.Duration) ReplicasOption {
+	return ReplicasOption{ack: replicaAck{n: n, timeout: timeout}}
 }

@@ -195,4 +195,3 @@ type redisError string
 
 func (e redisError) Error() string { return string(e) }
 func (redisError) RedisError()     {}
-

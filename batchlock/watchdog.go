@@ -102,7 +102,7 @@ func (w *watchdog) renew(ctx context.Context) {
 	first[len(locks)] = len(calls)
 
 	start := time.Now()
-	w.c.run(ctx, extendScript, calls)
+	w.c.run(ctx, extendScript, calls, replicaAck{})
 	for i, l := range locks {
 		lost, err := collectKeys(calls[first[i]:first[i+1]], "renew")
 		switch {
