@@ -69,6 +69,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 
 	start := time.Now()
 	if err := c.take(ctx, l, wait); err != nil {
+		c.emit(Event{Kind: EventFailed, Owner: owner, Keys: userKeys, Duration: time.Since(start), Err: err})
 		return nil, err
 	}
 	l.acquiredAt = time.Now()
@@ -83,6 +84,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		held    int // groups[:held] are held
 		waited  bool
 		sub     *subscription
+		retried bool // the last attempt was the retry after a new subscription
 		attempt int
 	)
 	defer func() { sub.close() }()
@@ -131,13 +133,18 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		l.confirm(start.Add(l.lease))
 
 		// Listen for the blockers' release before trying again, so that a
-		// release between the try and the wait is not missed.
+		// release between the try and the wait is not missed. When the
+		// blockers keep changing, the retry without a pause is made once.
 		blockers := outcome.groupConflicts
 		if !sub.covers(blockers) {
 			sub.close()
 			sub = c.waiters.subscribe(ctx, blockers)
-			continue
+			if !retried {
+				retried = true
+				continue
+			}
 		}
+		retried = false
 		waited = true
 		if err := c.pause(ctx, l, held, sub, outcome.wait, attempt); err != nil {
 			c.rollback(ctx, l, held, acquireOutcome{})

@@ -19,6 +19,10 @@ const (
 	// EventReleased: Unlock ran. Duration is the time the lock was held; Err
 	// is set when the release failed on the network.
 	EventReleased
+	// EventFailed: a Lock, TryLock or Do call gave up without the lock, after
+	// sending something to Redis; Err says why (a *ConflictError, ErrNoReplicas,
+	// the context's error...). Duration is the time the call took.
+	EventFailed
 )
 
 func (k EventKind) String() string {
@@ -33,6 +37,8 @@ func (k EventKind) String() string {
 		return "lost"
 	case EventReleased:
 		return "released"
+	case EventFailed:
+		return "failed"
 	}
 	return "unknown"
 }

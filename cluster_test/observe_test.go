@@ -1,0 +1,113 @@
+package cluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/batchlockotel"
+)
+
+func TestMetricsOfARealLockRun(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	observe, err := batchlockotel.Observer(mp)
+	require.NoError(t, err)
+
+	rdb := newClient(t)
+	c, _ := newLocker(t, rdb, batchlock.WithObserver(observe), batchlock.WithLease(300*time.Millisecond))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(25, "otel")
+
+	l, err := c.Lock(ctx, keys)
+	require.NoError(t, err)
+	_, err = c.TryLock(ctx, keys[3:4])
+	require.ErrorIs(t, err, batchlock.ErrNotObtained)
+	_, err = c.TryLock(ctx, spread(2, "otel-ack"), batchlock.WithReplicas(2, 50*time.Millisecond))
+	require.ErrorIs(t, err, batchlock.ErrNoReplicas, "each master has one replica, not two")
+	require.Eventually(t, func() bool { return sum(t, reader, "batchlock.renewals") >= 1 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, l.Unlock(ctx))
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	byOutcome := map[string]int64{}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name != "batchlock.acquisitions" {
+			continue
+		}
+		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			o, _ := dp.Attributes.Value("outcome")
+			byOutcome[o.AsString()] += dp.Value
+		}
+	}
+	assert.Equal(t, map[string]int64{"acquired": 1, "conflict": 1, "no_replicas": 1}, byOutcome)
+	assert.EqualValues(t, 1, sum(t, reader, "batchlock.conflicts"))
+	assert.EqualValues(t, 1, sum(t, reader, "batchlock.releases"))
+	assert.EqualValues(t, 1, histogramCount(t, reader, "batchlock.hold.duration"))
+	assert.EqualValues(t, 25, histogramSum(t, reader, "batchlock.lock.keys"))
+	assert.Zero(t, sum(t, reader, "batchlock.losses"))
+}
+
+func sum(t *testing.T, reader sdkmetric.Reader, name string) int64 {
+	t.Helper()
+	var total int64
+	for _, m := range collect(t, reader) {
+		if m.Name == name {
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				total += dp.Value
+			}
+		}
+	}
+	return total
+}
+
+func histogramCount(t *testing.T, reader sdkmetric.Reader, name string) uint64 {
+	t.Helper()
+	var n uint64
+	for _, m := range collect(t, reader) {
+		if m.Name != name {
+			continue
+		}
+		switch h := m.Data.(type) {
+		case metricdata.Histogram[float64]:
+			for _, dp := range h.DataPoints {
+				n += dp.Count
+			}
+		case metricdata.Histogram[int64]:
+			for _, dp := range h.DataPoints {
+				n += dp.Count
+			}
+		}
+	}
+	return n
+}
+
+func histogramSum(t *testing.T, reader sdkmetric.Reader, name string) int64 {
+	t.Helper()
+	var s int64
+	for _, m := range collect(t, reader) {
+		if h, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == name {
+			for _, dp := range h.DataPoints {
+				s += dp.Sum
+			}
+		}
+	}
+	return s
+}
+
+func collect(t *testing.T, reader sdkmetric.Reader) []metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	if len(rm.ScopeMetrics) == 0 {
+		return nil
+	}
+	return rm.ScopeMetrics[0].Metrics
+}
