@@ -379,4 +379,3 @@ func TestDuplicatesAreOneKey(t *testing.T) {
 	assert.EqualValues(t, 3, holds, "one hold for a key given three times")
 	require.NoError(t, l.Unlock(ctx))
 }
-
