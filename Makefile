@@ -1,0 +1,64 @@
+# make test runs everything CI runs: deps, vet, unit tests, then the
+# integration suite on the docker backend and on the process backend.
+SHELL := bash
+GO    ?= go
+
+# testcontainers' reaper needs an image from a registry; localcluster
+# removes its containers itself.
+export TESTCONTAINERS_RYUK_DISABLED := true
+
+# Every package but the integration suite, whoever added it.
+UNIT_PKGS    = $$($(GO) list ./... | grep -v /cluster_test)
+CLUSTER_TEST = $(GO) test -count=1 -timeout 15m ./cluster_test/...
+COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "docker compose"; \
+                 elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi)
+COMPOSE_RUN  = $(COMPOSE) -f docker/docker-compose.yml -p batchlock-dev
+DEV_ADDRS    = 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
+
+.PHONY: deps test test-unit test-docker test-process test-external image \
+        cluster-up cluster-down clean-containers
+
+deps:
+	bash scripts/install-deps.sh
+
+test: deps
+	$(GO) vet ./...
+	$(MAKE) test-unit
+	$(MAKE) test-docker
+	$(MAKE) test-process
+
+test-unit:
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+
+# Under CI=true a missing daemon fails here; elsewhere the suite skips loudly.
+test-docker:
+	@if ! docker info >/dev/null 2>&1; then \
+		echo "test-docker: no Docker daemon answers"; \
+		if [ "$${CI:-}" = true ]; then exit 1; fi; \
+	fi
+	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=docker $(CLUSTER_TEST)
+
+test-process:
+	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=process $(CLUSTER_TEST)
+
+# Against the dev cluster of make cluster-up; tests needing their own
+# cluster skip.
+test-external:
+	BATCHLOCK_CLUSTER_ADDRS=$(DEV_ADDRS) $(CLUSTER_TEST)
+
+image:
+	bash docker/build-image.sh
+
+cluster-up: image
+	@test -n "$(COMPOSE)" || { echo "cluster-up: needs docker compose or docker-compose" >&2; exit 1; }
+	$(COMPOSE_RUN) up -d
+	$(GO) run ./localcluster/cmd/localcluster create $(DEV_ADDRS)
+
+cluster-down:
+	@test -n "$(COMPOSE)" || { echo "cluster-down: needs docker compose or docker-compose" >&2; exit 1; }
+	$(COMPOSE_RUN) down -v
+
+# Containers a killed test binary could not remove.
+clean-containers:
+	@ids=$$(docker ps -aq --filter label=batchlock.localcluster=1); \
+	if [ -n "$$ids" ]; then docker rm -f $$ids; else echo "clean-containers: none"; fi

@@ -1,0 +1,86 @@
+package localcluster
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestChooseBackend(t *testing.T) {
+	yes := func() bool { return true }
+	no := func() bool { return false }
+	tests := []struct {
+		name           string
+		opt            Backend
+		env            map[string]string
+		docker, redis  func() bool
+		want           Backend
+		wantErr        error
+		wantErrMessage string
+	}{
+		{name: "external env wins", opt: Process, env: map[string]string{EnvClusterAddrs: "127.0.0.1:7000"}, docker: yes, redis: yes, want: External},
+		{name: "option before env", opt: Process, env: map[string]string{EnvBackend: "docker"}, docker: yes, redis: yes, want: Process},
+		{name: "env backend", env: map[string]string{EnvBackend: "process"}, docker: yes, redis: yes, want: Process},
+		{name: "docker when up", docker: yes, redis: yes, want: Docker},
+		{name: "process without docker", docker: no, redis: yes, want: Process},
+		{name: "nothing", docker: no, redis: no, wantErr: ErrNoBackend},
+		{name: "unknown", env: map[string]string{EnvBackend: "podman"}, docker: yes, redis: yes, wantErrMessage: "unknown backend"},
+		{name: "external without addrs", opt: External, docker: yes, redis: yes, wantErrMessage: EnvClusterAddrs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := newConfig([]Option{WithBackend(tt.opt)})
+			got, err := chooseBackend(cfg, func(k string) string { return tt.env[k] }, tt.docker, tt.redis)
+			switch {
+			case tt.wantErr != nil:
+				assert.ErrorIs(t, err, tt.wantErr)
+			case tt.wantErrMessage != "":
+				assert.ErrorContains(t, err, tt.wantErrMessage)
+			default:
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, got)
+			}
+		})
+	}
+}
+
+func TestErrNoBackendSaysWhatToInstall(t *testing.T) {
+	assert.Contains(t, ErrNoBackend.Error(), "redis-server")
+	assert.Contains(t, ErrNoBackend.Error(), "Docker")
+}
+
+func TestExternalRefusesNonLoopback(t *testing.T) {
+	// 192.0.2.0/24 is reserved for documentation: nothing may be sent there,
+	// and nothing is, since the address is refused before any dial.
+	t.Setenv(EnvClusterAddrs, "192.0.2.1:7000")
+	_, err := Start(context.Background())
+	assert.ErrorContains(t, err, "not a loopback address")
+}
+
+func TestCheckLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:7000":  true,
+		"127.1.2.3:7000":  true,
+		"[::1]:7000":      true,
+		"localhost:7000":  true,
+		"10.0.0.1:7000":   false,
+		"172.17.0.2:7000": false,
+		"example.com:80":  false,
+		"127.0.0.1":       false,
+	} {
+		err := checkLoopback(addr)
+		assert.Equal(t, ok, err == nil, "%s: %v", addr, err)
+	}
+}
+
+func TestWithLogfNilKeepsSilence(t *testing.T) {
+	cfg := newConfig([]Option{WithLogf(nil)})
+	require.NotNil(t, cfg.logf)
+	cfg.logf("no panic %d", 1)
+	var got string
+	cfg = newConfig([]Option{WithLogf(func(f string, a ...any) { got = f })})
+	cfg.logf("x")
+	assert.Equal(t, "x", got)
+}

@@ -1,0 +1,173 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+)
+
+// pollEvery is how often conditions are re-checked: short, since every
+// check is a handful of loopback round trips.
+const pollEvery = 50 * time.Millisecond
+
+// readiness says what "settled" means for one wait.
+type readiness struct {
+	// all requires every node to answer; otherwise nodes that do not
+	// answer (frozen, killed) are left out of every check.
+	all bool
+	// nodes is how many nodes every view must list.
+	nodes int
+	// replicas requires every master to have a linked replica; only
+	// with all, since a master whose replica is frozen may have none.
+	replicas bool
+}
+
+// check returns nil when the snapshot shows a settled cluster, otherwise
+// the first reason it does not.
+func (r readiness) check(s snapshot) error {
+	if r.all && len(s.unreachable) > 0 {
+		return fmt.Errorf("%v not answering", s.unreachable)
+	}
+	if len(s.views) == 0 {
+		return errors.New("no node answering")
+	}
+	answering := map[string]bool{}
+	for _, v := range s.views {
+		answering[v.addr] = true
+	}
+	first := s.views[0]
+	for _, v := range s.views {
+		if st := v.info["cluster_state"]; st != "ok" {
+			return fmt.Errorf("%s: cluster_state %q", v.addr, st)
+		}
+		if r.nodes > 0 && len(v.entries) != r.nodes {
+			return fmt.Errorf("%s knows %d nodes, want %d", v.addr, len(v.entries), r.nodes)
+		}
+		if _, ok := v.self(); !ok {
+			return fmt.Errorf("%s: no myself entry", v.addr)
+		}
+		for _, e := range v.entries {
+			if e.HasFlag("handshake") || e.HasFlag("noaddr") {
+				return fmt.Errorf("%s sees %s as %v", v.addr, e.Addr, e.Flags)
+			}
+			if e.Failing() && (r.all || answering[e.Addr]) {
+				return fmt.Errorf("%s sees %s as %v", v.addr, e.Addr, e.Flags)
+			}
+		}
+		if !sameRoles(first.entries, v.entries) {
+			return fmt.Errorf("%s and %s disagree on the topology", first.addr, v.addr)
+		}
+	}
+	if err := coverage(first.entries); err != nil {
+		return err
+	}
+	return r.checkReplication(s, answering)
+}
+
+func (r readiness) checkReplication(s snapshot, answering map[string]bool) error {
+	entries := s.views[0].entries
+	byID := map[string]entry{}
+	for _, e := range entries {
+		byID[e.ID] = e
+	}
+	linked := map[string]bool{} // master ID -> has a linked replica
+	for _, v := range s.views {
+		self, _ := v.self()
+		if self.Master {
+			continue
+		}
+		m, ok := byID[self.MasterID]
+		if !ok {
+			return fmt.Errorf("%s replicates unknown node %s", v.addr, self.MasterID)
+		}
+		if v.repl["role"] != "slave" || v.repl["master_link_status"] != "up" {
+			return fmt.Errorf("%s: replication link to %s not up", v.addr, m.Addr)
+		}
+		if net.JoinHostPort(v.repl["master_host"], v.repl["master_port"]) != m.Addr {
+			return fmt.Errorf("%s replicates %s:%s, cluster says %s", v.addr, v.repl["master_host"], v.repl["master_port"], m.Addr)
+		}
+		linked[m.ID] = true
+	}
+	if !r.replicas || !r.all {
+		return nil // a master whose replica is down may have none
+	}
+	for _, v := range s.views {
+		if self, _ := v.self(); self.Master && len(self.Slots) > 0 && v.repl["connected_slaves"] == "0" {
+			return fmt.Errorf("%s: no replica connected", v.addr)
+		}
+	}
+	for _, e := range entries {
+		if e.Master && len(e.Slots) > 0 && answering[e.Addr] && !linked[e.ID] {
+			return fmt.Errorf("master %s has no linked replica", e.Addr)
+		}
+	}
+	return nil
+}
+
+// sameRoles reports whether two views agree on every node's role,
+// address and slots.
+func sameRoles(a, b []entry) bool {
+	roles := func(es []entry) []string {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.role()
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(roles(a), roles(b))
+}
+
+// coverage checks that masters serve every slot exactly once.
+func coverage(es []entry) error {
+	var owner [SlotCount]string
+	for _, e := range es {
+		if !e.Master {
+			continue
+		}
+		for _, r := range e.Slots {
+			for s := r[0]; s <= r[1] && s < SlotCount; s++ {
+				if owner[s] != "" {
+					return fmt.Errorf("slot %d served by %s and %s", s, owner[s], e.Addr)
+				}
+				owner[s] = e.Addr
+			}
+		}
+	}
+	for s, o := range owner {
+		if o == "" {
+			return fmt.Errorf("slot %d not served", s)
+		}
+	}
+	return nil
+}
+
+// waitFor polls cond until it returns nil or ctx ends; the error then
+// carries cond's last complaint.
+func waitFor(ctx context.Context, what string, cond func(context.Context) error) error {
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	for {
+		err := cond(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("localcluster: %s: %v: %w", what, err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// defaultTimeout bounds a wait whose context has no deadline, so a broken
+// cluster fails a test instead of hanging it.
+func defaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
