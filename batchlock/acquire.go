@@ -80,25 +80,20 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 
 // take acquires all of l's groups, or rolls back whatever it may have taken.
 func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
-	var (
-		held    int // groups[:held] are held
-		waited  bool
-		sub     *subscription
-		retried bool // the last attempt was the retry after a new subscription
-		attempt int
-	)
-	defer func() { sub.close() }()
+	w := &waiting{}
+	defer func() { w.sub.close() }()
 	for {
 		start := time.Now()
-		outcome := c.acquire(ctx, l, l.groups[held:])
+		outcome := c.acquire(ctx, l, l.groups[w.held:])
 		if outcome.err != nil {
-			c.rollback(ctx, l, held, outcome)
+			c.rollback(ctx, l, w.held, outcome)
 			return outcome.err
 		}
 		if outcome.refused < 0 {
-			// Everything is held. A fixed lease counts from now, not from
-			// when the first groups were taken.
-			if waited && !l.renew {
+			// Everything is held. After a wait the groups' leases started
+			// at different times: restart them all, so that the lease (and
+			// a fixed TTL) counts from now.
+			if w.waited {
 				start = time.Now()
 				if lost, err := c.extend(ctx, l, l.groups, l.lease); err != nil || len(lost) > 0 {
 					c.rollback(ctx, l, len(l.groups), acquireOutcome{})
@@ -112,63 +107,80 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts)}
 		c.emit(Event{Kind: EventConflict, Owner: l.owner, Keys: l.keys, Conflict: conflict.Keys})
 		if !wait {
-			c.rollback(ctx, l, held, outcome)
+			c.rollback(ctx, l, w.held, outcome)
 			return conflict
 		}
 
 		// Keep the groups before the first refused one; give back those
 		// after it, so that the next attempt takes them in order again.
-		failed := held + outcome.refused
+		failed := w.held + outcome.refused
 		var after []group
 		for _, i := range outcome.granted {
-			if held+i > failed {
-				after = append(after, l.groups[held+i])
+			if w.held+i > failed {
+				after = append(after, l.groups[w.held+i])
 			}
 		}
 		if missing, err := c.release(ctx, l, after, nil); err != nil || len(missing) > 0 {
-			c.rollback(ctx, l, held, outcome)
+			c.rollback(ctx, l, w.held, outcome)
 			return errors.Join(fmt.Errorf("%w: could not give back groups taken out of order", ErrNotObtained), err)
 		}
-		held = failed
-		l.confirm(start.Add(l.lease))
+		if w.held == 0 && failed > 0 {
+			w.since = start
+		}
+		w.held = failed
 
 		// Listen for the blockers' release before trying again, so that a
 		// release between the try and the wait is not missed. When the
 		// blockers keep changing, the retry without a pause is made once.
 		blockers := outcome.groupConflicts
-		if !sub.covers(blockers) {
-			sub.close()
-			sub = c.waiters.subscribe(ctx, blockers)
-			if !retried {
-				retried = true
+		if !w.sub.covers(blockers) {
+			w.sub.close()
+			w.sub = c.waiters.subscribe(ctx, blockers)
+			if !w.retried {
+				w.retried = true
 				continue
 			}
 		}
-		retried = false
-		waited = true
-		if err := c.pause(ctx, l, held, sub, outcome.wait, attempt); err != nil {
-			c.rollback(ctx, l, held, acquireOutcome{})
+		w.retried = false
+		w.waited = true
+		if err := c.pause(ctx, l, w, outcome.wait); err != nil {
+			c.rollback(ctx, l, w.held, acquireOutcome{})
 			return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
 		}
-		attempt++
+		w.attempt++
 	}
 }
 
+// waiting is the state of a Lock call that waits for some of its groups.
+type waiting struct {
+	held    int       // groups[:held] are held
+	since   time.Time // the oldest lease among them started then
+	waited  bool
+	sub     *subscription
+	retried bool // the last attempt was the retry after a new subscription
+	attempt int
+}
+
 // pause waits for a release message, the blocker's lease, a backoff or ctx,
-// whichever comes first, keeping groups[:held] alive meanwhile.
-func (c *Client) pause(ctx context.Context, l *Lock, held int, sub *subscription, blockerLease time.Duration, attempt int) error {
-	d := backoff(attempt, time.Millisecond, c.cfg.pollMax)
-	if sub.active() {
+// whichever comes first. Meanwhile it renews the groups already held a third
+// of a lease after their oldest lease started, however the wait is cut up.
+func (c *Client) pause(ctx context.Context, l *Lock, w *waiting, blockerLease time.Duration) error {
+	d := backoff(w.attempt, time.Millisecond, c.cfg.pollMax)
+	if w.sub.active() {
 		// Woken by messages, polling is only the safety net for a lost one.
 		d = c.cfg.pollMax
 	}
 	if blockerLease > 0 && blockerLease+time.Millisecond < d {
 		d = blockerLease + time.Millisecond
 	}
-	keepalive := l.lease / 3
+	deadline := time.Now().Add(d)
 	for {
-		step := min(d, keepalive)
-		t := time.NewTimer(step)
+		next := deadline
+		renewAt := w.since.Add(l.lease / 3)
+		if w.held > 0 && renewAt.Before(next) {
+			next = renewAt
+		}
+		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -176,24 +188,23 @@ func (c *Client) pause(ctx context.Context, l *Lock, held int, sub *subscription
 		case <-c.waiters.closing:
 			t.Stop()
 			return ErrClosed
-		case <-sub.wake():
+		case <-w.sub.wake():
 			t.Stop()
 			return nil
 		case <-t.C:
 		}
-		d -= step
-		if held > 0 && step == keepalive {
+		if w.held > 0 && !time.Now().Before(renewAt) {
 			start := time.Now()
-			lost, err := c.extend(ctx, l, l.groups[:held], l.lease)
+			lost, err := c.extend(ctx, l, l.groups[:w.held], l.lease)
 			if err != nil {
 				return err
 			}
 			if len(lost) > 0 {
 				return fmt.Errorf("%w: %q while waiting for the rest", ErrLockLost, lost[0])
 			}
-			l.confirm(start.Add(l.lease))
+			w.since = start
 		}
-		if d <= 0 {
+		if !time.Now().Before(deadline) {
 			return nil
 		}
 	}
