@@ -200,7 +200,7 @@ func (c *Client) pause(ctx context.Context, l *Lock, w *waiting, blockerLease ti
 				return err
 			}
 			if len(lost) > 0 {
-				return fmt.Errorf("%w: %q while waiting for the rest", ErrLockLost, lost[0])
+				return fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
 			}
 			w.since = start
 		}

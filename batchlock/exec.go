@@ -119,6 +119,9 @@ func (c *Client) execPerMaster(ctx context.Context, script *redis.Script, calls 
 }
 
 func execWithWait(ctx context.Context, node *redis.Client, script *redis.Script, calls []*call, ack replicaAck) {
+	// WAIT may take its whole timeout to answer: the read must not give up
+	// first, or the call would be retried instead of refused.
+	node = node.WithTimeout(node.Options().ReadTimeout + ack.timeout)
 	send := func(calls []*call, bySource bool) {
 		pipe := node.Pipeline()
 		for _, cl := range calls {

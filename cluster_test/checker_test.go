@@ -1,0 +1,229 @@
+package cluster_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// section is one critical section as its worker saw it: Start taken once the
+// lock was held, End before it was released (or when the worker heard the lock
+// was lost). Times come from time.Now in one process, so they carry the
+// monotonic clock and compare across goroutines.
+type section struct {
+	Owner  string
+	Keys   []string
+	Tokens map[string]int64 // fencing token per key; a key missing here is not token-checked
+	Start  time.Time
+	End    time.Time
+}
+
+// checker collects the critical sections of concurrent workers and finds
+// what mutual exclusion forbids: two owners inside a section on the same key
+// at once, and a key's fencing token going backwards (or being handed out
+// again to another owner) from one section to the next.
+type checker struct {
+	mu       sync.Mutex
+	sections []section
+	problems []string // seen by workers themselves, such as a foreign owner in Redis
+}
+
+func (c *checker) record(s section) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sections = append(c.sections, s)
+}
+
+// report records a violation a worker saw directly.
+func (c *checker) report(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+func (c *checker) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.sections)
+}
+
+// violations returns every problem found, empty for a clean history.
+func (c *checker) violations() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Clone(c.problems)
+
+	byKey := map[string][]int{}
+	for i, s := range c.sections {
+		if s.End.Before(s.Start) {
+			out = append(out, fmt.Sprintf("section %d of %s ends before it starts", i, s.Owner))
+		}
+		for _, k := range s.Keys {
+			byKey[k] = append(byKey[k], i)
+		}
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+
+	for _, k := range keys {
+		idx := byKey[k]
+		slices.SortStableFunc(idx, func(a, b int) int { return c.sections[a].Start.Compare(c.sections[b].Start) })
+		// Sorted by start, a section overlaps an earlier one exactly when it
+		// starts before the latest end so far; comparing with the immediate
+		// predecessor alone would miss a long section spanning several.
+		latest := -1
+		lastTok := -1
+		for _, i := range idx {
+			s := c.sections[i]
+			if latest >= 0 && s.Owner != c.sections[latest].Owner && s.Start.Before(c.sections[latest].End) {
+				p := c.sections[latest]
+				out = append(out, fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
+					k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000")))
+			}
+			if latest < 0 || s.End.After(c.sections[latest].End) {
+				latest = i
+			}
+
+			tok, ok := s.Tokens[k]
+			if !ok {
+				continue
+			}
+			if lastTok >= 0 {
+				p := c.sections[lastTok]
+				pt := p.Tokens[k]
+				switch {
+				case tok < pt:
+					out = append(out, fmt.Sprintf("key %s: token went backwards from %d (%s) to %d (%s)", k, pt, p.Owner, tok, s.Owner))
+				case tok == pt && s.Owner != p.Owner:
+					// Storage that accepts a token equal to the largest seen
+					// (so that reentrant holds can write) would accept both.
+					out = append(out, fmt.Sprintf("key %s: token %d given to both %s and %s", k, tok, p.Owner, s.Owner))
+				}
+			}
+			lastTok = i
+		}
+	}
+	return out
+}
+
+// requireClean fails the test with every violation found.
+func (c *checker) requireClean(t testing.TB) {
+	t.Helper()
+	v := c.violations()
+	const shown = 20
+	if len(v) > shown {
+		v = append(v[:shown], fmt.Sprintf("... and %d more", len(v)-shown))
+	}
+	require.Empty(t, v, "mutual exclusion violated in %d sections", c.count())
+}
+
+// The checker is what every fault test trusts, so it is shown to catch each
+// kind of violation on made-up histories.
+func TestCheckerCatchesViolations(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	sec := func(owner string, from, to int, toks map[string]int64) section {
+		keys := make([]string, 0, len(toks))
+		for k := range toks {
+			keys = append(keys, k)
+		}
+		return section{Owner: owner, Keys: keys, Tokens: toks, Start: at(from), End: at(to)}
+	}
+
+	for _, tc := range []struct {
+		name     string
+		sections []section
+		want     []string // substrings, one per expected violation
+	}{
+		{
+			name: "clean history",
+			sections: []section{
+				sec("a", 0, 10, map[string]int64{"x": 1, "y": 1}),
+				sec("b", 10, 20, map[string]int64{"x": 2}), // starts exactly when a ended
+				sec("c", 5, 30, map[string]int64{"z": 7}),  // other keys overlap freely
+				sec("d", 25, 40, map[string]int64{"x": 3, "y": 2}),
+			},
+		},
+		{
+			name: "reentrant holds of one owner share a token and may overlap",
+			sections: []section{
+				sec("a", 0, 10, map[string]int64{"x": 4}),
+				sec("a", 2, 8, map[string]int64{"x": 4}),
+				sec("b", 11, 12, map[string]int64{"x": 5}),
+			},
+		},
+		{
+			name: "overlap",
+			sections: []section{
+				sec("a", 0, 10, map[string]int64{"x": 1}),
+				sec("b", 9, 20, map[string]int64{"x": 2}),
+			},
+			want: []string{"key x: b held it"},
+		},
+		{
+			name: "overlap with a long section, not the previous one",
+			sections: []section{
+				sec("a", 0, 100, map[string]int64{"x": 1}),
+				sec("b", 10, 20, map[string]int64{"y": 1}),
+				sec("c", 30, 40, map[string]int64{"x": 2}),
+			},
+			want: []string{"key x: c held it"},
+		},
+		{
+			name: "token backwards",
+			sections: []section{
+				sec("a", 0, 10, map[string]int64{"x": 5}),
+				sec("b", 20, 30, map[string]int64{"x": 3}),
+			},
+			want: []string{"token went backwards from 5 (a) to 3 (b)"},
+		},
+		{
+			name: "token reused by another owner",
+			sections: []section{
+				sec("a", 0, 10, map[string]int64{"x": 5}),
+				sec("b", 20, 30, map[string]int64{"x": 5}),
+			},
+			want: []string{"token 5 given to both a and b"},
+		},
+		{
+			name: "a key without token is still checked for overlap",
+			sections: []section{
+				{Owner: "a", Keys: []string{"x"}, Start: at(0), End: at(10)},
+				{Owner: "b", Keys: []string{"x"}, Start: at(5), End: at(6)},
+			},
+			want: []string{"key x: b held it"},
+		},
+		{
+			name: "end before start",
+			sections: []section{
+				sec("a", 10, 0, map[string]int64{"x": 1}),
+			},
+			want: []string{"ends before it starts"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c checker
+			for _, s := range tc.sections {
+				c.record(s)
+			}
+			got := c.violations()
+			require.Len(t, got, len(tc.want), "violations: %q", got)
+			for i, w := range tc.want {
+				assert.Contains(t, got[i], w)
+			}
+		})
+	}
+
+	var c checker
+	c.record(sec("a", 0, 10, map[string]int64{"x": 1}))
+	c.report("worker saw %s", "a foreign owner")
+	assert.Equal(t, []string{"worker saw a foreign owner"}, c.violations(), "problems reported by workers count")
+}
