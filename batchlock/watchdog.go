@@ -78,18 +78,30 @@ func (w *watchdog) loop() {
 	}
 }
 
-// renew extends every watched lock once.
+// renew extends every watched lock once. Locks taken WithReplicas have their
+// renewal acknowledged the same way, so that a failover cannot roll a lease
+// back further than the holder was told; they go in a batch of their own per
+// acknowledgement setting.
 func (w *watchdog) renew(ctx context.Context) {
 	w.mu.Lock()
-	locks := make([]*Lock, 0, len(w.locks))
+	batches := make(map[replicaAck][]*Lock)
 	for l := range w.locks {
-		locks = append(locks, l)
+		batches[l.ack] = append(batches[l.ack], l)
 	}
 	w.mu.Unlock()
-	if len(locks) == 0 {
-		return
-	}
 
+	var wg sync.WaitGroup
+	for ack, locks := range batches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.renewBatch(ctx, locks, ack)
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack replicaAck) {
 	lease := strconv.FormatInt(w.c.cfg.lease.Milliseconds(), 10)
 	var calls []*call
 	first := make([]int, len(locks)+1) // calls of locks[i] are calls[first[i]:first[i+1]]
@@ -102,17 +114,28 @@ func (w *watchdog) renew(ctx context.Context) {
 	first[len(locks)] = len(calls)
 
 	start := time.Now()
-	w.c.run(ctx, extendScript, calls, replicaAck{})
+	w.c.run(ctx, extendScript, calls, ack)
 	for i, l := range locks {
-		lost, err := collectKeys(calls[first[i]:first[i+1]], "renew")
+		mine := calls[first[i]:first[i+1]]
+		lost, err := collectKeys(mine, "renew")
 		switch {
 		case len(lost) > 0:
 			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost), len(l.keys), w.c.userKeys(lost)[0]))
-		case err == nil:
+		case err == nil && acknowledged(mine, ack):
 			l.confirm(start.Add(w.c.cfg.lease))
 			w.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
 		}
 	}
+}
+
+// acknowledged reports whether enough replicas acknowledged every call.
+func acknowledged(calls []*call, ack replicaAck) bool {
+	for _, cl := range calls {
+		if ack.n > 0 && cl.acks < int64(ack.n) {
+			return false
+		}
+	}
+	return true
 }
 
 // close stops renewal and reports every renewed lock lost, since nothing

@@ -39,3 +39,38 @@ func TestReplicaAcknowledgement(t *testing.T) {
 	_, err = c.TryLock(ctx, keys, batchlock.WithReplicas(1, 0))
 	assert.ErrorIs(t, err, batchlock.ErrInvalid)
 }
+
+// A lock taken WithReplicas has its renewals acknowledged too: when a replica
+// goes, its lease can no longer be confirmed and the lock is reported lost
+// rather than silently kept on a master whose failover would lose it.
+func TestRenewalNeedsReplicaAcknowledgement(t *testing.T) {
+	cl := newCluster(t)
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	const lease = 900 * time.Millisecond
+	c, _ := newLocker(t, rdb, batchlock.WithLease(lease))
+	ctx := ctxTimeout(t, 60*time.Second)
+	keys := spread(30, "renew-ack")
+
+	acked, err := c.Lock(ctx, keys, batchlock.WithReplicas(1, 200*time.Millisecond))
+	require.NoError(t, err)
+	plain, err := c.Lock(ctx, spread(30, "renew-plain"))
+	require.NoError(t, err)
+
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	replica, err := cl.ReplicaOf(ctx, masters[0].Addr)
+	require.NoError(t, err)
+	require.NoError(t, cl.Kill(ctx, replica.Addr))
+
+	select {
+	case <-acked.Done():
+		assert.ErrorIs(t, acked.Err(), batchlock.ErrLockLost)
+	case <-time.After(10 * lease):
+		t.Fatal("a lock whose renewals are no longer acknowledged was not reported lost")
+	}
+	assert.NoError(t, plain.Err(), "a lock without WithReplicas keeps being renewed")
+	require.NoError(t, plain.Unlock(ctx))
+	_ = acked.Unlock(ctx)
+	require.NoError(t, cl.Restart(ctx, replica.Addr))
+}
