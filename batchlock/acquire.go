@@ -128,21 +128,18 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			w.since = start
 		}
 		w.held = failed
+		w.waited = true
 
 		// Listen for the blockers' release before trying again, so that a
-		// release between the try and the wait is not missed. When the
-		// blockers keep changing, the retry without a pause is made once.
+		// release between the try and the wait is not missed. Each round of
+		// this costs a subscription and an attempt, so a waiter whose
+		// blockers keep changing cannot spin faster than the servers answer.
 		blockers := outcome.groupConflicts
 		if !w.sub.covers(blockers) {
 			w.sub.close()
 			w.sub = c.waiters.subscribe(ctx, blockers)
-			if !w.retried {
-				w.retried = true
-				continue
-			}
+			continue
 		}
-		w.retried = false
-		w.waited = true
 		if err := c.pause(ctx, l, w, outcome.wait); err != nil {
 			c.rollback(ctx, l, w.held, acquireOutcome{})
 			return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
@@ -155,9 +152,8 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 type waiting struct {
 	held    int       // groups[:held] are held
 	since   time.Time // the oldest lease among them started then
-	waited  bool
+	waited  bool      // more than one attempt was made
 	sub     *subscription
-	retried bool // the last attempt was the retry after a new subscription
 	attempt int
 }
 
