@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"context"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// Batchlock takes the whole batch with one Lock call and a fixed TTL, as
+// the peers have, so that no watchdog work is measured.
+type Batchlock struct {
+	name string
+	c    *batchlock.Client
+}
+
+// NewBatchlock wraps c under a name for the report.
+func NewBatchlock(name string, c *batchlock.Client) *Batchlock {
+	return &Batchlock{name: name, c: c}
+}
+
+func (b *Batchlock) Name() string       { return b.name }
+func (b *Batchlock) Commands() []string { return []string{"evalsha", "eval"} }
+
+func (b *Batchlock) Lock(ctx context.Context, keys []string) (Held, error) {
+	return b.c.Lock(ctx, keys, batchlock.WithTTL(TTL))
+}
+
+// OneSlot makes every key of a batch share one hash tag, so that batchlock
+// takes the whole batch with one script call per 512 keys instead of one
+// per slot: the report's measure of what the per-slot calls cost.
+type OneSlot struct{ *Batchlock }
+
+func (o OneSlot) Name() string { return o.Batchlock.Name() + "-one-slot" }
+
+func (o OneSlot) Lock(ctx context.Context, keys []string) (Held, error) {
+	tagged := make([]string, len(keys))
+	for i, k := range keys {
+		tagged[i] = "{one-slot}" + k
+	}
+	return o.Batchlock.Lock(ctx, tagged)
+}

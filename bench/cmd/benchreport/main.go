@@ -1,0 +1,169 @@
+// Command benchreport runs every benchmark workload of batchlock and its
+// peers on one Redis Cluster and writes docs/bench.md and
+// docs/bench-latency.svg.
+//
+// Usage, from bench/:
+//
+//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick]
+//
+// Without --addrs it starts a throwaway six-node cluster with
+// localcluster.Start and removes it at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/batchlock/batchlock/bench"
+	"github.com/batchlock/batchlock/localcluster"
+)
+
+// runTimeout stops a run that went wrong; a normal one takes a few minutes.
+const runTimeout = 20 * time.Minute
+
+func main() {
+	addrs := flag.String("addrs", "", "seed addresses of a running cluster on loopback, comma-separated (default: start a throwaway one)")
+	out := flag.String("out", filepath.Join("..", "docs"), "directory to write bench.md and bench-latency.svg to")
+	backend := flag.String("backend", "", "docker or process: how to run the throwaway cluster (default: localcluster's choice, docker when a daemon answers)")
+	quick := flag.Bool("quick", false, "a tenth of the samples and short contention turns: to try the program, not for numbers")
+	flag.Parse()
+	log.SetFlags(0)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick); err != nil {
+		log.Printf("benchreport: %v", err)
+		cancel()
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool) (err error) {
+	command := "cd bench && go run ./cmd/benchreport"
+	if addrs != "" {
+		// localcluster adopts a running cluster named this way.
+		if err := os.Setenv(localcluster.EnvClusterAddrs, addrs); err != nil {
+			return err
+		}
+		command += " --addrs " + addrs
+	}
+	opts := []localcluster.Option{localcluster.WithLogf(log.Printf)}
+	if backend != "" {
+		opts = append(opts, localcluster.WithBackend(backend))
+		command += " --backend " + string(backend)
+	}
+	if quick {
+		command += " --quick"
+	}
+
+	started := time.Now()
+	cl, err := localcluster.Start(ctx, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, cl.Close()) }()
+	machine, err := bench.DescribeMachine(ctx, cl)
+	if err != nil {
+		return err
+	}
+	log.Printf("machine: %s", machine)
+	suite, err := bench.NewSuite(cl.ClientOptions)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, suite.Close()) }()
+	rdb := cl.Client()
+	defer func() { err = errors.Join(err, rdb.Close()) }()
+
+	r := bench.Report{Machine: machine, Command: command, Started: started, Order: bench.DefaultOrders}
+	latencyPlans, costPlans, handoffSamples := bench.DefaultLatencyPlans, bench.DefaultCostPlans, 100
+	if quick {
+		latencyPlans, costPlans, handoffSamples = scaledLatency(latencyPlans), scaledCost(costPlans), 10
+		r.Order.Rounds, r.Order.Slice = 1, time.Second
+	}
+
+	for _, plan := range latencyPlans {
+		step := time.Now()
+		res, err := bench.RunLatency(ctx, suite.Lockers, plan)
+		if err != nil {
+			return err
+		}
+		r.Latency = append(r.Latency, res...)
+		log.Printf("latency, %d keys: %v", plan.Keys, time.Since(step).Round(time.Millisecond))
+	}
+
+	step := time.Now()
+	if r.Handoff, err = bench.RunHandoff(ctx, suite.Handoff, handoffSamples); err != nil {
+		return err
+	}
+	log.Printf("hand-off: %v", time.Since(step).Round(time.Millisecond))
+
+	step = time.Now()
+	if r.Orders, err = bench.RunOrders(ctx, rdb, suite.Orders, r.Order); err != nil {
+		return err
+	}
+	log.Printf("orders: %v", time.Since(step).Round(time.Millisecond))
+
+	for _, plan := range costPlans {
+		step := time.Now()
+		res, err := bench.RunCost(ctx, cl, suite.Lockers, plan)
+		if err != nil {
+			return err
+		}
+		r.Cost = append(r.Cost, res...)
+		log.Printf("cost, %d keys: %v", plan.Keys, time.Since(step).Round(time.Millisecond))
+	}
+	r.Took = time.Since(started)
+	return write(r, out)
+}
+
+func scaledLatency(plans []bench.LatencyPlan) []bench.LatencyPlan {
+	out := make([]bench.LatencyPlan, len(plans))
+	for i, p := range plans {
+		p.Iterations = max(p.Iterations/10, 3)
+		p.Batch = min(p.Batch, p.Iterations)
+		out[i] = p
+	}
+	return out
+}
+
+func scaledCost(plans []bench.CostPlan) []bench.CostPlan {
+	out := make([]bench.CostPlan, len(plans))
+	for i, p := range plans {
+		p.Iterations = max(p.Iterations/10, 1)
+		out[i] = p
+	}
+	return out
+}
+
+func write(r bench.Report, dir string) error {
+	const svgName = "bench-latency.svg"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var svg strings.Builder
+	if err := r.LatencyPlot().WriteSVG(&svg); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, svgName), []byte(svg.String()), 0o644); err != nil {
+		return err
+	}
+	md := filepath.Join(dir, "bench.md")
+	if err := os.WriteFile(md, []byte(r.Markdown(svgName)), 0o644); err != nil {
+		return err
+	}
+	fmt.Println(r.Markdown(svgName))
+	log.Printf("wrote %s and %s", md, filepath.Join(dir, svgName))
+	return nil
+}

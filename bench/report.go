@@ -1,0 +1,322 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is one run of every workload.
+type Report struct {
+	Machine Machine
+	Command string
+	Started time.Time
+	Took    time.Duration
+
+	Latency []LatencyResult
+	Handoff []HandoffResult
+	Orders  []OrderResult
+	Order   OrderConfig
+	Cost    []CostResult
+}
+
+// handoffLabels say how each waiter waits.
+var handoffLabels = map[string]string{
+	NameBatchlock:     "batchlock (pub/sub wake-up)",
+	NameBatchlockPoll: "batchlock, polling (WithoutPubSub)",
+	NameRedsyncSeq:    "redsync, default retry (32 tries, 50–250 ms apart)",
+	NameRedislockSeq:  fmt.Sprintf("redislock, linear backoff %v (its documented example)", RedislockRetry),
+}
+
+func (r Report) latency(name string, keys int) (Summary, bool) {
+	for _, l := range r.Latency {
+		if l.Library == name && l.Keys == keys {
+			return Summarize(l.Samples), true
+		}
+	}
+	return Summary{}, false
+}
+
+func (r Report) handoff(name string) Summary {
+	for _, h := range r.Handoff {
+		if h.Library == name {
+			return Summarize(h.Samples)
+		}
+	}
+	return Summary{}
+}
+
+func (r Report) orders(name string) OrderResult {
+	for _, o := range r.Orders {
+		if o.Library == name {
+			return o
+		}
+	}
+	return OrderResult{Library: name}
+}
+
+// sizes and libraries in the order they were run.
+func (r Report) sizes() []int {
+	var out []int
+	for _, l := range r.Latency {
+		if !slices.Contains(out, l.Keys) {
+			out = append(out, l.Keys)
+		}
+	}
+	return out
+}
+
+func (r Report) libraries() []string {
+	var out []string
+	for _, l := range r.Latency {
+		if !slices.Contains(out, l.Library) {
+			out = append(out, l.Library)
+		}
+	}
+	return out
+}
+
+// Target is one goal of the issue, and whether this run reached it.
+type Target struct {
+	Goal    string
+	Reached bool
+	Found   string
+}
+
+// Targets checks the run against the goals set for batchlock.
+func (r Report) Targets() []Target {
+	var ts []Target
+	bl100, _ := r.latency(NameBatchlock, 100)
+	var found []string
+	reached := bl100.Median > 0
+	for _, peer := range []string{NameRedsyncSeq, NameRedislockSeq} {
+		s, _ := r.latency(peer, 100)
+		x := float64(s.Median) / float64(bl100.Median)
+		reached = reached && x >= 20
+		found = append(found, fmt.Sprintf("%s %.1fx", Label(peer), x))
+	}
+	for _, peer := range []string{NameRedsyncPar, NameRedislockPar} {
+		s, _ := r.latency(peer, 100)
+		x := float64(s.Median) / float64(bl100.Median)
+		reached = reached && x > 1
+		found = append(found, fmt.Sprintf("%s %.1fx", Label(peer), x))
+	}
+	ts = append(ts, Target{
+		Goal:    "100 keys: at least 20x faster than sequential redsync and redislock, faster than their goroutine-per-key use",
+		Reached: reached,
+		Found:   "batchlock's median is faster than: " + strings.Join(found, ", "),
+	})
+
+	bl1, _ := r.latency(NameBatchlock, 1)
+	bl1000, _ := r.latency(NameBatchlock, 1000)
+	x := float64(bl1000.Median) / float64(bl1.Median)
+	ts = append(ts, Target{
+		Goal:    "1000 keys cost no more than 10x of 1 key",
+		Reached: bl1.Median > 0 && bl1000.Median > 0 && x <= 10,
+		Found:   fmt.Sprintf("%s ms for 1000 keys, %s ms for 1 key: %.1fx", Millis(bl1000.Median), Millis(bl1.Median), x),
+	})
+
+	h, hr := r.handoff(NameBatchlock), r.handoff(NameRedsyncSeq)
+	x = float64(hr.Median) / float64(h.Median)
+	ts = append(ts, Target{
+		Goal:    "hand-off median under 2 ms, at least 20x quicker than redsync's default retry",
+		Reached: h.Median > 0 && h.Median < 2*time.Millisecond && x >= 20,
+		Found:   fmt.Sprintf("%s ms, redsync %s ms: %.1fx quicker", Millis(h.Median), Millis(hr.Median), x),
+	})
+
+	ob, or := r.orders(NameBatchlock), r.orders(NameRedsyncSeq)
+	x = ob.PerSecond() / or.PerSecond()
+	ts = append(ts, Target{
+		Goal:    "contention throughput at least 5x the redsync-based processor, zero oversell",
+		Reached: ob.Orders > 0 && x >= 5 && ob.Oversold == 0 && or.Oversold == 0,
+		Found: fmt.Sprintf("%.0f orders/s against %.0f: %.1fx; oversold units %d and %d",
+			ob.PerSecond(), or.PerSecond(), x, ob.Oversold, or.Oversold),
+	})
+	return ts
+}
+
+// LatencyPlot is the median latency of every library against the number of
+// keys, goroutine-per-key modes dashed.
+func (r Report) LatencyPlot() Plot {
+	p := Plot{
+		Title:  "Lock and unlock N keys on Redis Cluster (median)",
+		XLabel: "keys per lock (N)",
+		YLabel: "median latency (ms)",
+	}
+	for _, lib := range r.libraries() {
+		s := Series{Name: Label(lib), Dashed: strings.HasSuffix(lib, "-par")}
+		for _, n := range r.sizes() {
+			if sum, ok := r.latency(lib, n); ok {
+				s.Points = append(s.Points, Point{X: float64(n), Y: float64(sum.Median) / float64(time.Millisecond)})
+			}
+		}
+		p.Series = append(p.Series, s)
+	}
+	return p
+}
+
+// Markdown writes the report as docs/bench.md.
+func (r Report) Markdown(svgName string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+
+	p("# Benchmarks: batchlock against redsync and redislock\n\n")
+	p("Generated by `%s` on %s (the run took %v).\n\n", r.Command, r.Started.UTC().Format("2006-01-02 15:04 UTC"), r.Took.Round(time.Second))
+	p("batchlock at commit %s. ", r.Machine.Library)
+	p("Machine: %s. Client and Redis share the cores, so these are loopback numbers: on a network every round trip costs more, and the libraries that make more round trips fall further behind.\n\n", r.Machine)
+
+	p("## Targets\n\n")
+	for _, t := range r.Targets() {
+		mark := "not reached"
+		if t.Reached {
+			mark = "reached"
+		}
+		p("- **%s** — %s: %s.\n", mark, t.Goal, t.Found)
+	}
+
+	p("\n## Lock and unlock N keys\n\n")
+	p("Median latency of taking N keys spread over all masters and releasing them, in ms, and how each library compares with batchlock. ")
+	p("batchlock takes the batch with one `Lock` (`WithTTL`) and one `Unlock`; the peers take one lock per key, in sorted order one after the other, or with one goroutine per key (errgroup), and release the same way.\n\n")
+	sizes := r.sizes()
+	p("| library |")
+	for _, n := range sizes {
+		p(" N=%d |", n)
+	}
+	p("\n|---|")
+	for range sizes {
+		p("---|")
+	}
+	p("\n")
+	for _, lib := range r.libraries() {
+		p("| %s |", Label(lib))
+		for _, n := range sizes {
+			s, _ := r.latency(lib, n)
+			if lib == NameBatchlock {
+				p(" %s ms |", Millis(s.Median))
+				continue
+			}
+			base, _ := r.latency(NameBatchlock, n)
+			p(" %s ms (%s) |", Millis(s.Median), Ratio(s.Median, base.Median))
+		}
+		p("\n")
+	}
+	p("\n![median latency against N, log-log](%s)\n\n", svgName)
+	p("Raw figures (p99 by nearest rank: with few samples it is their maximum):\n\n")
+	p("| library | N | samples | median ms | p99 ms |\n|---|---:|---:|---:|---:|\n")
+	for _, n := range sizes {
+		for _, lib := range r.libraries() {
+			s, _ := r.latency(lib, n)
+			p("| %s | %d | %d | %s | %s |\n", Label(lib), n, s.Samples, Millis(s.Median), Millis(s.P99))
+		}
+	}
+
+	p("\n## Hand-off\n\n")
+	p("Delay from the moment the holder starts its unlock to the moment a waiter, blocked on the same key, returns holding it. The holder keeps the key %v–%v at random, so that the release falls anywhere in a polling waiter's cycle.\n\n", minHold, maxHold)
+	p("| waiter | samples | median ms | p99 ms | vs batchlock |\n|---|---:|---:|---:|---|\n")
+	base := r.handoff(NameBatchlock)
+	for _, h := range r.Handoff {
+		s := Summarize(h.Samples)
+		vs := "—"
+		if h.Library != NameBatchlock {
+			vs = Ratio(s.Median, base.Median)
+		}
+		p("| %s | %d | %s | %s | %s |\n", handoffLabels[h.Library], s.Samples, Millis(s.Median), Millis(s.P99), vs)
+	}
+
+	o := r.Order
+	p("\n## Contention: order processing\n\n")
+	p("%d workers place orders of %d–%d distinct SKUs (of %d, spread over all masters), one unit each: lock the basket, read the stock of every SKU, write each one less, unlock. ", o.Workers, o.MinBasket, o.MaxBasket, o.SKUs)
+	p("Reads and writes are separate commands, so only the lock prevents overselling; at the end every SKU's stock is checked against the units sold. ")
+	p("The redsync-based processor locks the basket's SKUs one by one in sorted order (no deadlock), with redsync's default retry. Each processor gets %d turns of %v, alternating.\n\n", o.Rounds, o.Slice)
+	p("| processor | orders | orders/s | gave up | oversold units | vs batchlock |\n|---|---:|---:|---:|---:|---|\n")
+	ob := r.orders(NameBatchlock)
+	for _, res := range r.Orders {
+		vs := "—"
+		if res.Library != NameBatchlock {
+			vs = throughputRatio(res.PerSecond(), ob.PerSecond())
+		}
+		p("| %s | %d | %.0f | %d | %d | %s |\n", Label(res.Library), res.Orders, res.PerSecond(), res.GaveUp, res.Oversold, vs)
+	}
+
+	p("\n## Cost in Redis\n\n")
+	p("Each library alone (not interleaved): `CONFIG RESETSTAT` on every master, lock and unlock N keys many times, then `INFO commandstats` and `INFO cpu` from every master. ")
+	p("*Commands* and *commandstats µs* count only the commands the library sends itself (commands its scripts call are already inside the script's time). ")
+	p("Redis times commands by the wall clock, so where client and servers share the cores, commandstats also counts the time a server was descheduled in the middle of a command. ")
+	p("*Process CPU* is the masters' user+system CPU over the phase (`INFO cpu`): it also holds network I/O, replication to the replicas and background work, and is what the ratio compares.\n\n")
+	p("| library | N | commands per lock and unlock | commandstats µs per key | process CPU µs per key | vs batchlock (process CPU) |\n|---|---:|---:|---:|---:|---|\n")
+	for _, c := range r.Cost {
+		usec, cpu := c.PerKey()
+		vs := "—"
+		if c.Library != NameBatchlock {
+			for _, bc := range r.Cost {
+				if bc.Library == NameBatchlock && bc.Keys == c.Keys {
+					_, bcpu := bc.PerKey()
+					vs = costRatio(cpu, bcpu)
+				}
+			}
+		}
+		p("| %s | %d | %.0f | %.1f | %.1f | %s |\n", Label(c.Library), c.Keys, c.CallsPerLock(), usec, cpu, vs)
+	}
+
+	r.whereTimeGoes(p)
+
+	p("\n## Regenerate\n\n```sh\n%s\n```\n\n", r.Command)
+	p("It starts a throwaway six-node cluster (`localcluster.Start`: `BATCHLOCK_CLUSTER_ADDRS`, else docker, else `redis-server` on PATH), or uses `--addrs` for a running one, and rewrites this page and `%s`. ", svgName)
+	p("Latency and hand-off samples are interleaved between libraries (round-robin, the order rotating every round) so that machine noise hits all alike; every library uses its own cluster client with `localcluster`'s settings and locks keys of its own, with a %v TTL. See `bench/README.md`.\n", TTL)
+	return b.String()
+}
+
+func (r Report) cost(name string, keys int) (CostResult, bool) {
+	for _, c := range r.Cost {
+		if c.Library == name && c.Keys == keys {
+			return c, true
+		}
+	}
+	return CostResult{}, false
+}
+
+// whereTimeGoes compares batchlock on keys spread over the slots with the
+// same number of keys in one slot, at the largest size measured: the only
+// difference is the number of script calls.
+func (r Report) whereTimeGoes(p func(string, ...any)) {
+	sizes := r.sizes()
+	if len(sizes) == 0 {
+		return
+	}
+	n := slices.Max(sizes)
+	spread, ok1 := r.cost(NameBatchlock, n)
+	one, ok2 := r.cost(NameOneSlot, n)
+	ls, ok3 := r.latency(NameBatchlock, n)
+	lo, ok4 := r.latency(NameOneSlot, n)
+	if !ok1 || !ok2 || !ok3 || !ok4 || spread.Calls == 0 || one.Calls == 0 {
+		return
+	}
+	su, sc := spread.PerKey()
+	ou, oc := one.PerKey()
+	p("\n## Where batchlock's time goes\n\n")
+	p("batchlock sends one script call per slot a batch touches (at most 512 keys each), to lock and again to release; keys without a hash tag touch about as many slots as there are keys. ")
+	p("At N=%d, spread over the slots, it made %.0f script calls per lock and unlock, each %.1f µs of Redis time on average (commandstats): %.1f µs per key, and %.1f µs of the masters' CPU per key. ", n, spread.CallsPerLock(), float64(spread.Usec)/float64(spread.Calls), su, sc)
+	p("The same %d keys in one slot take %.0f calls, %.1f µs of Redis time and %.1f µs of CPU per key, and lock and unlock in %s ms (median) instead of %s ms, although one master then does all the work. ", n, one.CallsPerLock(), ou, oc, Millis(lo.Median), Millis(ls.Median))
+	p("The difference is the cost of the extra script calls.\n")
+}
+
+// throughputRatio says how a throughput compares with batchlock's.
+func throughputRatio(v, base float64) string {
+	if v <= 0 {
+		return "none placed"
+	}
+	// A lower throughput is a longer time per order.
+	return Ratio(time.Duration(float64(time.Second)/v), time.Duration(float64(time.Second)/base))
+}
+
+// costRatio says how a cost compares with batchlock's: more costly reads as
+// "slower", which is what it means for the server.
+func costRatio(v, base float64) string {
+	if base <= 0 {
+		return "n/a"
+	}
+	r := Ratio(time.Duration(v*1000), time.Duration(base*1000))
+	r = strings.Replace(r, "slower", "more", 1)
+	return strings.Replace(r, "faster", "less", 1)
+}
