@@ -51,7 +51,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 
 	owner := lc.owner
 	if !lc.ownerSet {
-		if o, ok := ownerFromContext(ctx); ok && o != "" {
+		if o, ok := OwnerFromContext(ctx); ok && o != "" {
 			owner = o
 		} else {
 			owner = randomID(16)

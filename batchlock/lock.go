@@ -64,6 +64,17 @@ func (l *Lock) Token(key string) int64 {
 	return l.tokens[l.c.cfg.prefix+key]
 }
 
+// ValidUntil returns the time until which the lock's lease is known to run,
+// measured from before the request that set it (the acquire, a renewal or
+// Extend) was sent, so that it holds as long as clocks advance at the same
+// rate. Algorithms built on several locks, such as Redlock, derive their own
+// validity from it.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
 // Done returns a channel that is closed when the lock is released or lost.
 func (l *Lock) Done() <-chan struct{} { return l.done }
 

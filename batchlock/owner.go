@@ -16,7 +16,10 @@ func ContextWithOwner(ctx context.Context, owner string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, owner)
 }
 
-func ownerFromContext(ctx context.Context) (string, bool) {
+// OwnerFromContext returns the owner id set on ctx with ContextWithOwner, so
+// that code which takes locks through several Clients (Redlock) can give
+// them all the same owner.
+func OwnerFromContext(ctx context.Context) (string, bool) {
 	owner, ok := ctx.Value(ownerKey{}).(string)
 	return owner, ok
 }

@@ -1,0 +1,396 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/localcluster"
+	"github.com/batchlock/batchlock/redlock"
+)
+
+// redlockNodes is five independent Redis nodes, one go-redis client each,
+// and a key prefix of the test's own.
+type redlockNodes struct {
+	singles *localcluster.Singles
+	addrs   []string
+	rdbs    []redis.UniversalClient
+	prefix  string
+}
+
+// startRedlockNodes starts five single nodes for the test; they are closed
+// at its end.
+func startRedlockNodes(t *testing.T) *redlockNodes {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterStartTimeout)
+	defer cancel()
+	s, err := localcluster.StartSingles(ctx, 5, localcluster.WithLogf(t.Logf))
+	if err != nil {
+		unavailable(t, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("closing the nodes: %v", err)
+		}
+	})
+	n := &redlockNodes{singles: s, addrs: s.Addrs(), prefix: testPrefix(t)}
+	for _, addr := range n.addrs {
+		// Short timeouts bounded by the context, so that requests to a
+		// frozen or dead node give up soon.
+		rdb := redis.NewClient(&redis.Options{
+			Addr:                     addr,
+			DialTimeout:              200 * time.Millisecond,
+			ReadTimeout:              500 * time.Millisecond,
+			WriteTimeout:             500 * time.Millisecond,
+			ContextTimeoutEnabled:    true,
+			DialerRetries:            2,
+			DialerRetryTimeout:       50 * time.Millisecond,
+			PoolTimeout:              time.Second,
+			DisableIdentity:          true,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+		t.Cleanup(func() { _ = rdb.Close() })
+		n.rdbs = append(n.rdbs, rdb)
+	}
+	return n
+}
+
+// client returns a redlock Client on the five nodes with the test's prefix,
+// closed at the end of the test (before the nodes are restored, since
+// cleanups run last-registered first: register faults' restoration after).
+func (n *redlockNodes) client(t *testing.T, opts ...redlock.Option) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(n.rdbs, append([]redlock.Option{redlock.WithClientOptions(batchlock.WithPrefix(n.prefix))}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// freeze suspends nodes, and thaws them at the end of the test, before the
+// Client closes, so that requests still waiting on them finish at once.
+func (n *redlockNodes) freeze(t *testing.T, idx ...int) {
+	t.Helper()
+	for _, i := range idx {
+		require.NoError(t, n.singles.Freeze(ctxTimeout(t, 10*time.Second), n.addrs[i]))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, n.singles.Thaw(ctx, n.addrs[i]))
+		})
+	}
+}
+
+// kill ends nodes, and restarts them (empty) at the end of the test.
+func (n *redlockNodes) kill(t *testing.T, idx ...int) {
+	t.Helper()
+	for _, i := range idx {
+		require.NoError(t, n.singles.Kill(ctxTimeout(t, 10*time.Second), n.addrs[i]))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, n.singles.Restart(ctx, n.addrs[i]))
+		})
+	}
+}
+
+// held lists the lock keys (without prefix) present on node i, fencing
+// counters and cancellation sets left out.
+func (n *redlockNodes) held(t *testing.T, i int) []string {
+	t.Helper()
+	v, err := n.singles.Do(ctxTimeout(t, 5*time.Second), n.addrs[i], "KEYS", n.prefix+"*")
+	require.NoError(t, err)
+	var keys []string
+	for _, k := range v.([]any) {
+		rest := strings.TrimPrefix(k.(string), n.prefix)
+		if !strings.HasPrefix(rest, "fence:{") && !strings.HasPrefix(rest, "cancel:{") {
+			keys = append(keys, rest)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// requireHeldExactly checks that each listed node holds exactly keys.
+func (n *redlockNodes) requireHeldExactly(t *testing.T, nodes []int, keys []string) {
+	t.Helper()
+	want := slices.Sorted(slices.Values(keys))
+	for _, i := range nodes {
+		require.Equal(t, want, n.held(t, i), "lock keys on node %d", i)
+	}
+}
+
+var allFive = []int{0, 1, 2, 3, 4}
+
+func TestRedlockWorksWithTwoNodesDown(t *testing.T) {
+	for _, fault := range []string{"frozen", "killed"} {
+		t.Run(fault, func(t *testing.T) {
+			n := startRedlockNodes(t)
+			c := n.client(t)
+			if fault == "frozen" {
+				n.freeze(t, 1, 3)
+			} else {
+				n.kill(t, 1, 3)
+			}
+			live := []int{0, 2, 4}
+			ctx := ctxTimeout(t, 30*time.Second)
+
+			a, err := c.TryLock(ctx, []string{"sku:1", "sku:2", "sku:3"})
+			require.NoError(t, err)
+			assert.Positive(t, a.Validity())
+			tokens := a.Tokens("sku:2")
+			for i, tok := range tokens {
+				if slices.Contains(live, i) {
+					assert.Positive(t, tok, "token of node %d, which granted the lock", i)
+				} else {
+					assert.Zero(t, tok, "token of node %d, which is down", i)
+				}
+			}
+
+			b, err := c.Lock(ctx, []string{"sku:4", "sku:5"})
+			require.NoError(t, err)
+			n.requireHeldExactly(t, live, []string{"sku:1", "sku:2", "sku:3", "sku:4", "sku:5"})
+
+			// The keys really are taken: another owner is refused.
+			_, err = c.TryLock(ctx, []string{"sku:3", "sku:4"})
+			var conflict *batchlock.ConflictError
+			require.ErrorAs(t, err, &conflict)
+			assert.Equal(t, []string{"sku:3", "sku:4"}, conflict.Keys)
+
+			require.NoError(t, a.Unlock(ctx))
+			require.NoError(t, b.Unlock(ctx))
+			n.requireHeldExactly(t, live, nil)
+		})
+	}
+}
+
+func TestRedlockRefusesWithThreeNodesDown(t *testing.T) {
+	for _, fault := range []string{"frozen", "killed"} {
+		t.Run(fault, func(t *testing.T) {
+			n := startRedlockNodes(t)
+			c := n.client(t)
+			if fault == "frozen" {
+				n.freeze(t, 0, 2, 3)
+			} else {
+				n.kill(t, 0, 2, 3)
+			}
+			live := []int{1, 4}
+			keys := spread(20, "down")
+
+			_, err := c.TryLock(ctxTimeout(t, 30*time.Second), keys)
+			require.ErrorIs(t, err, batchlock.ErrNotObtained)
+			require.NotErrorAs(t, err, new(*batchlock.ConflictError), "nobody else holds the keys")
+			require.ErrorContains(t, err, "granted by 2 of 5 deployments, 3 needed")
+			n.requireHeldExactly(t, live, nil)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+			defer cancel()
+			_, err = c.Lock(ctx, keys)
+			require.ErrorIs(t, err, batchlock.ErrNotObtained)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			n.requireHeldExactly(t, live, nil)
+		})
+	}
+}
+
+func TestRedlockReleasesReachEveryNode(t *testing.T) {
+	n := startRedlockNodes(t)
+	c := n.client(t)
+	other := n.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(30, "all")
+
+	l, err := c.TryLock(ctx, keys)
+	require.NoError(t, err)
+	n.requireHeldExactly(t, allFive, keys)
+	for i, tok := range l.Tokens(keys[0]) {
+		assert.Positive(t, tok, "token of node %d", i)
+	}
+
+	// Another client is refused with the union of the conflicts, and leaves
+	// nothing of its own behind.
+	_, err = other.TryLock(ctx, []string{keys[5], keys[7], "free"})
+	var conflict *batchlock.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	assert.Equal(t, slices.Sorted(slices.Values([]string{keys[5], keys[7]})), conflict.Keys)
+	n.requireHeldExactly(t, allFive, keys)
+
+	require.NoError(t, l.Unlock(ctx))
+	n.requireHeldExactly(t, allFive, nil)
+	require.ErrorIs(t, l.Err(), batchlock.ErrNotHeld)
+	require.ErrorIs(t, l.Unlock(ctx), batchlock.ErrNotHeld, "a second Unlock")
+
+	// Do releases too; inside it, the same keys are reentrant on every node.
+	err = c.Do(ctx, keys, func(ctx context.Context) error {
+		inner, err := c.TryLock(ctx, keys[:3])
+		if err != nil {
+			return fmt.Errorf("reentrant TryLock: %w", err)
+		}
+		n.requireHeldExactly(t, allFive, keys)
+		return inner.Unlock(ctx)
+	})
+	require.NoError(t, err)
+	n.requireHeldExactly(t, allFive, nil)
+}
+
+func TestRedlockValidityShrinksWithTimeSpent(t *testing.T) {
+	n := startRedlockNodes(t)
+	const lease, timeout = 2 * time.Second, 300 * time.Millisecond
+	c := n.client(t, redlock.WithDeploymentTimeout(timeout))
+	ctx := ctxTimeout(t, 30*time.Second)
+	// A first lock pays for one-time set-up (connections, scripts), which
+	// the drift allowance is not meant to absorb.
+	warm, err := c.TryLock(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+	n.freeze(t, 4)
+
+	before := time.Now()
+	l, err := c.TryLock(ctx, []string{"a", "b"}, batchlock.WithTTL(lease))
+	took := time.Since(before)
+	require.NoError(t, err)
+	// The attempt waited the whole timeout for the frozen node, and the
+	// lease of the others ran meanwhile.
+	assert.LessOrEqual(t, l.Validity(), lease-timeout)
+	// Every lease started after before and the attempt ended before took:
+	// no more than that, and the drift allowance, is missing.
+	drift := time.Duration(float64(lease+took)*0.01) + 2*time.Millisecond
+	assert.GreaterOrEqual(t, l.Validity(), lease-took-drift)
+	assert.Zero(t, l.Tokens("a")[4], "the frozen node did not grant the lock")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+func TestRedlockLostWhenAMajorityDies(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	n := startRedlockNodes(t)
+	c := n.client(t, redlock.WithClientOptions(batchlock.WithLease(lease)))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := []string{"x", "y", "z"}
+
+	l, err := c.Lock(ctx, keys)
+	require.NoError(t, err)
+	n.kill(t, 0, 1, 2)
+	select {
+	case <-l.Done():
+	case <-time.After(10 * lease):
+		t.Fatal("the lock was not reported lost with three of five nodes dead")
+	}
+	require.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+	// What the two live nodes still held is released, not renewed.
+	require.Eventually(t, func() bool { return len(n.held(t, 3))+len(n.held(t, 4)) == 0 },
+		5*time.Second, 10*time.Millisecond, "the minority's keys were not released")
+	require.ErrorIs(t, l.Unlock(ctx), batchlock.ErrNotHeld)
+}
+
+func TestRedlockDoCancelsWhenTheLockIsLost(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	n := startRedlockNodes(t)
+	c := n.client(t, redlock.WithClientOptions(batchlock.WithLease(lease)))
+
+	err := c.Do(ctxTimeout(t, 30*time.Second), []string{"x"}, func(ctx context.Context) error {
+		n.kill(t, 1, 2, 4)
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(10 * lease):
+			return errors.New("fn's context was not cancelled")
+		}
+	})
+	require.ErrorIs(t, err, batchlock.ErrLockLost)
+}
+
+// Two clients contend for overlapping keys while a node is killed and,
+// after the longest lease (a delayed restart, as the package documentation
+// asks), restarted: no key may ever have two holders.
+func TestRedlockNeverTwoHoldersAcrossANodeKill(t *testing.T) {
+	const lease = time.Second
+	n := startRedlockNodes(t)
+	clients := []*redlock.Client{
+		n.client(t, redlock.WithClientOptions(batchlock.WithLease(lease))),
+		n.client(t, redlock.WithClientOptions(batchlock.WithLease(lease))),
+	}
+	pool := spread(6, "contended")
+	var chk checker
+	var failures sync.Map // unexpected errors, by message
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		c := clients[w%2]
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				keys := pick(pool, 3)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				l, err := c.Lock(ctx, keys)
+				cancel()
+				if err != nil {
+					if !errors.Is(err, batchlock.ErrNotObtained) {
+						failures.Store(err.Error(), true)
+					}
+					continue
+				}
+				s := section{Owner: l.Owner(), Keys: keys, Start: time.Now()}
+				select {
+				case <-time.After(time.Duration(1+rand.IntN(3)) * time.Millisecond):
+				case <-l.Done():
+				}
+				s.End = time.Now()
+				if err := l.Err(); err != nil {
+					chk.report("%s lost its lock while holding it: %v", s.Owner, err)
+				}
+				chk.record(s)
+				ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+				if err := l.Unlock(ctx); err != nil {
+					failures.Store("unlock: "+err.Error(), true)
+				}
+				cancel()
+			}
+		})
+	}
+	progress := func(what string) {
+		t.Helper()
+		before := chk.count()
+		require.Eventually(t, func() bool { return chk.count() >= before+10 }, 20*time.Second, 5*time.Millisecond,
+			"no progress %s", what)
+	}
+
+	progress("with every node up")
+	killed := time.Now()
+	require.NoError(t, n.singles.Kill(ctxTimeout(t, 10*time.Second), n.addrs[2]))
+	progress("with a node dead")
+	time.Sleep(lease - time.Since(killed)) // the restart's delay is the point of the test, not a synchronisation
+	require.NoError(t, n.singles.Restart(ctxTimeout(t, time.Minute), n.addrs[2]))
+	progress("after the restart")
+	close(stop)
+	wg.Wait()
+
+	chk.requireClean(t)
+	failures.Range(func(k, _ any) bool {
+		t.Errorf("unexpected error: %v", k)
+		return true
+	})
+	t.Logf("%d critical sections", chk.count())
+}
+
+// pick returns k distinct keys of pool at random.
+func pick(pool []string, k int) []string {
+	keys := slices.Clone(pool)
+	rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return keys[:k]
+}
