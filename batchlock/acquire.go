@@ -84,10 +84,23 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 	defer func() { w.sub.close() }()
 	for {
 		start := time.Now()
-		outcome := c.acquire(ctx, l, l.groups[w.held:])
+		groups := l.groups[w.held:]
+		if w.focus {
+			groups = groups[:1]
+		}
+		outcome := c.acquire(ctx, l, groups)
 		if outcome.err != nil {
 			c.rollback(ctx, l, w.held, outcome)
 			return outcome.err
+		}
+		if outcome.refused < 0 && w.focus && w.held+1 < len(l.groups) {
+			// The group waited for is ours: the rest goes in one attempt.
+			if w.held == 0 {
+				w.since = start
+			}
+			w.held++
+			w.focus = false
+			continue
 		}
 		if outcome.refused < 0 {
 			// Everything is held. After a wait the groups' leases started
@@ -120,15 +133,21 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 				after = append(after, l.groups[w.held+i])
 			}
 		}
-		if missing, err := c.release(ctx, l, after, nil); err != nil || len(missing) > 0 {
+		// Keys found without the hold are fine here: a release retried after
+		// a lost reply finds its own earlier work done.
+		if _, err := c.release(ctx, l, after, nil); err != nil {
 			c.rollback(ctx, l, w.held, outcome)
-			return errors.Join(fmt.Errorf("%w: could not give back groups taken out of order", ErrNotObtained), err)
+			return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
 		}
 		if w.held == 0 && failed > 0 {
 			w.since = start
 		}
 		w.held = failed
 		w.waited = true
+		// Until the refused group is granted, attempts ask for it alone:
+		// asking for all the rest again and giving most of it back would
+		// load the servers and wake other waiters for nothing.
+		w.focus = true
 
 		// Listen for the blockers' release before trying again, so that a
 		// release between the try and the wait is not missed. Each round of
@@ -153,6 +172,7 @@ type waiting struct {
 	held    int       // groups[:held] are held
 	since   time.Time // the oldest lease among them started then
 	waited  bool      // more than one attempt was made
+	focus   bool      // the next attempt asks for groups[held] alone
 	sub     *subscription
 	attempt int
 }

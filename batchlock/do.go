@@ -9,7 +9,8 @@ import (
 // when fn panics (the panic goes on after the unlock). fn's context is
 // cancelled, with an error wrapping ErrLockLost as its cause, the moment the
 // lock is lost; it also carries the lock's owner (ContextWithOwner), so that
-// locks taken inside fn with that context on the same keys are reentrant.
+// locks taken inside fn with that context on the same keys are reentrant, and
+// the Lock itself (LockFromContext), for its fencing tokens.
 //
 // Do returns the error of Lock when the keys could not be taken (fn did not
 // run), and otherwise fn's error joined with the loss of the lock and with
@@ -22,7 +23,7 @@ func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Cont
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ContextWithOwner(ctx, l.Owner()))
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ContextWithOwner(ctx, l.Owner()), lockKey{}, l))
 	defer cancel(nil)
 	l.whenDone(func(err error) {
 		if errors.Is(err, ErrLockLost) {
@@ -47,6 +48,15 @@ func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Cont
 		unlockErr = nil // the loss already says it
 	}
 	return errors.Join(fnErr, lost, unlockErr)
+}
+
+type lockKey struct{}
+
+// LockFromContext returns the Lock that Do holds while its function runs, to
+// read its fencing tokens inside the function.
+func LockFromContext(ctx context.Context) (*Lock, bool) {
+	l, ok := ctx.Value(lockKey{}).(*Lock)
+	return l, ok
 }
 
 // unlockDetached unlocks l even when ctx is done.

@@ -55,6 +55,13 @@ func (w *watchdog) remove(l *Lock) {
 	w.mu.Unlock()
 }
 
+func (w *watchdog) watching(l *Lock) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.locks[l]
+	return ok
+}
+
 func (w *watchdog) loop() {
 	defer close(w.done)
 	interval := w.c.cfg.lease / 3
@@ -119,7 +126,9 @@ func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack replicaAck
 		mine := calls[first[i]:first[i+1]]
 		lost, err := collectKeys(mine, "renew")
 		switch {
-		case len(lost) > 0:
+		case len(lost) > 0 && w.watching(l):
+			// A lock removed meanwhile is being unlocked: its keys were
+			// released by its owner, not lost.
 			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost), len(l.keys), w.c.userKeys(lost)[0]))
 		case err == nil && acknowledged(mine, ack):
 			l.confirm(start.Add(w.c.cfg.lease))

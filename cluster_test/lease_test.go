@@ -148,6 +148,10 @@ func TestDoUnlocksOnErrorAndPanic(t *testing.T) {
 	boom := errors.New("boom")
 	err := c.Do(ctx, keys, func(ctx context.Context) error {
 		assert.Len(t, lockKeysUnder(t, rdb, prefix), 10)
+		l, ok := batchlock.LockFromContext(ctx)
+		if assert.True(t, ok, "fn's context carries the lock") {
+			assert.Positive(t, l.Token(keys[3]), "fencing tokens are at hand inside Do")
+		}
 		return boom
 	})
 	assert.ErrorIs(t, err, boom)
