@@ -15,7 +15,7 @@ COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "doc
 COMPOSE_RUN  = $(COMPOSE) -f docker/docker-compose.yml -p batchlock-dev
 DEV_ADDRS    = 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
 
-.PHONY: deps test test-unit test-docker test-process test-external image bench \
+.PHONY: deps test test-unit test-docker test-process test-external image bench demo \
         cluster-up cluster-down clean-containers
 
 deps:
@@ -62,6 +62,11 @@ cluster-down:
 clean-containers:
 	@ids=$$(docker ps -aq --filter label=batchlock.localcluster=1); \
 	if [ -n "$$ids" ]; then docker rm -f $$ids; else echo "clean-containers: none"; fi
+
+# The main job: a batch order processor on a throwaway six-node cluster,
+# audited for oversell. DEMO_FLAGS passes more, e.g. DEMO_FLAGS=--no-lock.
+demo: deps
+	$(GO) run ./cmd/batchlock demo $(DEMO_FLAGS)
 
 # Benchmarks against redsync and redislock on a throwaway cluster; writes
 # docs/bench.md and docs/bench-latency.svg.

@@ -215,13 +215,19 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// ClientOptions returns cluster client settings that recover within about
-// a second after a failover or restart: go-redis defaults (5 s timeouts,
-// topology reloaded every minute, failing nodes avoided for 15 s) take
-// much longer. Each call returns a fresh copy to change at will.
+// ClientOptions returns [FastRecovery] settings for this cluster.
 func (c *Cluster) ClientOptions() *redis.ClusterOptions {
+	return FastRecovery(c.Addrs())
+}
+
+// FastRecovery returns cluster client settings for the seeds addrs that
+// recover within about a second after a failover or restart: go-redis
+// defaults (5 s timeouts, topology reloaded every minute, failing nodes
+// avoided for 15 s) take much longer. Each call returns a fresh copy to
+// change at will.
+func FastRecovery(addrs []string) *redis.ClusterOptions {
 	return &redis.ClusterOptions{
-		Addrs:                      c.Addrs(),
+		Addrs:                      addrs,
 		DialTimeout:                time.Second,
 		ReadTimeout:                time.Second,
 		WriteTimeout:               time.Second,

@@ -1,0 +1,270 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/orders"
+)
+
+// newStock sets up a catalogue of stock under a prefix of the test's own,
+// deleted at the end of the test.
+func newStock(t *testing.T, rdb *redis.ClusterClient, skus int, units int64) *orders.Stock {
+	t.Helper()
+	s := orders.NewStock(rdb, testPrefix(t), orders.Catalogue(skus), units)
+	require.NoError(t, s.Setup(ctxTimeout(t, 10*time.Second)))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, s.Cleanup(ctx))
+	})
+	return s
+}
+
+func generate(t *testing.T, cfg orders.GenConfig) []orders.Order {
+	t.Helper()
+	list, err := orders.Generate(cfg)
+	require.NoError(t, err)
+	return list
+}
+
+func TestDemoWithBatchlockNeverOversells(t *testing.T) {
+	rdb := newClient(t)
+	// Few SKUs, little stock and hot SKUs in most baskets: orders contend
+	// and run the stock out while others still read it.
+	stock := newStock(t, rdb, 60, 10)
+	list := generate(t, orders.GenConfig{SKUs: 60, Orders: 400, MaxBasket: 12, MaxQty: 3, HotSKUs: 6, HotShare: 0.3, Seed: 1})
+	counters := &orders.Counters{}
+	locker, _ := newLocker(t, rdb, batchlock.WithObserver(counters.Observe))
+	p := &orders.Locked{Locker: locker, Stock: stock, Think: time.Millisecond}
+
+	res := orders.Run(ctxTimeout(t, 2*time.Minute), p, list, orders.RunConfig{Workers: 16})
+	require.Equal(t, len(list), res.Orders)
+	require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
+	assert.Positive(t, res.Rejected, "the stock ran out: the run tested the stock check")
+	assert.Positive(t, res.Accepted)
+	assert.Positive(t, counters.Conflicts(), "orders contended for their SKUs")
+	assert.Len(t, res.LockWaits, len(list))
+
+	audit, err := stock.Audit(ctxTimeout(t, 10*time.Second), res.SoldBySKU)
+	require.NoError(t, err)
+	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
+	assert.Zero(t, audit.OversoldUnits)
+	assert.Equal(t, audit.AcceptedUnits, audit.Sold, "every accepted order fully applied")
+	assert.Equal(t, audit.Initial, audit.Sold+audit.Remaining)
+}
+
+func TestDemoWithoutLockOversells(t *testing.T) {
+	rdb := newClient(t)
+	// Every basket draws from five SKUs of 20 units, 32 orders at a time,
+	// each pausing 5ms between its read and its write: many orders read
+	// the last units of a SKU before any of them writes.
+	stock := newStock(t, rdb, 5, 20)
+	list := generate(t, orders.GenConfig{SKUs: 5, Orders: 300, MaxBasket: 3, MaxQty: 3, HotSKUs: 5, HotShare: 1, Seed: 2})
+	p := &orders.Unlocked{Stock: stock, Think: 5 * time.Millisecond}
+
+	res := orders.Run(ctxTimeout(t, time.Minute), p, list, orders.RunConfig{Workers: 32})
+	require.Equal(t, len(list), res.Orders)
+	require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
+
+	audit, err := stock.Audit(ctxTimeout(t, 10*time.Second), res.SoldBySKU)
+	require.NoError(t, err)
+	require.False(t, audit.Passed(), "without a lock, concurrent orders oversell")
+	assert.True(t, audit.OnlyOversell(), "an oversell and nothing else: %v", audit.Problems)
+	assert.Positive(t, audit.OversoldUnits)
+	assert.Positive(t, audit.Counts[orders.NegativeStock])
+	// The figures agree with each other: what was oversold is exactly what
+	// went below zero, and Redis counts what the accepted orders took.
+	assert.Equal(t, audit.AcceptedUnits, audit.Sold)
+	assert.Equal(t, audit.Initial, audit.Sold+audit.Remaining)
+	assert.Equal(t, audit.Sold-audit.Initial+positiveRemaining(t, stock), audit.OversoldUnits)
+}
+
+func TestDemoStaleFencingTokenIsRefused(t *testing.T) {
+	rdb := newClient(t)
+	stock := newStock(t, rdb, 2, 10)
+	ctx := ctxTimeout(t, 10*time.Second)
+	o := func(id string) orders.Order {
+		return orders.Order{ID: id, Lines: []orders.Line{{SKU: orders.SKU(0), Qty: 1}, {SKU: orders.SKU(1), Qty: 2}}}
+	}
+
+	out, err := stock.Fulfil(ctx, o("new"), []int64{7, 9}, 0, true)
+	require.NoError(t, err)
+	require.True(t, out.Accepted)
+
+	// A holder whose lock was lost still has the older tokens of its
+	// ownership: the SKUs refuse it before anything is written.
+	out, err = stock.Fulfil(ctx, o("stale"), []int64{7, 8}, 0, true)
+	require.ErrorIs(t, err, orders.ErrFenced)
+	assert.False(t, out.Written, "refused at the read, nothing written")
+
+	audit, err := stock.Audit(ctx, map[string]int64{orders.SKU(0): 1, orders.SKU(1): 2})
+	require.NoError(t, err)
+	assert.True(t, audit.Passed(), "only the first order was applied: %v", audit.Problems)
+}
+
+// positiveRemaining sums the stock of SKUs that did not go below zero.
+func positiveRemaining(t *testing.T, s *orders.Stock) int64 {
+	t.Helper()
+	states, err := s.States(ctxTimeout(t, 10*time.Second))
+	require.NoError(t, err)
+	var n int64
+	for _, st := range states {
+		n += max(st.Remaining, 0)
+	}
+	return n
+}
+
+// buildCommand builds cmd/batchlock into the test's temporary directory.
+func buildCommand(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "batchlock")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/batchlock/batchlock/cmd/batchlock").CombinedOutput()
+	require.NoError(t, err, "building the command: %s", out)
+	return bin
+}
+
+// command runs the built command and returns its exit code and output.
+func command(t *testing.T, bin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctxTimeout(t, 2*time.Minute), bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.Env = append(cmd.Environ(), "BATCHLOCK_CLUSTER_ADDRS=")
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), out.String(), errOut.String()
+	}
+	require.NoError(t, err)
+	return 0, out.String(), errOut.String()
+}
+
+type inspected struct {
+	Key   string `json:"key"`
+	Owner string `json:"owner"`
+	Holds int    `json:"holds"`
+	TTLms int64  `json:"ttl_ms"`
+	Fence int64  `json:"fence"`
+}
+
+func inspect(t *testing.T, bin, addrs, prefix, pattern string) map[string]inspected {
+	t.Helper()
+	code, out, errOut := command(t, bin, "inspect", "--addrs", addrs, "--prefix", prefix, "--pattern", pattern, "--json")
+	require.Equal(t, 0, code, errOut)
+	var list []inspected
+	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
+	byKey := make(map[string]inspected, len(list))
+	for _, l := range list {
+		byKey[l.Key] = l
+	}
+	return byKey
+}
+
+func TestCommandInspectAndForceUnlock(t *testing.T) {
+	rdb := newClient(t)
+	addrs := strings.Join(sharedCluster(t).Addrs(), ",")
+	locker, prefix := newLocker(t, rdb)
+	bin := buildCommand(t)
+	ctx := ctxTimeout(t, time.Minute)
+
+	keys := []string{"sku:1", "sku:2", "sku:3"}
+	l, err := locker.Lock(ctx, keys, batchlock.WithOwner("order-42"))
+	require.NoError(t, err)
+	again, err := locker.Lock(ctx, keys[:1], batchlock.WithOwner("order-42"))
+	require.NoError(t, err, "reentrant")
+
+	held := inspect(t, bin, addrs, prefix, "*")
+	require.Len(t, held, 3, "the three lock keys, without fencing counters or cancellation sets")
+	for _, k := range keys {
+		h := held[k]
+		assert.Equal(t, "order-42", h.Owner, k)
+		assert.Equal(t, l.Token(k), h.Fence, k)
+		assert.True(t, h.TTLms > 0 && h.TTLms <= 30_000, "%s: lease %dms", k, h.TTLms)
+	}
+	assert.Equal(t, 2, held["sku:1"].Holds, "two holds of one owner")
+	assert.Equal(t, 1, held["sku:2"].Holds)
+	assert.Len(t, inspect(t, bin, addrs, prefix, "sku:[12]"), 2, "--pattern applies to the key without the prefix")
+
+	code, _, errOut := command(t, bin, "unlock", "--addrs", addrs, "--prefix", prefix, "sku:1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "pass --force")
+	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "without --force nothing is released")
+
+	// A waiter for sku:2 is woken by the forced release; without it, it
+	// would wait out the 30s lease.
+	other := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		w, err := locker.Lock(wctx, []string{"sku:2"})
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		other <- err
+	}()
+	require.Eventually(t, func() bool {
+		return shardSubscribers(ctx, rdb, prefix+"sku:2") > 0
+	}, 10*time.Second, 5*time.Millisecond, "the waiter listens for the release")
+
+	code, out, errOut := command(t, bin, "unlock", "--force", "--addrs", addrs, "--prefix", prefix, "sku:1", "sku:2", "sku:9")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, fmt.Sprintf("released sku:1: owner order-42, 2 holds, fence %d\n", l.Token("sku:1")))
+	assert.Contains(t, out, fmt.Sprintf("released sku:2: owner order-42, 1 holds, fence %d\n", l.Token("sku:2")))
+	assert.Contains(t, out, "not held sku:9\n")
+	require.NoError(t, <-other, "the waiter got sku:2 once it was released")
+
+	left := inspect(t, bin, addrs, prefix, "*")
+	assert.Len(t, left, 1)
+	assert.Contains(t, left, "sku:3")
+
+	assert.ErrorIs(t, again.Unlock(ctx), batchlock.ErrNotHeld, "its key was released behind its back")
+	assert.ErrorIs(t, l.Unlock(ctx), batchlock.ErrNotHeld)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+func TestCommandDemoOnCluster(t *testing.T) {
+	addrs := strings.Join(sharedCluster(t).Addrs(), ",")
+	bin := buildCommand(t)
+	small := []string{"--addrs", addrs, "--skus", "5", "--stock", "20", "--orders", "300", "--max-basket", "3",
+		"--hot", "5", "--workers", "32", "--think", "5ms", "--json"}
+
+	type report struct {
+		Passed  bool   `json:"passed"`
+		Verdict string `json:"verdict"`
+		Run     struct {
+			Orders int          `json:"orders"`
+			Audit  orders.Audit `json:"audit"`
+		} `json:"run"`
+	}
+	demo := func(args ...string) (int, report) {
+		code, out, errOut := command(t, bin, append([]string{"demo"}, args...)...)
+		var r report
+		require.NoError(t, json.Unmarshal([]byte(out), &r), "stdout %q, stderr %q", out, errOut)
+		return code, r
+	}
+
+	code, r := demo(small...)
+	assert.Equal(t, 0, code, r.Verdict)
+	assert.True(t, r.Passed)
+	assert.Equal(t, 300, r.Run.Orders)
+	assert.Zero(t, r.Run.Audit.OversoldUnits)
+
+	code, r = demo(append(small, "--no-lock")...)
+	assert.Equal(t, 0, code, "an oversell without the lock is the expected demonstration: %s", r.Verdict)
+	assert.Positive(t, r.Run.Audit.OversoldUnits)
+	assert.Contains(t, r.Verdict, "this is what batchlock prevents")
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/batchlock/batchlock/localcluster"
+)
+
+// connectTimeout bounds the first contact with a cluster.
+const connectTimeout = 2 * time.Second
+
+// parseAddrs splits a comma-separated list of host:port seeds.
+func parseAddrs(list string) ([]string, error) {
+	var addrs []string
+	for a := range strings.SplitSeq(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, usagef("bad address %q: want host:port, such as 127.0.0.1:7000", a)
+		}
+		if host == "" {
+			return nil, usagef("bad address %q: no host", a)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, usagef("bad address %q: port %q is not a number from 1 to 65535", a, port)
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return nil, usagef("no address in %q: want host:port[,host:port...]", list)
+	}
+	return addrs, nil
+}
+
+// requireLoopback refuses addresses that are not this machine's: the demo
+// writes thousands of keys and is meant for a local cluster.
+func requireLoopback(addrs []string) error {
+	for _, a := range addrs {
+		host, _, _ := net.SplitHostPort(a)
+		if host == "localhost" {
+			continue
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return usagef("%s is not a loopback address: the demo only runs against a cluster on this machine (127.0.0.1, ::1, localhost)", a)
+		}
+	}
+	return nil
+}
+
+// addrsFromFlagOrEnv returns the --addrs seeds, else those of
+// $BATCHLOCK_CLUSTER_ADDRS.
+func addrsFromFlagOrEnv(flagValue string) ([]string, error) {
+	if flagValue != "" {
+		return parseAddrs(flagValue)
+	}
+	if env := os.Getenv(localcluster.EnvClusterAddrs); env != "" {
+		addrs, err := parseAddrs(env)
+		if err != nil {
+			return nil, usagef("$%s: %s", localcluster.EnvClusterAddrs, err)
+		}
+		return addrs, nil
+	}
+	return nil, usagef("no cluster: pass --addrs host:port[,host:port...] or set $%s", localcluster.EnvClusterAddrs)
+}
+
+// connect returns a client of the cluster at addrs once a seed and every
+// master answer.
+func connect(ctx context.Context, addrs []string) (*redis.ClusterClient, error) {
+	if err := probeSeeds(ctx, addrs); err != nil {
+		return nil, fmt.Errorf("cannot reach Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
+	}
+	rdb := redis.NewClusterClient(localcluster.FastRecovery(addrs))
+	if err := ping(ctx, rdb); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("cannot reach every master of the Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
+	}
+	return rdb, nil
+}
+
+// probeSeeds asks each seed, once and without retries, whether it is a
+// cluster node, until one is: a cluster client would retry until its
+// deadline and report only that, not why.
+func probeSeeds(ctx context.Context, addrs []string) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	var errs []error
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{
+			Addr:                     a,
+			DialTimeout:              connectTimeout,
+			ReadTimeout:              connectTimeout,
+			ContextTimeoutEnabled:    true,
+			MaxRetries:               -1,
+			DialerRetries:            1,
+			DisableIdentity:          true,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+		err := c.ClusterInfo(ctx).Err()
+		_ = c.Close()
+		if err == nil {
+			return nil
+		}
+		if strings.Contains(err.Error(), "cluster support disabled") {
+			err = fmt.Errorf("%s is a Redis server without cluster mode: %w", a, err)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ping checks that every master answers, within connectTimeout.
+func ping(ctx context.Context, rdb *redis.ClusterClient) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	return rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.Ping(ctx).Err()
+	})
+}
+
+// checkPrefix applies batchlock's rule: braces would move lock keys to
+// other slots.
+func checkPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return usagef("prefix %q must not contain { or }", prefix)
+	}
+	return nil
+}

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/localcluster"
+	"github.com/batchlock/batchlock/orders"
+)
+
+type demoOptions struct {
+	addrs     string
+	skus      int
+	orders    int
+	workers   int
+	maxBasket int
+	maxQty    int64
+	stock     int64
+	hot       int
+	think     time.Duration
+	replicas  int
+	seed      uint64
+	noLock    bool
+	chaos     bool
+	json      bool
+}
+
+// hotShare is the share of order lines that pick one of the hot SKUs.
+const hotShare = 0.1
+
+func demoCommand() command {
+	return command{
+		name: "demo",
+		summary: `Usage: batchlock demo [--addrs host:port,...] [--skus 2000] [--orders 5000] [--workers 32]
+                      [--max-basket 200] [--no-lock] [--chaos] [--seed N] [--json] [flags]
+
+Processes SKU orders on a Redis Cluster: each order locks its whole basket
+(1 to --max-basket SKUs, spread over every master) with batchlock, reads
+the stock of every line, then decrements every line or rejects the order.
+An audit then checks every SKU: nothing sold beyond its stock, nothing
+below zero, every accepted order fully applied.
+
+Without --addrs (or $BATCHLOCK_CLUSTER_ADDRS) the demo starts a throwaway
+six-node cluster (docker, or redis-server processes) and removes it
+afterwards, also on Ctrl-C. With either, it runs on that cluster (loopback
+only), under keys demo:<run>:, which it deletes afterwards.
+
+--no-lock runs the same read, check and write without a lock: orders that
+read a SKU at the same time both sell the same units, and the audit shows
+the oversell. That is the expected demonstration: it exits 0 unless the
+audit finds something other than an oversell.
+
+--chaos fails a master over to its replica a third of the way through the
+run (throwaway cluster only); the audit must still pass.
+
+Progress goes to stderr, the report to stdout. Exit code 0 when the audit
+passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
+		flags: func(fs *flag.FlagSet) any {
+			o := &demoOptions{}
+			fs.StringVar(&o.addrs, "addrs", "", "seeds of a running cluster, comma-separated (default $BATCHLOCK_CLUSTER_ADDRS, else a throwaway cluster)")
+			fs.IntVar(&o.skus, "skus", 2000, "SKUs in the catalogue")
+			fs.IntVar(&o.orders, "orders", 5000, "orders to process")
+			fs.IntVar(&o.workers, "workers", 32, "orders processed at once")
+			fs.IntVar(&o.maxBasket, "max-basket", 200, "most SKUs in one order")
+			fs.Int64Var(&o.maxQty, "max-qty", 3, "most units of one SKU in one order")
+			fs.Int64Var(&o.stock, "stock", 100, "initial units of each SKU")
+			fs.IntVar(&o.hot, "hot", 20, "hot SKUs, which a tenth of all lines pick")
+			fs.DurationVar(&o.think, "think", 0, "pause between reading stock and writing it, as a real processor's work")
+			fs.IntVar(&o.replicas, "replicas", -1, "replicas that must acknowledge every lock and write (WAIT) (default 0, or 1 with --chaos)")
+			fs.Uint64Var(&o.seed, "seed", 1, "seed of the order stream: same seed, same orders")
+			fs.BoolVar(&o.noLock, "no-lock", false, "process orders without locking: shows the oversell batchlock prevents")
+			fs.BoolVar(&o.chaos, "chaos", false, "fail a master over in the middle of the run (throwaway cluster only)")
+			fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+			return o
+		},
+		run: func(ctx context.Context, e *env, opts any, args []string) error {
+			return runDemo(ctx, e, opts.(*demoOptions), args)
+		},
+	}
+}
+
+func (o *demoOptions) validate(args []string) error {
+	switch {
+	case len(args) > 0:
+		return usagef("unexpected argument %q", args[0])
+	case o.skus < 1:
+		return usagef("--skus %d: need at least 1", o.skus)
+	case o.orders < 1:
+		return usagef("--orders %d: need at least 1", o.orders)
+	case o.workers < 1 || o.workers > 1024:
+		return usagef("--workers %d: want 1 to 1024", o.workers)
+	case o.maxBasket < 1:
+		return usagef("--max-basket %d: need at least 1", o.maxBasket)
+	case o.maxQty < 1:
+		return usagef("--max-qty %d: need at least 1", o.maxQty)
+	case o.stock < 1:
+		return usagef("--stock %d: need at least 1", o.stock)
+	case o.hot < 0 || o.hot > o.skus:
+		return usagef("--hot %d: want 0 to --skus (%d)", o.hot, o.skus)
+	case o.think < 0:
+		return usagef("--think %v must not be negative", o.think)
+	case o.replicas < -1:
+		return usagef("--replicas %d must not be negative", o.replicas)
+	case o.chaos && o.addrs != "":
+		return usagef("--chaos needs the throwaway cluster: it fails a master over, which it cannot do to a cluster given by --addrs")
+	case o.chaos && os.Getenv(localcluster.EnvClusterAddrs) != "":
+		return usagef("--chaos needs a throwaway cluster, but $%s is set, which makes the demo use that cluster: unset it",
+			localcluster.EnvClusterAddrs)
+	}
+	return nil
+}
+
+// replicaTimeout bounds each WAIT for replica acknowledgement.
+const replicaTimeout = time.Second
+
+func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
+	if err := o.validate(args); err != nil {
+		return err
+	}
+	if o.replicas < 0 {
+		// A failover loses what its replica had not received: with
+		// --chaos, locks and writes wait for one replica by default.
+		o.replicas = 0
+		if o.chaos {
+			o.replicas = 1
+		}
+	}
+	var seeds []string
+	if o.addrs != "" || os.Getenv(localcluster.EnvClusterAddrs) != "" {
+		var err error
+		if seeds, err = addrsFromFlagOrEnv(o.addrs); err != nil {
+			return err
+		}
+		if err := requireLoopback(seeds); err != nil {
+			return err
+		}
+	}
+	list, err := orders.Generate(orders.GenConfig{
+		SKUs: o.skus, Orders: o.orders, MaxBasket: o.maxBasket, MaxQty: o.maxQty,
+		HotSKUs: o.hot, HotShare: hotShare, Seed: o.seed,
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+
+	t, err := openTarget(ctx, e, seeds)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := t.close(); err != nil {
+			fmt.Fprintf(e.stderr, "batchlock demo: closing the cluster: %v\n", err)
+		}
+	}()
+
+	stock := orders.NewStock(t.rdb, "demo:"+runID()+":", orders.Catalogue(o.skus), o.stock)
+	if o.replicas > 0 {
+		stock.RequireReplicas(o.replicas, replicaTimeout)
+	}
+	if err := stock.Setup(ctx); err != nil {
+		return err
+	}
+	// Clean up also after Ctrl-C, when ctx is done.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := stock.Cleanup(cctx); err != nil {
+			fmt.Fprintf(e.stderr, "batchlock demo: %v\n", err)
+		}
+	}()
+
+	proc, counters, closeProc, err := newProcessor(o, t.rdb, stock)
+	if err != nil {
+		return err
+	}
+	defer closeProc()
+
+	prog := startProgress(e.stderr, len(list))
+	var chaos *chaosRun
+	if o.chaos {
+		chaos = startChaos(ctx, t.cluster, prog, int64(len(list)/3))
+	}
+	res := orders.Run(ctx, proc, list, orders.RunConfig{Workers: o.workers, Done: func() {
+		n := prog.add()
+		chaos.reached(n)
+	}})
+	prog.finish()
+	chaosRes := chaos.wait()
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("interrupted after %d of %d orders: %w", res.Orders, len(list), err)
+	}
+
+	// Give the audit its own deadline: after a failover, reads may wait
+	// for the cluster to settle.
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	audit, err := stock.Audit(actx, res.SoldBySKU)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	r := demoReport{
+		Cluster:     t.addrs,
+		Throwaway:   t.cluster != nil,
+		SKUs:        o.skus,
+		StockPerSKU: o.stock,
+		MaxBasket:   o.maxBasket,
+		Seed:        o.seed,
+		Think:       orders.Duration(o.think),
+		Replicas:    o.replicas,
+		Run:         orders.NewReport(mode(o.noLock), o.workers, res, counters, audit),
+		Chaos:       chaosRes,
+	}
+	r.Verdict, r.Passed = judge(o.noLock, audit)
+	if chaosRes != nil && chaosRes.Err != "" {
+		r.Verdict, r.Passed = "FAILED: the failover did not complete, so the run shows nothing about one", false
+	}
+	if o.json {
+		err = writeJSON(e.stdout, r)
+	} else {
+		err = r.writeText(e.stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.Passed {
+		return &exitError{code: exitFailure}
+	}
+	return nil
+}
+
+// newProcessor returns the processor --no-lock asks for, the counters of
+// its lock events (nil without locks), and what to close after the run.
+func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock *orders.Stock) (orders.Processor, *orders.Counters, func(), error) {
+	if o.noLock {
+		return &orders.Unlocked{Stock: stock, Think: o.think}, nil, func() {}, nil
+	}
+	counters := &orders.Counters{}
+	opts := []batchlock.Option{batchlock.WithObserver(counters.Observe)}
+	if o.replicas > 0 {
+		opts = append(opts, batchlock.WithReplicas(o.replicas, replicaTimeout))
+	}
+	locker, err := batchlock.New(rdb, opts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return &orders.Locked{Locker: locker, Stock: stock, Think: o.think}, counters, func() { _ = locker.Close() }, nil
+}
+
+func mode(noLock bool) string {
+	if noLock {
+		return "no-lock"
+	}
+	return "batchlock"
+}
+
+// target is the cluster the demo runs on.
+type target struct {
+	rdb     *redis.ClusterClient
+	cluster *localcluster.Cluster // nil with --addrs
+	addrs   []string
+}
+
+// openTarget connects to the cluster at seeds, or with none starts a
+// throwaway one. ($BATCHLOCK_CLUSTER_ADDRS is never set here: it gives
+// seeds.)
+func openTarget(ctx context.Context, e *env, seeds []string) (*target, error) {
+	if len(seeds) > 0 {
+		rdb, err := connect(ctx, seeds)
+		if err != nil {
+			return nil, err
+		}
+		return &target{rdb: rdb, addrs: seeds}, nil
+	}
+	began := time.Now()
+	fmt.Fprintln(e.stderr, "starting a throwaway six-node Redis Cluster (the first run may build a docker image)...")
+	c, err := localcluster.Start(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot start a throwaway cluster (pass --addrs to use a running one): %w", err)
+	}
+	fmt.Fprintf(e.stderr, "cluster ready in %v on the %s backend: %v\n", time.Since(began).Round(time.Millisecond), c.Backend(), c.Addrs())
+	rdb := c.Client()
+	if err := ping(ctx, rdb); err != nil {
+		return nil, errors.Join(fmt.Errorf("the throwaway cluster does not answer: %w", err), rdb.Close(), c.Close())
+	}
+	return &target{rdb: rdb, cluster: c, addrs: c.Addrs()}, nil
+}
+
+func (t *target) close() error {
+	err := t.rdb.Close()
+	if t.cluster != nil {
+		err = errors.Join(err, t.cluster.Close())
+	}
+	return err
+}
+
+// runID names a run's keys, so that runs on one cluster do not meet.
+func runID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// chaosRun fails a master over once the run reaches a number of orders.
+type chaosRun struct {
+	at      int64
+	due     chan struct{}
+	dueOnce sync.Once
+	end     chan struct{} // closed by wait: the run is over
+	result  *chaosResult
+	wg      sync.WaitGroup
+}
+
+func startChaos(ctx context.Context, cluster *localcluster.Cluster, prog *progress, at int64) *chaosRun {
+	c := &chaosRun{at: max(at, 1), due: make(chan struct{}), end: make(chan struct{}), result: &chaosResult{}}
+	c.wg.Go(func() {
+		select {
+		case <-c.due:
+		case <-c.end:
+			select {
+			case <-c.due: // due just before the end: fail over all the same
+			default:
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+		c.result.AtOrder = c.at
+		began := time.Now()
+		defer func() { c.result.Took = orders.Duration(time.Since(began)) }()
+		masters, err := cluster.Masters(ctx)
+		if err != nil || len(masters) == 0 {
+			c.result.Err = fmt.Sprintf("finding a master: %v", err)
+			return
+		}
+		c.result.Master = masters[0].Addr
+		prog.logf("chaos: failing master %s over to its replica", c.result.Master)
+		promoted, err := cluster.Failover(ctx, c.result.Master)
+		if err != nil {
+			c.result.Err = err.Error()
+			prog.logf("chaos: failover of %s failed: %v", c.result.Master, err)
+			return
+		}
+		c.result.Promoted = promoted
+		prog.logf("chaos: %s now serves the slots of %s (%v)", promoted, c.result.Master, time.Since(began).Round(time.Millisecond))
+	})
+	return c
+}
+
+// reached tells c that n orders are done. A nil c (no --chaos) ignores it.
+func (c *chaosRun) reached(n int64) {
+	if c != nil && n >= c.at {
+		c.dueOnce.Do(func() { close(c.due) })
+	}
+}
+
+// wait lets a failover under way finish, and returns what it did.
+func (c *chaosRun) wait() *chaosResult {
+	if c == nil {
+		return nil
+	}
+	close(c.end)
+	c.wg.Wait()
+	return c.result
+}

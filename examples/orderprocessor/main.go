@@ -1,0 +1,222 @@
+// Command orderprocessor is a small batch order processor on Redis Cluster:
+// a starting point to copy. Each order locks every SKU of its basket at
+// once with batchlock, checks the stock of every line, and takes the units
+// of every line or of none. Orders run concurrently; those that share SKUs
+// wait for each other, and stock is never oversold.
+//
+//	go run ./examples/orderprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
+//
+// or with BATCHLOCK_CLUSTER_ADDRS set instead of --addrs. It writes keys
+// under example:orderprocessor: and deletes them at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+const keyPrefix = "example:orderprocessor:stock:"
+
+// order is a customer order: units wanted per SKU.
+type order struct {
+	id    string
+	lines map[string]int64
+}
+
+// Orders 1001, 1002 and 1004 want 12 apples of 8: one of them, depending
+// on which come first, is rejected whole.
+var orders = []order{
+	{"1001", map[string]int64{"apple": 3, "pear": 1, "plum": 2}},
+	{"1002", map[string]int64{"apple": 4, "fig": 1}},
+	{"1003", map[string]int64{"pear": 2, "plum": 2, "fig": 2, "kiwi": 1}},
+	{"1004", map[string]int64{"apple": 5}},
+	{"1005", map[string]int64{"kiwi": 2, "fig": 1}},
+}
+
+var initialStock = map[string]int64{"apple": 8, "pear": 5, "plum": 4, "fig": 4, "kiwi": 3}
+
+// take is the fenced write: it decrements one SKU's units, unless a holder
+// with a newer fencing token has already written the SKU. A holder whose
+// lock was lost (paused past its lease, say) while another took the SKU
+// over then cannot write: its token is older than the one stored.
+var take = redis.NewScript(`
+local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < seen then
+  return redis.error_reply('STALE fencing token ' .. ARGV[1] .. ' < ' .. seen)
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))
+`)
+
+var errOutOfStock = errors.New("out of stock")
+
+func main() {
+	addrs := flag.String("addrs", os.Getenv("BATCHLOCK_CLUSTER_ADDRS"), "cluster seeds, comma-separated")
+	flag.Parse()
+	if *addrs == "" {
+		log.Fatal("pass --addrs host:port,... or set BATCHLOCK_CLUSTER_ADDRS")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := run(ctx, strings.Split(*addrs, ",")); err != nil {
+		log.Print(err)
+		cancel()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, addrs []string) error {
+	// Short timeouts and a frequent topology refresh let calls return on
+	// time, and recover within a second or two, when a master fails over:
+	// go-redis defaults (5s timeouts, topology reloaded every minute) take
+	// much longer. ContextTimeoutEnabled makes calls honour ctx deadlines.
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                      addrs,
+		DialTimeout:                time.Second,
+		ReadTimeout:                time.Second,
+		WriteTimeout:               time.Second,
+		ContextTimeoutEnabled:      true,
+		MaxRedirects:               8,
+		ClusterStateReloadInterval: time.Second,
+	})
+	defer rdb.Close()
+
+	// One batchlock Client per process: it runs the watchdog that renews
+	// leases, and the pub/sub connections that wake waiters.
+	locks, err := batchlock.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
+
+	if err := setUp(ctx, rdb); err != nil {
+		return err
+	}
+	defer cleanUp(rdb)
+
+	var g errgroup.Group
+	for _, o := range orders {
+		g.Go(func() error {
+			err := process(ctx, locks, rdb, o)
+			switch {
+			case errors.Is(err, errOutOfStock):
+				fmt.Printf("order %s rejected: %v\n", o.id, err)
+			case err != nil:
+				return fmt.Errorf("order %s: %w", o.id, err)
+			default:
+				fmt.Printf("order %s accepted\n", o.id)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return report(ctx, rdb)
+}
+
+// process takes one order: all its lines, or none.
+func process(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterClient, o order) error {
+	keys := make([]string, 0, len(o.lines))
+	for sku := range o.lines {
+		keys = append(keys, keyPrefix+sku)
+	}
+
+	// Do locks every key at once (one round trip per master, whatever the
+	// number of keys), waits while other orders hold some of them, and
+	// always unlocks. The owner "order-<id>" makes the lock reentrant for
+	// this order: code called inside Do (with its ctx, which carries the
+	// owner) may lock the same keys again without deadlocking with itself.
+	return locks.Do(ctx, keys, func(ctx context.Context) error {
+		// A reentrant Lock on keys Do already holds returns at once, with
+		// the fencing tokens of Do's ownership: what the writes below need.
+		// Its Unlock gives back only its own hold; it must run even when
+		// ctx is cancelled, or that hold would wait for its lease.
+		l, err := locks.Lock(ctx, keys)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = l.Unlock(context.WithoutCancel(ctx)) }()
+
+		// Read every line's stock in one pipeline: one round trip per master.
+		pipe := rdb.Pipeline()
+		units := make(map[string]*redis.StringCmd, len(keys))
+		for sku := range o.lines {
+			units[sku] = pipe.HGet(ctx, keyPrefix+sku, "units")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("reading stock: %w", err)
+		}
+		for sku, want := range o.lines {
+			have, err := units[sku].Int64()
+			if err != nil {
+				return fmt.Errorf("reading stock of %s: %w", sku, err)
+			}
+			if have < want {
+				return fmt.Errorf("%w: %d %s wanted, %d left", errOutOfStock, want, sku, have)
+			}
+		}
+
+		// Every line is in stock, and no other order can change that while
+		// we hold the lock: take the units, each write carrying its key's
+		// fencing token. If the lock is lost meanwhile, ctx is cancelled.
+		// The writes go to several masters and are not atomic together: a
+		// production processor makes them idempotent (remember the order
+		// id per SKU) so that it can retry them after a failover.
+		pipe = rdb.Pipeline()
+		for sku, want := range o.lines {
+			key := keyPrefix + sku
+			take.EvalSha(ctx, pipe, []string{key}, l.Token(key), want)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("taking stock: %w", err)
+		}
+		return nil
+	}, batchlock.WithOwner("order-"+o.id))
+}
+
+func setUp(ctx context.Context, rdb *redis.ClusterClient) error {
+	// The fencing script must be known to every master before it is
+	// pipelined: in a pipeline, EVALSHA cannot fall back to EVAL.
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return take.Load(ctx, node).Err()
+	}); err != nil {
+		return fmt.Errorf("loading the script: %w", err)
+	}
+	pipe := rdb.Pipeline()
+	for sku, n := range initialStock {
+		pipe.HSet(ctx, keyPrefix+sku, "units", n, "fence", 0)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+func report(ctx context.Context, rdb *redis.ClusterClient) error {
+	for sku, n := range initialStock {
+		left, err := rdb.HGet(ctx, keyPrefix+sku, "units").Int64()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%-6s %d of %d left\n", sku, left, n)
+	}
+	return nil
+}
+
+func cleanUp(rdb *redis.ClusterClient) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for sku := range initialStock {
+		rdb.Del(ctx, keyPrefix+sku)
+	}
+}

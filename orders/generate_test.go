@@ -1,0 +1,138 @@
+package orders
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/hashtag"
+)
+
+func genConfig() GenConfig {
+	return GenConfig{SKUs: 500, Orders: 400, MaxBasket: 60, MaxQty: 4, HotSKUs: 10, HotShare: 0.1, Seed: 7}
+}
+
+func TestGenerateIsDeterministicPerSeed(t *testing.T) {
+	a, err := Generate(genConfig())
+	require.NoError(t, err)
+	b, err := Generate(genConfig())
+	require.NoError(t, err)
+	assert.Equal(t, a, b, "same seed, same orders")
+
+	other := genConfig()
+	other.Seed = 8
+	c, err := Generate(other)
+	require.NoError(t, err)
+	assert.NotEqual(t, a, c, "another seed, other orders")
+}
+
+func TestGenerateBasketsWithinBounds(t *testing.T) {
+	cfg := genConfig()
+	orders, err := Generate(cfg)
+	require.NoError(t, err)
+	require.Len(t, orders, cfg.Orders)
+
+	ids := map[string]bool{}
+	sizes := map[int]int{}
+	for _, o := range orders {
+		require.False(t, ids[o.ID], "order id %s twice", o.ID)
+		ids[o.ID] = true
+		require.NotEmpty(t, o.Lines, o.ID)
+		require.LessOrEqual(t, len(o.Lines), cfg.MaxBasket, o.ID)
+		sizes[len(o.Lines)]++
+		skus := map[string]bool{}
+		for _, l := range o.Lines {
+			require.False(t, skus[l.SKU], "order %s has %s twice", o.ID, l.SKU)
+			skus[l.SKU] = true
+			require.True(t, l.Qty >= 1 && l.Qty <= cfg.MaxQty, "order %s: qty %d", o.ID, l.Qty)
+			require.True(t, strings.HasPrefix(l.SKU, "sku-"), l.SKU)
+		}
+	}
+	assert.Greater(t, sizes[1], 0, "some orders have a single line")
+	big := 0
+	for n, c := range sizes {
+		if n > cfg.MaxBasket/2 {
+			big += c
+		}
+	}
+	assert.Greater(t, big, 0, "some baskets are large")
+}
+
+func TestGenerateHotSKUsContend(t *testing.T) {
+	cfg := genConfig()
+	orders, err := Generate(cfg)
+	require.NoError(t, err)
+	hot := map[string]bool{}
+	for i := range cfg.HotSKUs {
+		hot[SKU(i)] = true
+	}
+	perSKU := map[string]int{}
+	lines := 0
+	for _, o := range orders {
+		for _, l := range o.Lines {
+			perSKU[l.SKU]++
+			lines++
+		}
+	}
+	hotLines := 0
+	for sku := range hot {
+		hotLines += perSKU[sku]
+	}
+	// Uniform picks alone would give hot SKUs 10/500 of the lines (2%);
+	// a 10% hot share gives them about 12%.
+	assert.Greater(t, float64(hotLines)/float64(lines), 0.08)
+	assert.Less(t, float64(hotLines)/float64(lines), 0.16)
+}
+
+func TestGenerateSpreadsOverSlots(t *testing.T) {
+	cfg := genConfig()
+	orders, err := Generate(cfg)
+	require.NoError(t, err)
+	stock := NewStock(nil, "demo:run1:", Catalogue(cfg.SKUs), 10)
+	// The three masters of a six-node cluster serve a third of the slots
+	// each: a catalogue must land on all of them, and evenly.
+	var thirds [3]int
+	for _, o := range orders {
+		for _, k := range stock.Keys(o) {
+			_, tagged := hashtag.Tag(k)
+			require.False(t, tagged, "%s has a hash tag: it would pin SKUs to one slot", k)
+			thirds[hashtag.Slot(k)*3/hashtag.SlotCount]++
+		}
+	}
+	total := thirds[0] + thirds[1] + thirds[2]
+	for i, n := range thirds {
+		assert.InDelta(t, 1.0/3, float64(n)/float64(total), 0.06, "share of lines on master %d", i)
+	}
+}
+
+func TestGenerateBasketNeverExceedsCatalogue(t *testing.T) {
+	orders, err := Generate(GenConfig{SKUs: 3, Orders: 50, MaxBasket: 10, MaxQty: 1, HotSKUs: 3, HotShare: 1, Seed: 1})
+	require.NoError(t, err)
+	for _, o := range orders {
+		require.LessOrEqual(t, len(o.Lines), 3)
+	}
+}
+
+func TestGenConfigValidate(t *testing.T) {
+	for name, tc := range map[string]struct {
+		change func(*GenConfig)
+		want   string
+	}{
+		"no SKUs":       {func(c *GenConfig) { c.SKUs = 0 }, "0 SKUs"},
+		"empty basket":  {func(c *GenConfig) { c.MaxBasket = 0 }, "basket of at most 0"},
+		"zero qty":      {func(c *GenConfig) { c.MaxQty = 0 }, "quantity of at most 0"},
+		"too many hot":  {func(c *GenConfig) { c.HotSKUs = 501 }, "501 hot SKUs out of 500"},
+		"share above 1": {func(c *GenConfig) { c.HotShare = 1.5 }, "hot share 1.5"},
+		"negative":      {func(c *GenConfig) { c.Orders = -1 }, "-1 orders"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := genConfig()
+			tc.change(&cfg)
+			_, err := Generate(cfg)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

@@ -1,0 +1,200 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// Processor takes one order: it checks stock for every line, then either
+// decrements every line or rejects the order.
+type Processor interface {
+	Process(ctx context.Context, o Order) (Outcome, error)
+}
+
+// Outcome is what became of one order.
+type Outcome struct {
+	// Accepted: every line was applied. Without an error and not accepted,
+	// the order was rejected, some line being short of stock, and nothing
+	// was written.
+	Accepted bool
+	// LockWait is the time from asking for the basket's lock to holding it.
+	LockWait time.Duration
+	// Locked: LockWait was measured (the order was processed under a lock).
+	Locked bool
+	// Written, with an error: some lines may have been applied, so the order
+	// must not be tried again and the audit may find it half-applied.
+	// Without it, an error left stock untouched and a retry is safe.
+	Written bool
+}
+
+// Locked processes orders under a batchlock lock on their whole basket.
+type Locked struct {
+	Locker *batchlock.Client
+	Stock  *Stock
+	// Think is a pause between reading stock and writing it, standing for
+	// the work a real processor does there (pricing, payment).
+	Think time.Duration
+}
+
+// writeAttempts bounds the retries of an order's writes while its lock is
+// held: enough to ride out a failover within the lock's lease.
+const writeAttempts = 30
+
+// Process implements Processor. The order's lock is owned by "order-"+ID.
+//
+// It uses Lock and Unlock rather than Client.Do because the writes need
+// the lock's fencing tokens, which Do does not hand to its function.
+func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
+	keys := p.Stock.Keys(o)
+	asked := time.Now()
+	l, err := p.Locker.Lock(ctx, keys, batchlock.WithOwner("order-"+o.ID))
+	if err != nil {
+		return Outcome{}, fmt.Errorf("locking %d SKUs: %w", len(keys), err)
+	}
+	wait := time.Since(asked)
+
+	// Work stops the moment the lock is lost: past that point another
+	// order may be writing the same SKUs.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-l.Done():
+			cancel(l.Err())
+		case <-ctx.Done():
+		}
+	}()
+	defer func() {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer ucancel()
+		// A failed unlock leaves the keys to their lease: the order's
+		// outcome stands.
+		_ = l.Unlock(uctx)
+	}()
+
+	tokens := make([]int64, len(o.Lines))
+	for i := range tokens {
+		tokens[i] = l.Token(keys[i])
+	}
+	out, err := p.Stock.Fulfil(ctx, o, tokens, p.Think, true)
+	out.LockWait, out.Locked = wait, true
+	return out, err
+}
+
+// Unlocked processes orders with the same read, check and write as Locked,
+// but no lock: orders that read a SKU before either writes it both take
+// the same units. This is the oversell batchlock prevents. Writes are not
+// retried.
+type Unlocked struct {
+	Stock *Stock
+	Think time.Duration // as in Locked
+}
+
+// Process implements Processor.
+func (p *Unlocked) Process(ctx context.Context, o Order) (Outcome, error) {
+	return p.Stock.Fulfil(ctx, o, nil, p.Think, false)
+}
+
+// Fulfil is an order's work once its basket is locked (or not): it reads
+// the stock of every line in one pipeline, rejects the order when a line
+// is short, pauses for think, and applies every line. tokens, when not
+// nil, are the lines' fencing tokens: a SKU already written with a newer
+// one refuses the order (ErrFenced). locked says that no other order
+// writes these SKUs meanwhile, which makes failed writes safe to retry;
+// without it they are not retried, since a retry cannot tell whether the
+// first write was applied. Processors on other lock libraries call it
+// between their lock and unlock.
+func (s *Stock) Fulfil(ctx context.Context, o Order, tokens []int64, think time.Duration, locked bool) (Outcome, error) {
+	var out Outcome
+	levels, err := s.read(ctx, o)
+	if err != nil {
+		return out, err
+	}
+	if tokens == nil {
+		tokens = make([]int64, len(o.Lines))
+	}
+	for i, lv := range levels {
+		if tokens[i] > 0 && tokens[i] < lv.fence {
+			// Nothing written yet: the order can be retried under a new lock.
+			return out, fmt.Errorf("%w: %s was written with token %d, this lock has %d",
+				ErrFenced, o.Lines[i].SKU, lv.fence, tokens[i])
+		}
+	}
+	if !inStock(o, levels) {
+		return out, nil
+	}
+	if err := pauseFor(ctx, think); err != nil {
+		return out, err
+	}
+
+	out.Written = true
+	pending := make([]int, len(o.Lines))
+	for i := range pending {
+		pending[i] = i
+	}
+	attempts := 1
+	if locked {
+		attempts = writeAttempts
+	}
+	for attempt := 0; ; attempt++ {
+		errs := s.apply(ctx, o, pending, tokens)
+		var again []int
+		var last error
+		for j, err := range errs {
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, ErrFenced) {
+				return out, err
+			}
+			again, last = append(again, pending[j]), err
+		}
+		if len(again) == 0 {
+			out.Accepted = true
+			return out, nil
+		}
+		if attempt+1 >= attempts || ctx.Err() != nil {
+			return out, fmt.Errorf("writing %d of %d lines: %w", len(again), len(o.Lines), errors.Join(last, context.Cause(ctx)))
+		}
+		if err := pause(ctx, attempt); err != nil {
+			return out, fmt.Errorf("writing %d of %d lines: %w", len(again), len(o.Lines), err)
+		}
+		pending = again
+	}
+}
+
+func inStock(o Order, levels []level) bool {
+	for i, l := range o.Lines {
+		if levels[i].units < l.Qty {
+			return false
+		}
+	}
+	return true
+}
+
+// pauseFor waits d, or until ctx is done.
+func pauseFor(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// pause waits before retry number attempt+1: exponential from 10ms, capped
+// at 500ms, jittered.
+func pause(ctx context.Context, attempt int) error {
+	d := min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond)
+	return pauseFor(ctx, d/2+rand.N(d/2+1))
+}

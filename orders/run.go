@@ -1,0 +1,138 @@
+package orders
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// RunConfig says how to process a list of orders.
+type RunConfig struct {
+	Workers int // orders processed at once; at least 1
+	// Attempts per order for errors that left stock untouched (a lock not
+	// obtained, a read that failed during a failover). Default 5.
+	Attempts int
+	// OrderTimeout bounds one attempt at an order, lock wait included.
+	// Default 30s.
+	OrderTimeout time.Duration
+	// Done, when set, is called after each order, from the worker that
+	// processed it.
+	Done func()
+}
+
+// Result is what a run did.
+type Result struct {
+	Orders   int // orders taken up (fewer than given when the run was cancelled)
+	Accepted int
+	Rejected int // short of stock, nothing written
+	Errors   int // failed after every attempt, nothing written
+	Unknown  int // failed with some lines perhaps written
+	Retries  int // attempts beyond the first
+	// SoldBySKU sums the lines of accepted orders: what the business sold,
+	// which the audit compares with Redis.
+	SoldBySKU map[string]int64
+	// LockWaits of every lock obtained.
+	LockWaits []time.Duration
+	// FirstErrors keeps the first few errors that ended an order, and
+	// FirstRetried the first few that made one be tried again, for the
+	// report.
+	FirstErrors  []string
+	FirstRetried []string
+	Elapsed      time.Duration
+}
+
+const keptErrors = 5
+
+// Run processes orders with p on cfg.Workers goroutines until all are done
+// or ctx ends, and returns once every worker has stopped.
+func Run(ctx context.Context, p Processor, orders []Order, cfg RunConfig) Result {
+	if cfg.Workers < 1 {
+		cfg.Workers = 1
+	}
+	if cfg.Attempts < 1 {
+		cfg.Attempts = 5
+	}
+	if cfg.OrderTimeout <= 0 {
+		cfg.OrderTimeout = 30 * time.Second
+	}
+	var (
+		mu  sync.Mutex
+		res = Result{SoldBySKU: make(map[string]int64)}
+	)
+	record := func(o Order, out Outcome, err error, retried []error) {
+		mu.Lock()
+		defer mu.Unlock()
+		res.Orders++
+		res.Retries += len(retried)
+		for _, e := range retried {
+			if len(res.FirstRetried) < keptErrors {
+				res.FirstRetried = append(res.FirstRetried, "order "+o.ID+": "+e.Error())
+			}
+		}
+		if out.Locked {
+			res.LockWaits = append(res.LockWaits, out.LockWait)
+		}
+		switch {
+		case err != nil && out.Written:
+			res.Unknown++
+		case err != nil:
+			res.Errors++
+		case out.Accepted:
+			res.Accepted++
+			for _, l := range o.Lines {
+				res.SoldBySKU[l.SKU] += l.Qty
+			}
+		default:
+			res.Rejected++
+		}
+		if err != nil && len(res.FirstErrors) < keptErrors {
+			res.FirstErrors = append(res.FirstErrors, "order "+o.ID+": "+err.Error())
+		}
+	}
+
+	start := time.Now()
+	jobs := make(chan Order)
+	var wg sync.WaitGroup
+	for range cfg.Workers {
+		wg.Go(func() {
+			for o := range jobs {
+				out, retried, err := processOne(ctx, p, o, cfg)
+				record(o, out, err, retried)
+				if cfg.Done != nil {
+					cfg.Done()
+				}
+			}
+		})
+	}
+feed:
+	for _, o := range orders {
+		select {
+		case jobs <- o:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	return res
+}
+
+// processOne tries o until it succeeds, fails after writing, runs out of
+// attempts or ctx ends. It returns the last outcome, the errors of the
+// attempts that were followed by another, and the last error.
+func processOne(ctx context.Context, p Processor, o Order, cfg RunConfig) (Outcome, []error, error) {
+	var retried []error
+	for attempt := 0; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
+		out, err := p.Process(octx, o)
+		cancel()
+		if err == nil || out.Written || attempt+1 >= cfg.Attempts || ctx.Err() != nil {
+			return out, retried, err
+		}
+		if pause(ctx, attempt) != nil {
+			return out, retried, err
+		}
+		retried = append(retried, err)
+	}
+}
