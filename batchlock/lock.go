@@ -26,7 +26,7 @@ type Lock struct {
 	expiry     *time.Timer // fires when validUntil is near and unconfirmed
 	err        error       // nil while held
 	done       chan struct{}
-	onLoss     []func(error)
+	onEnd      []func(error)
 }
 
 func newLock(c *Client, owner string, keys []string, groups []group, lease time.Duration, renew bool) *Lock {
@@ -208,8 +208,8 @@ func (l *Lock) finish(err error) bool {
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
-	hooks := l.onLoss
-	l.onLoss = nil
+	hooks := l.onEnd
+	l.onEnd = nil
 	l.mu.Unlock()
 	for _, f := range hooks {
 		f(err)
@@ -228,6 +228,6 @@ func (l *Lock) whenDone(f func(error)) {
 		return
 	default:
 	}
-	l.onLoss = append(l.onLoss, f)
+	l.onEnd = append(l.onEnd, f)
 	l.mu.Unlock()
 }

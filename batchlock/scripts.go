@@ -19,9 +19,9 @@ var (
 	extendScript  = redis.NewScript(extendSource)
 )
 
-// Replies of acquire.lua.
+// Replies of acquire.lua; any other (-1: the hold was cancelled) leaves the
+// group's outcome unknown.
 const (
-	acquireGranted   = 1
-	acquireRefused   = 0
-	acquireCancelled = -1
+	acquireGranted = 1
+	acquireRefused = 0
 )
