@@ -29,6 +29,7 @@ test: deps
 
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # Under CI=true a missing daemon fails here; elsewhere the suite skips loudly.
 test-docker:

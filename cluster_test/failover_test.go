@@ -302,14 +302,34 @@ func (o *orderLoad) work(w int) {
 		err := lk.Do(ctx, basket, func(ctx context.Context) error {
 			ran = true
 			start := time.Now()
+			// A lost lock's section ends when the holder is told, even when
+			// this function notices only later (a token read stuck on a
+			// failing node): the promise is to tell it before anyone else
+			// can take the keys.
+			var told sync.Mutex
+			var lostAt time.Time
+			stopWatch := context.AfterFunc(ctx, func() {
+				if errors.Is(context.Cause(ctx), batchlock.ErrLockLost) {
+					told.Lock()
+					lostAt = time.Now()
+					told.Unlock()
+				}
+			})
+			defer stopWatch()
 			tokens := o.tokens(ctx, rdb, owner, basket)
 			t := time.NewTimer(hold)
 			select {
 			case <-t.C:
-			case <-ctx.Done(): // lost: the section ends when the holder hears of it
+			case <-ctx.Done():
 				t.Stop()
 			}
-			o.chk.record(section{Owner: owner, Keys: basket, Tokens: tokens, Start: start, End: time.Now()})
+			end := time.Now()
+			told.Lock()
+			if !lostAt.IsZero() && lostAt.Before(end) {
+				end = lostAt
+			}
+			told.Unlock()
+			o.chk.record(section{Owner: owner, Keys: basket, Tokens: tokens, Start: start, End: end})
 			if len(tokens) < len(basket) {
 				o.mu.Lock()
 				o.noTokens++
