@@ -133,8 +133,6 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 				after = append(after, l.groups[w.held+i])
 			}
 		}
-		// Keys found without the hold are fine here: a release retried after
-		// a lost reply finds its own earlier work done.
 		if _, err := c.release(ctx, l, after, nil); err != nil {
 			c.rollback(ctx, l, w.held, outcome)
 			return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
@@ -319,8 +317,8 @@ func (c *Client) rollback(ctx context.Context, l *Lock, held int, last acquireOu
 	_, _ = c.release(ctx, l, groups, unknown)
 }
 
-// release drops l's hold from groups, and returns the lock keys that did not
-// carry it. unknown marks (by index in groups) the groups whose hold must also
+// release drops l's hold from groups, and returns the lock keys that another
+// owner holds. unknown marks (by index in groups) the groups whose hold must also
 // be recorded as cancelled.
 func (c *Client) release(ctx context.Context, l *Lock, groups []group, unknown map[int]bool) ([]string, error) {
 	if len(groups) == 0 {
@@ -335,7 +333,7 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, unknown m
 		}
 		keys := make([]string, 0, len(g.keys)+1)
 		keys = append(append(keys, g.cancelKey), g.keys...)
-		calls[i] = &call{keys: keys, args: []any{l.hold, cancelled, remember}}
+		calls[i] = &call{keys: keys, args: []any{l.owner, l.hold, cancelled, remember}}
 	}
 	c.run(ctx, releaseScript, calls, replicaAck{})
 	return collectKeys(calls, "release")

@@ -112,32 +112,32 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Unlock releases the lock's holds on all its keys; a key with no hold left
 // is deleted and its waiters are woken. It returns an error wrapping
-// ErrNotHeld when the lock was already released, or when some keys no longer
-// carried its hold (the lock had been lost); the other keys are released all
-// the same. When Unlock fails on the network, the lock is no longer renewed
-// and its keys are freed when their lease runs out.
+// ErrNotHeld when the lock was already released, when it had been lost, or
+// when another owner holds some of its keys; the other keys are released all
+// the same. A key found gone is not reported: a release that the redis client
+// ran twice finds the same, and the watchdog reports such a loss. When Unlock
+// fails on the network, the lock is no longer renewed and its keys are freed
+// when their lease runs out.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
-	select {
-	case <-l.done:
-		if l.err == ErrNotHeld {
-			l.mu.Unlock()
-			return fmt.Errorf("%w: already released", ErrNotHeld)
-		}
-	default:
-	}
+	lost := l.err
 	l.mu.Unlock()
+	if lost == ErrNotHeld {
+		return fmt.Errorf("%w: already released", ErrNotHeld)
+	}
 	l.c.watchdog.remove(l)
 
-	missing, err := l.c.release(ctx, l, l.groups, nil)
+	taken, err := l.c.release(ctx, l, l.groups, nil)
 	held := time.Since(l.acquiredAt)
 	l.finish(ErrNotHeld)
 	l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held, Err: err})
-	if err != nil {
+	switch {
+	case err != nil:
 		return fmt.Errorf("batchlock: unlock: %w", err)
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %d of %d keys were no longer held, such as %q", ErrNotHeld, len(missing), len(l.keys), missing[0])
+	case len(taken) > 0:
+		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.userKeys(taken)[0])
+	case lost != nil:
+		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
 	}
 	return nil
 }

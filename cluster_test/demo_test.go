@@ -231,8 +231,12 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 	assert.Len(t, left, 1)
 	assert.Contains(t, left, "sku:3")
 
-	assert.ErrorIs(t, again.Unlock(ctx), batchlock.ErrNotHeld, "its key was released behind its back")
-	assert.ErrorIs(t, l.Unlock(ctx), batchlock.ErrNotHeld)
+	// A key deleted behind a holder's back looks, to its Unlock, like one it
+	// released itself (a release retried by the client finds the same), so
+	// Unlock reports only keys another owner holds; the watchdog reports the
+	// loss. Here nobody holds them any more.
+	assert.NoError(t, again.Unlock(ctx))
+	assert.NoError(t, l.Unlock(ctx))
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
 

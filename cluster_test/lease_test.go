@@ -248,7 +248,8 @@ func TestHandoffWhenLeaseRunsOut(t *testing.T) {
 
 func TestCloseReportsRenewedLocksLost(t *testing.T) {
 	rdb := newClient(t)
-	c, err := batchlock.New(rdb, batchlock.WithPrefix(testPrefix(t)))
+	prefix := testPrefix(t)
+	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
 	require.NoError(t, err)
 	ctx := ctxTimeout(t, 30*time.Second)
 	renewed, err := c.Lock(ctx, []string{"c1"})
@@ -265,5 +266,6 @@ func TestCloseReportsRenewedLocksLost(t *testing.T) {
 	_, err = c.Lock(ctx, []string{"c3"})
 	assert.ErrorIs(t, err, batchlock.ErrClosed)
 	require.NoError(t, fixed.Unlock(ctx), "Unlock works after Close")
-	require.NoError(t, renewed.Unlock(ctx))
+	assert.ErrorIs(t, renewed.Unlock(ctx), batchlock.ErrClosed, "Unlock of a lock reported lost says why")
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix), "and releases its keys all the same")
 }
