@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/backoff"
 )
 
 // Lock takes every key for the caller, waiting while other owners hold some
@@ -179,7 +181,7 @@ type waiting struct {
 // whichever comes first. Meanwhile it renews the groups already held a third
 // of a lease after their oldest lease started, however the wait is cut up.
 func (c *Client) pause(ctx context.Context, l *Lock, w *waiting, blockerLease time.Duration) error {
-	d := backoff(w.attempt, time.Millisecond, c.cfg.pollMax)
+	d := backoff.Jittered(w.attempt, time.Millisecond, c.cfg.pollMax)
 	if w.sub.active() {
 		// Woken by messages, polling is only the safety net for a lost one.
 		d = c.cfg.pollMax

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/internal/backoff"
 )
 
 const (
@@ -58,7 +59,7 @@ func (c *Client) run(ctx context.Context, script *redis.Script, calls []*call, a
 		if c.cluster {
 			c.rdb.(*redis.ClusterClient).ReloadState(ctx)
 		}
-		if sleep(ctx, backoff(attempt, retryBase, retryMax)) != nil {
+		if backoff.Sleep(ctx, backoff.Jittered(attempt, retryBase, retryMax)) != nil {
 			return
 		}
 		pending = again
@@ -167,25 +168,4 @@ func retryable(err error) bool {
 	var netErr net.Error
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr) ||
 		strings.Contains(err.Error(), "connection pool timeout")
-}
-
-// backoff is a capped exponential pause with full jitter, so that clients that
-// failed together do not retry together.
-func backoff(attempt int, base, max time.Duration) time.Duration {
-	d := base << min(attempt, 20)
-	if d <= 0 || d > max {
-		d = max
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

@@ -163,15 +163,6 @@ func TestConflictError(t *testing.T) {
 	assert.Len(t, ce.Keys, 7)
 }
 
-func TestBackoffStaysInBounds(t *testing.T) {
-	for attempt := 0; attempt < 70; attempt++ {
-		d := backoff(attempt, time.Millisecond, time.Second)
-		assert.GreaterOrEqual(t, d, time.Duration(0))
-		assert.LessOrEqual(t, d, time.Second)
-	}
-	assert.GreaterOrEqual(t, backoff(40, time.Millisecond, time.Second), 500*time.Millisecond, "a late attempt waits at least half the cap")
-}
-
 func TestRetryable(t *testing.T) {
 	for _, tc := range []struct {
 		err  error

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/backoff"
 )
 
 // Processor takes one order: it checks stock for every line, then either
@@ -128,7 +128,7 @@ func (s *Stock) Fulfil(ctx context.Context, o Order, tokens []int64, think time.
 	if !inStock(o, levels) {
 		return out, nil
 	}
-	if err := pauseFor(ctx, think); err != nil {
+	if err := backoff.Sleep(ctx, think); err != nil {
 		return out, err
 	}
 
@@ -177,24 +177,8 @@ func inStock(o Order, levels []level) bool {
 	return true
 }
 
-// pauseFor waits d, or until ctx is done.
-func pauseFor(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
 // pause waits before retry number attempt+1: exponential from 10ms, capped
 // at 500ms, jittered.
 func pause(ctx context.Context, attempt int) error {
-	d := min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond)
-	return pauseFor(ctx, d/2+rand.N(d/2+1))
+	return backoff.Sleep(ctx, backoff.Jittered(attempt, 10*time.Millisecond, 500*time.Millisecond))
 }

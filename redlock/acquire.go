@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/backoff"
 )
 
 // Lock takes every key on a majority of the deployments, trying again after
@@ -51,7 +51,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []batchlock.LockO
 		if err == nil || !wait || errors.Is(err, batchlock.ErrInvalid) || errors.Is(err, batchlock.ErrClosed) {
 			return l, err
 		}
-		if cause := sleep(ctx, backoff(attempt)); cause != nil {
+		if cause := backoff.Sleep(ctx, backoff.Jittered(attempt, retryBase, retryMax)); cause != nil {
 			return nil, fmt.Errorf("%w; gave up waiting: %w", err, cause)
 		}
 	}
@@ -123,24 +123,4 @@ func notObtained(granted int, errs []error) error {
 		args[3] = &batchlock.ConflictError{Keys: slices.Compact(held)}
 	}
 	return fmt.Errorf(format, args...)
-}
-
-// backoff is a capped exponential pause with full jitter.
-func backoff(attempt int) time.Duration {
-	d := retryBase << min(attempt, 20)
-	if d > retryMax {
-		d = retryMax
-	}
-	return d/2 + mrand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

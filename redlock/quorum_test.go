@@ -47,15 +47,6 @@ func TestValidity(t *testing.T) {
 	}
 }
 
-func TestBackoffIsJitteredAndCapped(t *testing.T) {
-	for range 100 {
-		d := backoff(0)
-		require.True(t, d >= retryBase/2 && d <= retryBase, "first pause %v", d)
-		d = backoff(1000)
-		require.True(t, d >= retryMax/2 && d <= retryMax, "capped pause %v", d)
-	}
-}
-
 func TestNotObtainedExplainsTheRefusal(t *testing.T) {
 	timeout := context.DeadlineExceeded
 	err := notObtained(1, []error{
