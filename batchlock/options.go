@@ -151,6 +151,11 @@ func WithTTL(d time.Duration) LockOption {
 // only its own holds. Default: the owner set with ContextWithOwner on the
 // call's context, or else a fresh random id, which makes the lock exclusive
 // even against other goroutines of the same process.
+//
+// An owner id names one holder: give a retry after a failed call an id of its
+// own. The rollback of a failed call may not have reached a master that was
+// failing; a call under the same owner would join the holds it left and keep
+// them alive, where a fresh owner waits at most one lease for them.
 func WithOwner(owner string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.owner, c.ownerSet = owner, true })
 }

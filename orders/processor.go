@@ -2,6 +2,8 @@ package orders
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -45,14 +47,19 @@ type Locked struct {
 // held: enough to ride out a failover within the lock's lease.
 const writeAttempts = 30
 
-// Process implements Processor. The order's lock is owned by "order-"+ID.
+// Process implements Processor. The order's lock is owned by "order-"+ID
+// and a random suffix per attempt: a retry must not join the holds that a
+// failed attempt's rollback could not release (a master failing over), or
+// it would keep them alive and block other orders.
 //
 // It uses Lock and Unlock rather than Client.Do because the writes need
 // the lock's fencing tokens, which Do does not hand to its function.
 func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
 	keys := p.Stock.Keys(o)
 	asked := time.Now()
-	l, err := p.Locker.Lock(ctx, keys, batchlock.WithOwner("order-"+o.ID))
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	l, err := p.Locker.Lock(ctx, keys, batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))
 	if err != nil {
 		return Outcome{}, fmt.Errorf("locking %d SKUs: %w", len(keys), err)
 	}
