@@ -1,5 +1,5 @@
-# make test runs everything CI runs: deps, vet, unit tests, then the
-# integration suite on the docker backend and on the process backend.
+# make test runs everything CI runs: deps, vet, unit tests, the integration
+# suite on the docker backend and on the process backend, then a short soak.
 SHELL := bash
 GO    ?= go
 
@@ -9,13 +9,20 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 
 # Every package but the integration suite, whoever added it.
 UNIT_PKGS    = $$($(GO) list ./... | grep -v /cluster_test)
-CLUSTER_TEST = $(GO) test -count=1 -timeout 15m ./cluster_test/...
+CLUSTER_TEST = $(GO) test -count=1 -timeout 15m -skip '^TestSoak$$' ./cluster_test/...
+# The randomized fault soak: SOAK is its length, SEED replays a schedule,
+# SOAK_BACKEND picks the backend (default: as for the suite).
+SOAK        ?= 10m
+SEED        ?=
+SOAK_BACKEND ?=
+SOAK_LOG    ?= $${TMPDIR:-/tmp}/batchlock-soak.log
+TEST_SOAK   ?= 60s
 COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "docker compose"; \
                  elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi)
 COMPOSE_RUN  = $(COMPOSE) -f docker/docker-compose.yml -p batchlock-dev
 DEV_ADDRS    = 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
 
-.PHONY: deps test test-unit test-docker test-process test-external image bench demo \
+.PHONY: deps test test-unit test-docker test-process test-external test-soak soak image bench demo \
         cluster-up cluster-down clean-containers
 
 deps:
@@ -26,6 +33,7 @@ test: deps
 	$(MAKE) test-unit
 	$(MAKE) test-docker
 	$(MAKE) test-process
+	$(MAKE) test-soak
 
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
@@ -41,6 +49,20 @@ test-docker:
 
 test-process:
 	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=process $(CLUSTER_TEST)
+
+# A short soak on one backend, as part of make test.
+test-soak:
+	$(MAKE) soak SOAK=$(TEST_SOAK) SOAK_BACKEND=process
+
+# The whole output goes to SOAK_LOG; the soak's own lines are shown, the
+# last of them its verdict: "soak: <n> operations, <n> faults, <n>
+# violations, <n> leftovers".
+soak: deps
+	@set -o pipefail; log=$(SOAK_LOG); \
+	env -u BATCHLOCK_CLUSTER_ADDRS $(if $(SOAK_BACKEND),BATCHLOCK_BACKEND=$(SOAK_BACKEND)) SOAK=$(SOAK) SEED=$(SEED) \
+		$(GO) test -count=1 -timeout 3h -run '^TestSoak$$' -v ./cluster_test/ >$$log 2>&1; status=$$?; \
+	if [ $$status -ne 0 ]; then grep -v '^redis: ' $$log | grep -v '^soak: ' | tail -n 40; echo "(whole output: $$log)"; fi; \
+	grep '^soak: ' $$log; exit $$status
 
 # Against the dev cluster of make cluster-up; tests needing their own
 # cluster skip.

@@ -18,6 +18,13 @@ type Client struct {
 	watchdog *watchdog
 	waiters  *waiters
 
+	// closing ends, with ErrClosed as its cause, when Close is called; the
+	// contexts of calls in flight end with it.
+	closing   context.Context
+	stopCalls context.CancelCauseFunc
+	// calls counts calls in flight and the rollbacks they left running.
+	calls sync.WaitGroup
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -53,16 +60,19 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c.watchdog = newWatchdog(c)
 	c.waiters = newWaiters(c)
+	c.closing, c.stopCalls = context.WithCancelCause(context.Background())
 	return c, nil
 }
 
-// Close stops the watchdog and the waiters' pub/sub connections, and makes
-// every later call fail with ErrClosed. It releases nothing: locks still held
-// stay in Redis until their lease runs out, or until Unlock, which still works
-// after Close. Locks the watchdog was renewing are reported lost at once
-// (Done closes, Err wraps ErrLockLost and ErrClosed), since nothing renews
-// them any more. Waiting calls return ErrClosed. Close is idempotent; no
-// goroutine of the Client outlives it.
+// Close ends the Client: calls in flight fail with ErrClosed and roll back,
+// waiting calls return ErrClosed, the watchdog and the waiters' pub/sub
+// connections stop, and every later call fails with ErrClosed. Close waits for
+// the rollbacks of failed calls (each at most 5s). It releases no lock that
+// was handed out: such locks stay in Redis until their lease runs out, or until
+// Unlock, which still works after Close. Locks the watchdog was renewing are
+// reported lost at once (Done closes, Err wraps ErrLockLost and ErrClosed),
+// since nothing renews them any more. Close is idempotent; no goroutine of the
+// Client outlives it.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -71,24 +81,34 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.stopCalls(ErrClosed)
+	c.calls.Wait()
 	c.watchdog.close()
 	return c.waiters.close()
 }
 
-func (c *Client) isClosed() bool {
+// begin registers a call that sends requests, so that Close can end it and
+// wait for its clean-up. The context it returns ends with ErrClosed when the
+// Client closes; end must be called when the call returns.
+func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
+	if c.closed {
+		c.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	c.calls.Add(1)
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		c.calls.Done()
+	}, nil
 }
 
 func (c *Client) emit(e Event) {
 	if c.cfg.observer != nil {
 		c.cfg.observer(e)
 	}
-}
-
-// detached returns a context for clean-up work that must run even when the
-// caller's context is done, such as rolling back a failed call.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 }

@@ -59,7 +59,7 @@ func LockFromContext(ctx context.Context) (*Lock, bool) {
 	return l, ok
 }
 
-// unlockDetached unlocks l even when ctx is done.
+// unlockDetached unlocks l even when ctx is done, for at most 2s.
 func unlockDetached(ctx context.Context, l *Lock) error {
 	ctx, cancel := detached(ctx)
 	defer cancel()

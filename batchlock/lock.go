@@ -2,6 +2,7 @@ package batchlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,6 +19,9 @@ type Lock struct {
 	lease  time.Duration
 	renew  bool // kept alive by the watchdog, rather than a fixed TTL
 	ack    replicaAck
+
+	unlocking sync.Mutex // one Unlock at a time
+	released  bool       // an Unlock succeeded; guarded by unlocking
 
 	mu         sync.Mutex
 	tokens     map[string]int64 // by lock key
@@ -88,7 +92,10 @@ func (l *Lock) Err() error {
 
 // Extend makes every key's lease run for at least ttl from now; a lease that
 // already runs longer (another hold of the same owner) is kept. When keys are
-// found no longer held, the lock is lost and the error wraps ErrNotHeld.
+// found no longer held, the lock is lost and the error wraps ErrNotHeld. With
+// WithReplicas, the extension counts only once replicas acknowledged it:
+// otherwise the error wraps ErrNoReplicas and the lock's validity (ValidUntil)
+// is not lengthened. On any error the validity stays as it was.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return invalid("ttl %v must be at least 1ms", ttl)
@@ -98,12 +105,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	start := time.Now()
 	lost, err := l.c.extend(ctx, l, l.groups, ttl)
-	if err != nil {
-		return fmt.Errorf("batchlock: extend: %w", err)
-	}
 	if len(lost) > 0 {
-		err := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), lost[0])
-		l.lose(fmt.Errorf("%w: %w", ErrLockLost, err))
+		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.userKeys(lost)[0])
+		l.lose(fmt.Errorf("%w: %w", ErrLockLost, notHeld))
+		return errors.Join(notHeld, err)
+	}
+	if err != nil {
 		return err
 	}
 	l.confirm(start.Add(ttl))
@@ -115,31 +122,48 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // ErrNotHeld when the lock was already released, when it had been lost, or
 // when another owner holds some of its keys; the other keys are released all
 // the same. A key found gone is not reported: a release that the redis client
-// ran twice finds the same, and the watchdog reports such a loss. When Unlock
-// fails on the network, the lock is no longer renewed and its keys are freed
-// when their lease runs out.
+// ran twice finds the same, and the watchdog reports such a loss.
+//
+// When ctx is already done, Unlock still makes its attempt, for at most 2s,
+// so that a deferred Unlock with a request's ended context releases. When
+// the release fails (the network, a master down, ctx ending), Unlock returns
+// the error and the lock can be unlocked again; it is no longer renewed, so
+// its keys are freed when their lease runs out if no later Unlock succeeds.
 func (l *Lock) Unlock(ctx context.Context) error {
-	l.mu.Lock()
-	lost := l.err
-	l.mu.Unlock()
-	if lost == ErrNotHeld {
+	l.unlocking.Lock()
+	defer l.unlocking.Unlock()
+	if l.released {
 		return fmt.Errorf("%w: already released", ErrNotHeld)
 	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = detached(ctx)
+		defer cancel()
+	}
 	l.c.watchdog.remove(l)
-
 	taken, err := l.c.release(ctx, l, l.groups, nil)
 	held := time.Since(l.acquiredAt)
-	l.finish(ErrNotHeld)
-	l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held, Err: err})
-	switch {
-	case err != nil:
+	if err != nil {
+		l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held, Err: err})
 		return fmt.Errorf("batchlock: unlock: %w", err)
+	}
+	l.released = true
+	lost := l.Err()
+	l.finish(ErrNotHeld)
+	l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held})
+	switch {
 	case len(taken) > 0:
 		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.userKeys(taken)[0])
 	case lost != nil:
 		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
 	}
 	return nil
+}
+
+// detached returns ctx without its cancellation, bounded by unlockTimeout,
+// for an unlock that must be made even when the caller's context is done.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 }
 
 // confirm records that the lease runs at least until t.

@@ -14,8 +14,11 @@ const (
 	// Lua's stack limit.
 	maxGroupKeys = 512
 	// rollbackTimeout bounds the releases made after a failed call, whose own
-	// context may already be done.
+	// context may already be done: long enough to ride out a failover.
 	rollbackTimeout = 5 * time.Second
+	// unlockTimeout bounds an Unlock whose context was done when it was
+	// called, and the unlock that ends Do.
+	unlockTimeout = 2 * time.Second
 )
 
 // Option configures a Client.

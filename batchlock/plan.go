@@ -18,11 +18,15 @@ const (
 // call. Every client takes groups in the same global order (slot, then key),
 // which is what makes waiting deadlock-free.
 type group struct {
-	slot      int
-	keys      []string // lock keys, sorted
-	fenceKey  string
-	cancelKey string
+	slot     int
+	keys     []string // lock keys, sorted
+	fenceKey string
+	// cancelKeys + hold is the cancel mark of one hold in the slot.
+	cancelKeys string
 }
+
+// cancelKey returns the key that marks hold cancelled in g's slot.
+func (g group) cancelKey(hold string) string { return g.cancelKeys + hold }
 
 // plan validates keys and turns them into groups. keys may repeat.
 func (c *Client) plan(keys []string) ([]string, []group, error) {
@@ -54,10 +58,10 @@ func (c *Client) plan(keys []string) ([]string, []group, error) {
 	for _, s := range slots {
 		tag := hashtag.ForSlot(s.Slot)
 		fence := c.cfg.prefix + fenceName + tag + "}"
-		cancel := c.cfg.prefix + cancelName + tag + "}"
+		cancel := c.cfg.prefix + cancelName + tag + "}:"
 		for start := 0; start < len(s.Keys); start += maxGroupKeys {
 			end := min(start+maxGroupKeys, len(s.Keys))
-			groups = append(groups, group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence, cancelKey: cancel})
+			groups = append(groups, group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence, cancelKeys: cancel})
 		}
 		for _, k := range s.Keys {
 			userKeys = append(userKeys, k[len(c.cfg.prefix):])

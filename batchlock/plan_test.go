@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -45,7 +48,7 @@ func TestPlanGroupsBySlotInGlobalOrder(t *testing.T) {
 		}
 		assert.Equal(t, "batchlock:fence:{"+hashtag.ForSlot(g.slot)+"}", g.fenceKey)
 		assert.Equal(t, hashtag.Slot(g.fenceKey), g.slot)
-		assert.Equal(t, hashtag.Slot(g.cancelKey), g.slot)
+		assert.Equal(t, hashtag.Slot(g.cancelKey("h:0")), g.slot)
 		for _, k := range g.keys {
 			assert.Equal(t, g.slot, hashtag.Slot(k))
 		}
@@ -174,6 +177,13 @@ func TestRetryable(t *testing.T) {
 		{redisError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
 		{redisError("CLUSTERDOWN The cluster is down"), true},
 		{redisError("NOSCRIPT No matching script"), true},
+		{redisError("LOADING Redis is loading the dataset in memory"), true},
+		{redisError("READONLY You can't write against a read only replica."), true},
+		{redisError("MASTERDOWN Link with MASTER is down"), true},
+		{fmt.Errorf("route: %w", errUnrouted), true},
+		{fmt.Errorf("get conn: %w", redis.ErrPoolTimeout), true},
+		{io.EOF, true},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, true},
 		{redisError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
 		{redisError("ERR Error running script"), false},
 		{fmt.Errorf("call: %w", context.Canceled), false},

@@ -3,9 +3,10 @@ package batchlock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/lease"
 )
 
 // watchdog renews the leases of a Client's locks taken without WithTTL: one
@@ -29,24 +30,24 @@ func newWatchdog(c *Client) *watchdog {
 }
 
 // add starts watching a freshly taken lock: its expiry timer, and for a
-// renewed lock, renewal.
-func (w *watchdog) add(l *Lock) {
+// renewed lock, renewal. It reports false, and watches nothing, once the
+// Client is closing.
+func (w *watchdog) add(l *Lock) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
 	l.arm()
 	if !l.renew {
-		return
-	}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		l.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
-		return
+		return true
 	}
 	w.locks[l] = struct{}{}
 	if !w.running {
 		w.running = true
 		go w.loop()
 	}
-	w.mu.Unlock()
+	return true
 }
 
 func (w *watchdog) remove(l *Lock) {
@@ -109,13 +110,13 @@ func (w *watchdog) renew(ctx context.Context) {
 }
 
 func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack replicaAck) {
-	lease := strconv.FormatInt(w.c.cfg.lease.Milliseconds(), 10)
+	ms := lease.Millis(w.c.cfg.lease)
 	var calls []*call
 	first := make([]int, len(locks)+1) // calls of locks[i] are calls[first[i]:first[i+1]]
 	for i, l := range locks {
 		first[i] = len(calls)
 		for _, g := range l.groups {
-			calls = append(calls, &call{keys: g.keys, args: []any{l.hold, lease}})
+			calls = append(calls, &call{slot: g.slot, keys: g.keys, args: []any{l.hold, ms}})
 		}
 	}
 	first[len(locks)] = len(calls)
@@ -124,27 +125,17 @@ func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack replicaAck
 	w.c.run(ctx, extendScript, calls, ack)
 	for i, l := range locks {
 		mine := calls[first[i]:first[i+1]]
-		lost, err := collectKeys(mine, "renew")
+		lost, err := collectKeys(ctx, mine, "renew")
 		switch {
 		case len(lost) > 0 && w.watching(l):
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
 			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost), len(l.keys), w.c.userKeys(lost)[0]))
-		case err == nil && acknowledged(mine, ack):
+		case err == nil && checkAcks(mine, ack) == nil:
 			l.confirm(start.Add(w.c.cfg.lease))
 			w.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
 		}
 	}
-}
-
-// acknowledged reports whether enough replicas acknowledged every call.
-func acknowledged(calls []*call, ack replicaAck) bool {
-	for _, cl := range calls {
-		if ack.n > 0 && cl.acks < int64(ack.n) {
-			return false
-		}
-	}
-	return true
 }
 
 // close stops renewal and reports every renewed lock lost, since nothing

@@ -31,10 +31,10 @@ var aclCommands = []string{
 	// batchlock: scripts by digest, by source after NOSCRIPT (a restarted or
 	// promoted master), WithReplicas, and waiting for releases
 	"+evalsha", "+eval", "+wait", "+ssubscribe", "+sunsubscribe",
-	// called inside acquire.lua, release.lua and extend.lua; SADD only when
+	// called inside acquire.lua, release.lua and extend.lua; SET only when
 	// a rollback cancels an acquire of unknown outcome
-	"+hmget", "+hset", "+hdel", "+hlen", "+hexists", "+pexpire", "+pttl",
-	"+incrby", "+sadd", "+sismember", "+del", "+spublish",
+	"+time", "+hmget", "+hget", "+hgetall", "+hset", "+hdel", "+pexpire",
+	"+pexpireat", "+pttl", "+incrby", "+exists", "+set", "+del", "+spublish",
 }
 
 // Every feature works for a user limited to the prefix's keys and channels

@@ -55,6 +55,7 @@ func startRedlockNodes(t *testing.T) *redlockNodes {
 			ReadTimeout:              500 * time.Millisecond,
 			WriteTimeout:             500 * time.Millisecond,
 			ContextTimeoutEnabled:    true,
+			MaxRetries:               -1, // batchlock's calls have their own retry layer
 			DialerRetries:            2,
 			DialerRetryTimeout:       50 * time.Millisecond,
 			PoolTimeout:              time.Second,
@@ -393,4 +394,79 @@ func pick(pool []string, k int) []string {
 	keys := slices.Clone(pool)
 	rand.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	return keys[:k]
+}
+
+// A majority of nodes that answer after the lease has run out grants
+// nothing: the lock is refused rather than returned with no validity left.
+func TestRedlockNoLockPastItsLease(t *testing.T) {
+	n := startRedlockNodes(t)
+	c := n.client(t, redlock.WithDeploymentTimeout(2*time.Second))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := []string{"late:1", "late:2"}
+	warm, err := c.TryLock(ctx, keys)
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+
+	var woke []<-chan error
+	for _, i := range []int{0, 1, 2} {
+		woke = append(woke, sleepNode(t, n.singles, n.addrs[i], 250*time.Millisecond))
+	}
+	l, err := c.TryLock(ctx, keys, batchlock.WithTTL(300*time.Millisecond))
+	for _, w := range woke {
+		require.NoError(t, <-w)
+	}
+	if err == nil {
+		t.Fatalf("a lock was returned with %v of its 300ms lease left", l.Validity())
+	}
+	require.ErrorIs(t, err, batchlock.ErrNotObtained)
+	require.Eventually(t, func() bool {
+		for i := range n.addrs {
+			if len(n.held(t, i)) > 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "nothing is left held")
+}
+
+// Every attempt of a waiting Lock takes a fresh owner, unless the caller
+// chose one: a later attempt must not join (and keep alive) holds an earlier
+// one left on a slow node.
+func TestRedlockFreshOwnerPerAttempt(t *testing.T) {
+	n := startRedlockNodes(t)
+	var mu sync.Mutex
+	owners := map[string]bool{}
+	c := n.client(t, redlock.WithClientOptions(batchlock.WithObserver(func(e batchlock.Event) {
+		if e.Kind == batchlock.EventAcquired {
+			mu.Lock()
+			owners[e.Owner] = true
+			mu.Unlock()
+		}
+	})))
+	n.freeze(t, 0, 1, 2)
+	for _, tc := range []struct {
+		name string
+		opts []batchlock.LockOption
+		want func(t *testing.T, owners map[string]bool)
+	}{
+		{"owner chosen by redlock", nil, func(t *testing.T, owners map[string]bool) {
+			assert.Greater(t, len(owners), 1, "attempts share one owner")
+		}},
+		{"owner chosen by the caller", []batchlock.LockOption{batchlock.WithOwner("order-7")}, func(t *testing.T, owners map[string]bool) {
+			assert.Equal(t, map[string]bool{"order-7": true}, owners)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			clear(owners)
+			mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			_, err := c.Lock(ctx, []string{"attempts"}, tc.opts...)
+			require.ErrorIs(t, err, batchlock.ErrNotObtained)
+			mu.Lock()
+			defer mu.Unlock()
+			tc.want(t, owners)
+		})
+	}
 }

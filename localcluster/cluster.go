@@ -223,8 +223,10 @@ func (c *Cluster) ClientOptions() *redis.ClusterOptions {
 // FastRecovery returns cluster client settings for the seeds addrs that
 // recover within about a second after a failover or restart: go-redis
 // defaults (5 s timeouts, topology reloaded every minute, failing nodes
-// avoided for 15 s) take much longer. Each call returns a fresh copy to
-// change at will.
+// avoided for 15 s) take much longer. MaxRetries is left unset (no retries
+// per node): the cluster client's redirections retry its own commands, and
+// batchlock's calls have their one retry layer in batchlock. Each call
+// returns a fresh copy to change at will.
 func FastRecovery(addrs []string) *redis.ClusterOptions {
 	return &redis.ClusterOptions{
 		Addrs:                      addrs,
@@ -235,7 +237,6 @@ func FastRecovery(addrs []string) *redis.ClusterOptions {
 		DialerRetries:              2,
 		DialerRetryTimeout:         50 * time.Millisecond,
 		MaxRedirects:               16,
-		MaxRetries:                 10,
 		MinRetryBackoff:            16 * time.Millisecond,
 		MaxRetryBackoff:            256 * time.Millisecond,
 		PoolTimeout:                2 * time.Second,

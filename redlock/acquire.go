@@ -10,6 +10,7 @@ import (
 
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/internal/backoff"
+	"github.com/batchlock/batchlock/internal/lease"
 )
 
 // Lock takes every key on a majority of the deployments, trying again after
@@ -40,14 +41,18 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []batchlock.LockO
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
-	owner, ok := batchlock.OwnerFromContext(ctx)
-	if !ok || owner == "" {
-		owner = rand.Text()
-	}
-	// Given first, so that the caller's WithOwner, if any, wins.
-	opts = append([]batchlock.LockOption{batchlock.WithOwner(owner)}, opts...)
+	owner, chosen := batchlock.OwnerFromContext(ctx)
+	chosen = chosen && owner != ""
 	for attempt := 0; ; attempt++ {
-		l, err := c.attempt(ctx, keys, opts)
+		// Every deployment gets the same owner. Unless the caller chose
+		// one, each attempt takes a fresh one: a later attempt must not join
+		// the holds an earlier one may have left on a slow deployment, and
+		// keep them alive. Given first, so that the caller's WithOwner, if
+		// any, wins.
+		if !chosen {
+			owner = rand.Text()
+		}
+		l, err := c.attempt(ctx, keys, append([]batchlock.LockOption{batchlock.WithOwner(owner)}, opts...))
 		if err == nil || !wait || errors.Is(err, batchlock.ErrInvalid) || errors.Is(err, batchlock.ErrClosed) {
 			return l, err
 		}
@@ -86,8 +91,8 @@ func (c *Client) attempt(ctx context.Context, keys []string, opts []batchlock.Lo
 			fatal = fmt.Errorf("redlock: %w", errs[i])
 		}
 	}
-	v := validity(start, now, until, len(locks), c.cfg.drift)
-	if v > 0 && fatal == nil {
+	v, longest := validity(start, now, until, len(locks), c.cfg.drift)
+	if lease.Enough(v, longest) && fatal == nil {
 		return newLock(c, locks, v), nil
 	}
 	releaseAll(ctx, locks)
@@ -95,8 +100,8 @@ func (c *Client) attempt(ctx context.Context, keys []string, opts []batchlock.Lo
 		return nil, fatal
 	}
 	if len(until) >= quorum(len(locks)) {
-		return nil, fmt.Errorf("redlock: granted by %d of %d deployments, but the lease ran out while taking it: %w",
-			len(until), len(locks), batchlock.ErrNotObtained)
+		return nil, fmt.Errorf("redlock: granted by %d of %d deployments, but the lease ran out while taking it (%v of %v left): %w",
+			len(until), len(locks), max(v, 0).Round(time.Millisecond), longest.Round(time.Millisecond), batchlock.ErrNotObtained)
 	}
 	return nil, notObtained(len(until), errs)
 }

@@ -124,7 +124,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			args = append(args, fmt.Errorf("deployment %d: %w", i, err))
 		}
 	}
-	if validity(start, now, until, len(errs), l.c.cfg.drift) > 0 {
+	if v, _ := validity(start, now, until, len(errs), l.c.cfg.drift); v > 0 {
 		return nil
 	}
 	args = append([]any{len(until), len(errs), quorum(len(errs))}, args...)

@@ -30,19 +30,22 @@ func TestValidity(t *testing.T) {
 		n     int
 		drift float64
 		want  time.Duration
+		lease time.Duration
 	}{
-		{"all granted: lease less time spent less lease*1%+2ms", ms(100), []time.Time{ms(1000), ms(1000), ms(1000), ms(1000), ms(1000)}, 5, 0.01, 888 * d},
-		{"no drift factor still allows 2ms", ms(100), []time.Time{ms(1000), ms(1000), ms(1000)}, 5, 0, 898 * d},
-		{"a bare majority lasts as long as its earliest lease", ms(0), []time.Time{ms(1000), ms(900), ms(950)}, 5, 0, 898 * d},
-		{"beyond a majority, the earliest leases do not count", ms(0), []time.Time{ms(200), ms(1000), ms(300), ms(1000), ms(1000)}, 5, 0, 998 * d},
-		{"the allowance errs on the long side: the latest lease bounds the lease", ms(0), []time.Time{ms(1000), ms(1000), ms(2000)}, 3, 0.01, 978 * d},
-		{"a minority has none", ms(0), []time.Time{ms(1000), ms(1000)}, 5, 0.01, 0},
-		{"an even number needs more than half", ms(0), []time.Time{ms(1000), ms(1000)}, 4, 0.01, 0},
-		{"one deployment", ms(10), []time.Time{ms(100)}, 1, 0.1, 78 * d},
-		{"time spent beyond the lease leaves it negative", ms(1500), []time.Time{ms(1000), ms(1000), ms(1000)}, 3, 0.01, -512 * d},
+		{"all granted: lease less time spent less lease*1%+2ms", ms(100), []time.Time{ms(1000), ms(1000), ms(1000), ms(1000), ms(1000)}, 5, 0.01, 888 * d, 1000 * d},
+		{"no drift factor still allows 2ms", ms(100), []time.Time{ms(1000), ms(1000), ms(1000)}, 5, 0, 898 * d, 1000 * d},
+		{"a bare majority lasts as long as its earliest lease", ms(0), []time.Time{ms(1000), ms(900), ms(950)}, 5, 0, 898 * d, 1000 * d},
+		{"beyond a majority, the earliest leases do not count", ms(0), []time.Time{ms(200), ms(1000), ms(300), ms(1000), ms(1000)}, 5, 0, 998 * d, 1000 * d},
+		{"the allowance errs on the long side: the latest lease bounds the lease", ms(0), []time.Time{ms(1000), ms(1000), ms(2000)}, 3, 0.01, 978 * d, 2000 * d},
+		{"a minority has none", ms(0), []time.Time{ms(1000), ms(1000)}, 5, 0.01, 0, 0},
+		{"an even number needs more than half", ms(0), []time.Time{ms(1000), ms(1000)}, 4, 0.01, 0, 0},
+		{"one deployment", ms(10), []time.Time{ms(100)}, 1, 0.1, 78 * d, 100 * d},
+		{"time spent beyond the lease leaves it negative", ms(1500), []time.Time{ms(1000), ms(1000), ms(1000)}, 3, 0.01, -512 * d, 1000 * d},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, validity(t0, tc.now, tc.until, tc.n, tc.drift))
+			v, lease := validity(t0, tc.now, tc.until, tc.n, tc.drift)
+			assert.Equal(t, tc.want, v, "validity")
+			assert.Equal(t, tc.lease, lease, "longest lease")
 		})
 	}
 }

@@ -1,0 +1,398 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// The soak's load: workers that lock random baskets with random calls,
+// options and contexts, work inside their sections (fenced writes, nested
+// locks, Extend, pauses past the lease), and unlock, sometimes with a context
+// that already ended.
+
+// soakSection is a critical section as its holder believed it, with what
+// the judge needs to excuse an overlap (WithReplicas, the lease).
+type soakSection struct {
+	section
+	replicas bool
+	lease    time.Duration
+}
+
+// holding is what a worker knows of a lock it holds.
+type holding struct {
+	l        *batchlock.Lock
+	replicas bool
+	lease    time.Duration
+	start    time.Time
+	doneAt   chan time.Time // receives when Done closed
+}
+
+func (s *soak) worker(id int) {
+	rng := rand.New(rand.NewPCG(s.seed, uint64(id)+1))
+	for s.running() {
+		s.operate(rng)
+	}
+}
+
+func (s *soak) client(rng *rand.Rand) *soakClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clients[rng.IntN(len(s.clients))]
+}
+
+// replaceClients closes a Client now and then while calls run on it, and
+// puts a fresh one in its place.
+func (s *soak) replaceClients() {
+	rng := rand.New(rand.NewPCG(s.seed, 0))
+	for {
+		pause := time.Duration(3000+rng.IntN(7000)) * time.Millisecond
+		if time.Until(s.deadline) < pause {
+			return
+		}
+		time.Sleep(pause) // the schedule itself: a Client lives this long
+		i := rng.IntN(soakClients)
+		fresh := s.newClient(i)
+		s.mu.Lock()
+		old := s.clients[i]
+		s.clients[i] = fresh
+		s.mu.Unlock()
+		s.count(s.injected, "client closed while in use")
+		if err := old.c.Close(); err != nil {
+			s.problem("Close: %v", err)
+		}
+	}
+}
+
+// basket is 1 to 300 keys, most baskets small; sometimes a whole order
+// whose lines share a hash tag.
+func (s *soak) basket(rng *rand.Rand) []string {
+	n := 1 + int(math.Pow(rng.Float64(), 3)*299)
+	seen := make(map[int]bool, n)
+	keys := make([]string, 0, n+10)
+	for len(keys) < n {
+		i := rng.IntN(len(s.keys))
+		if rng.IntN(4) == 0 {
+			i = rng.IntN(50) // hot keys
+		}
+		if !seen[i] {
+			seen[i] = true
+			keys = append(keys, s.keys[i])
+		}
+	}
+	if rng.IntN(5) == 0 {
+		o := soakKeys + 10*rng.IntN(soakOrders)
+		keys = append(keys, s.keys[o:o+10]...)
+	}
+	return keys
+}
+
+// options picks a lease (renewed or fixed) and WithReplicas.
+func (s *soak) options(rng *rand.Rand, sc *soakClient) (opts []batchlock.LockOption, lease time.Duration, replicas bool) {
+	lease = sc.lease
+	if rng.IntN(5) < 3 {
+		ttls := []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, time.Second, 3 * time.Second, s.maxTTL}
+		lease = ttls[rng.IntN(len(ttls))]
+		opts = append(opts, batchlock.WithTTL(lease))
+	}
+	if rng.IntN(10) < 3 {
+		replicas = true
+		opts = append(opts, batchlock.WithReplicas(1, 200*time.Millisecond))
+	}
+	return opts, lease, replicas
+}
+
+// callContext is the context of one call: ended before it, ending during it
+// (a deadline or a cancellation at a random moment), or lasting a few
+// seconds.
+func (s *soak) callContext(rng *rand.Rand) (context.Context, context.CancelFunc) {
+	switch r := rng.IntN(20); {
+	case r == 0:
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx, cancel
+	case r < 5:
+		return context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(100))*time.Millisecond)
+	case r < 7:
+		ctx, cancel := context.WithCancel(context.Background())
+		t := time.AfterFunc(time.Duration(rng.IntN(300))*time.Millisecond, cancel)
+		return ctx, func() { t.Stop(); cancel() }
+	default:
+		return context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(5))*time.Second)
+	}
+}
+
+// operate makes one TryLock, Lock or Do and, when it gets the lock, holds
+// and unlocks it.
+func (s *soak) operate(rng *rand.Rand) {
+	sc := s.client(rng)
+	keys := s.basket(rng)
+	opts, lease, replicas := s.options(rng, sc)
+	ctx, cancel := s.callContext(rng)
+	defer cancel()
+
+	var kind string
+	var l *batchlock.Lock
+	var err error
+	switch r := rng.IntN(10); {
+	case r < 3:
+		kind = "TryLock"
+		l, err = sc.c.TryLock(ctx, keys, opts...)
+	case r < 7:
+		kind = "Lock"
+		l, err = sc.c.Lock(ctx, keys, opts...)
+	default:
+		kind = "Do"
+		err = sc.c.Do(ctx, keys, func(fnCtx context.Context) error {
+			held, _ := batchlock.LockFromContext(fnCtx)
+			s.hold(rng, sc, s.watch(held, lease, replicas), fnCtx)
+			return nil
+		}, opts...)
+	}
+	s.count(s.ops, kind)
+	s.outcome(kind, err)
+	if l == nil {
+		return
+	}
+	s.hold(rng, sc, s.watch(l, lease, replicas), ctx)
+	s.unlock(rng, l)
+}
+
+// outcome counts how a call ended, by class of error.
+func (s *soak) outcome(kind string, err error) {
+	var class string
+	var conflict *batchlock.ConflictError
+	switch {
+	case err == nil:
+		class = "ok"
+	case errors.As(err, &conflict):
+		class = "conflict"
+	case errors.Is(err, batchlock.ErrClosed):
+		class = "client closed"
+	case errors.Is(err, batchlock.ErrLockLost):
+		class = "lost"
+	case errors.Is(err, batchlock.ErrNoReplicas):
+		class = "no replicas"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		class = "context ended"
+	case errors.Is(err, batchlock.ErrNotObtained):
+		class = "not obtained"
+	case errors.Is(err, batchlock.ErrNotHeld):
+		class = "not held"
+	default:
+		class = "other"
+		s.mu.Lock()
+		if s.outcomes[kind+" other"] < 3 {
+			s.t.Logf("soak: %s: %v", kind, err)
+		}
+		s.mu.Unlock()
+	}
+	s.count(s.outcomes, kind+" "+class)
+}
+
+// watch starts following a lock just handed out: when Done closes, and
+// whether it was handed out with enough of its lease left.
+func (s *soak) watch(l *batchlock.Lock, lease time.Duration, replicas bool) *holding {
+	h := &holding{l: l, lease: lease, replicas: replicas, start: time.Now(), doneAt: make(chan time.Time, 1)}
+	// A lock must come with at least half its lease left; 20ms cover the
+	// scheduling between the library's check and this one.
+	if left := l.ValidUntil().Sub(h.start); left < lease/2-20*time.Millisecond {
+		s.problem("lock of %s handed out with %v of its %v lease left", l.Owner(), left, lease)
+	}
+	s.locks.Go(func() {
+		<-l.Done()
+		h.doneAt <- time.Now()
+	})
+	return h
+}
+
+// hold is a critical section: fenced writes to every key, some work, maybe a
+// nested lock, an Extend or a pause past the lease, fenced writes again.
+func (s *soak) hold(rng *rand.Rand, sc *soakClient, h *holding, ctx context.Context) {
+	l := h.l
+	tokens := make(map[string]int64, len(l.Keys()))
+	for _, k := range l.Keys() {
+		tokens[k] = l.Token(k)
+	}
+	s.writeAll(h, tokens)
+	switch r := rng.IntN(20); {
+	case r < 2:
+		s.nested(rng, sc, h)
+	case r < 4:
+		ttl := time.Duration(50+rng.IntN(2000)) * time.Millisecond
+		err := l.Extend(ctx, ttl)
+		s.count(s.ops, "Extend")
+		s.outcome("Extend", err)
+	case r == 4:
+		// A holder paused past its lease, as by a long GC pause: its
+		// late writes must be refused once another holder wrote.
+		s.count(s.injected, "holder paused past its lease")
+		time.Sleep(time.Until(l.ValidUntil()) + time.Duration(rng.IntN(50))*time.Millisecond)
+	default:
+		select {
+		case <-time.After(time.Duration(rng.IntN(20)) * time.Millisecond):
+		case <-l.Done():
+		case <-ctx.Done():
+		}
+	}
+	s.writeAll(h, tokens)
+	s.record(h, tokens)
+}
+
+// nested takes some of the keys again under the same owner, with a lease
+// of its own, and unlocks them, or lets the lease run out.
+func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
+	keys := outer.l.Keys()
+	keys = keys[:1+rng.IntN(len(keys))]
+	ttl := time.Duration(50+rng.IntN(500)) * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	inner, err := sc.c.TryLock(ctx, keys, batchlock.WithOwner(outer.l.Owner()), batchlock.WithTTL(ttl))
+	s.count(s.ops, "nested TryLock")
+	s.outcome("nested TryLock", err)
+	if err != nil {
+		return
+	}
+	h := s.watch(inner, ttl, false)
+	tokens := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		tokens[k] = inner.Token(k)
+	}
+	s.writeAll(h, tokens)
+	s.record(h, tokens)
+	if rng.IntN(3) > 0 {
+		s.unlock(rng, inner)
+	}
+}
+
+// writeAll makes the section's fenced write to every key, noting a refusal
+// while the writer still believed it held the key.
+func (s *soak) writeAll(h *holding, tokens map[string]int64) {
+	for k, tok := range tokens {
+		if s.register.write(k, tok) {
+			continue
+		}
+		at := time.Now()
+		if at.Before(s.believedUntil(h)) {
+			s.mu.Lock()
+			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at})
+			s.mu.Unlock()
+		}
+	}
+}
+
+// believedUntil is when the holder stops counting on its lock, as known
+// now: its validity, or the moment Done closed if that was earlier.
+func (s *soak) believedUntil(h *holding) time.Time {
+	end := h.l.ValidUntil()
+	select {
+	case at := <-h.doneAt:
+		h.doneAt <- at
+		if at.Before(end) {
+			end = at
+		}
+	default:
+	}
+	return end
+}
+
+// checkLossTold notes a loss told to the holder later than a renewal period
+// after its validity ended.
+func (s *soak) checkLossTold(h *holding) {
+	select {
+	case at := <-h.doneAt:
+		h.doneAt <- at
+		if !errors.Is(h.l.Err(), batchlock.ErrLockLost) {
+			return
+		}
+		if late := at.Sub(h.l.ValidUntil()); late > max(h.lease/3, 50*time.Millisecond) {
+			s.problem("loss of %s told %v after its validity ended", h.l.Owner(), late)
+		}
+	default:
+	}
+}
+
+// record ends the section now, or earlier when the holder stopped believing.
+func (s *soak) record(h *holding, tokens map[string]int64) {
+	s.checkLossTold(h)
+	now := time.Now()
+	end := s.believedUntil(h)
+	if now.Before(end) {
+		end = now
+	}
+	if end.Before(h.start) {
+		end = h.start
+	}
+	s.mu.Lock()
+	s.sections = append(s.sections, soakSection{
+		section:  section{Owner: h.l.Owner(), Keys: h.l.Keys(), Tokens: tokens, Start: h.start, End: end},
+		replicas: h.replicas, lease: h.lease,
+	})
+	s.mu.Unlock()
+}
+
+// unlock releases l, sometimes with a context that already ended; a failed
+// release is tried again once.
+func (s *soak) unlock(rng *rand.Rand, l *batchlock.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if rng.IntN(5) == 0 {
+		ended, stop := context.WithCancel(ctx)
+		stop()
+		ctx = ended
+	}
+	err := l.Unlock(ctx)
+	s.count(s.ops, "Unlock")
+	if err != nil && !errors.Is(err, batchlock.ErrNotHeld) {
+		retry, cancelRetry := context.WithTimeout(context.Background(), 3*time.Second)
+		err = l.Unlock(retry)
+		cancelRetry()
+		s.count(s.ops, "Unlock")
+	}
+	s.outcome("Unlock", err)
+}
+
+// fencedStore is storage that checks fencing tokens: it refuses a write
+// whose token is smaller than the largest it accepted for the key.
+type fencedStore struct {
+	mu      sync.Mutex
+	last    map[string]int64
+	writes  int
+	refused int
+}
+
+// write stores a write of key with token, and reports whether it was
+// accepted.
+func (f *fencedStore) write(key string, token int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if token < f.last[key] {
+		f.refused++
+		return false
+	}
+	f.last[key] = token
+	return true
+}
+
+func (f *fencedStore) counts() (writes, refused int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writes, f.refused
+}
+
+// refusal is a fenced write refused while its writer believed it held the
+// key: someone with a larger token wrote during its section.
+type refusal struct {
+	key      string
+	token    int64
+	owner    string
+	replicas bool
+	start    time.Time
+	at       time.Time
+}

@@ -1,0 +1,231 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/localcluster"
+)
+
+// The soak's nemesis: one fault at a time, on a random schedule, each
+// followed by recovery (every node answering, every slot served, replicas
+// in sync) before the next.
+
+// faultEvent is one injected fault. slots are those of a master that lost
+// its role to a replica during [at, until]: locks taken there without
+// WithReplicas may have been lost then, the documented exception.
+type faultEvent struct {
+	kind  string
+	at    time.Time
+	until time.Time
+	slots [][2]int
+}
+
+// nemesisFault is a fault: its name, its weight in the schedule, and how it
+// is made on a master (and its replica) chosen at random.
+type nemesisFault struct {
+	name   string
+	weight int
+	inject func(ctx context.Context, rng *rand.Rand, master, replica localcluster.Node) (masterLost bool, err error)
+}
+
+func (s *soak) faultKinds() []nemesisFault {
+	cl := s.cl
+	return []nemesisFault{
+		{"master DEBUG SLEEP", 3, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			d := time.Duration(10+rng.IntN(490)) * time.Millisecond
+			_, err := cl.Do(ctx, m.Addr, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
+			return false, err
+		}},
+		{"master frozen briefly", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			return false, s.frozenFor(ctx, m.Addr, time.Duration(100+rng.IntN(1100))*time.Millisecond)
+		}},
+		{"replica frozen", 2, func(ctx context.Context, rng *rand.Rand, _, r localcluster.Node) (bool, error) {
+			return false, s.frozenFor(ctx, r.Addr, time.Duration(200+rng.IntN(2800))*time.Millisecond)
+		}},
+		{"master frozen until failed over", 1, func(ctx context.Context, _ *rand.Rand, m, r localcluster.Node) (bool, error) {
+			if err := cl.Freeze(ctx, m.Addr); err != nil {
+				return false, err
+			}
+			err := s.waitPromoted(ctx, m, r)
+			return true, joinErr(err, cl.Thaw(ctx, m.Addr))
+		}},
+		{"master killed and restarted", 1, func(ctx context.Context, _ *rand.Rand, m, r localcluster.Node) (bool, error) {
+			if err := cl.Kill(ctx, m.Addr); err != nil {
+				return false, err
+			}
+			// Restarted only once its replica took over: without
+			// persistence a master restarted sooner comes back empty.
+			err := s.waitPromoted(ctx, m, r)
+			return true, joinErr(err, cl.Restart(ctx, m.Addr))
+		}},
+		{"replica killed and restarted", 1, func(ctx context.Context, _ *rand.Rand, _, r localcluster.Node) (bool, error) {
+			if err := cl.Kill(ctx, r.Addr); err != nil {
+				return false, err
+			}
+			return false, cl.Restart(ctx, r.Addr)
+		}},
+		{"failover FORCE", 1, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			_, err := cl.Failover(ctx, m.Addr)
+			return true, err
+		}},
+		{"failover TAKEOVER", 1, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			_, err := cl.Failover(ctx, m.Addr, localcluster.Takeover())
+			return true, err
+		}},
+		{"slot migrated", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			slot, to, err := s.slotToMove(ctx, rng)
+			if err != nil {
+				return false, err
+			}
+			return false, cl.MigrateSlot(ctx, slot, to.Addr)
+		}},
+		{"slot left half-migrated", 2, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+			slot, to, err := s.slotToMove(ctx, rng)
+			if err != nil {
+				return false, err
+			}
+			from, err := cl.MasterOfSlot(ctx, slot)
+			if err != nil {
+				return false, err
+			}
+			if _, err := cl.Do(ctx, to.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.ID); err != nil {
+				return false, err
+			}
+			if _, err := cl.Do(ctx, from.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", to.ID); err != nil {
+				return false, err
+			}
+			time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond) // the half-done state is the fault
+			return false, cl.MigrateSlot(ctx, slot, to.Addr)
+		}},
+		{"normal connections killed", 2, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "normal")
+			return false, err
+		}},
+		{"pub/sub connections killed", 2, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "pubsub")
+			return false, err
+		}},
+		{"replica link cut", 2, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "replica")
+			return false, err
+		}},
+	}
+}
+
+func joinErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// nemesis injects faults until the deadline.
+func (s *soak) nemesis() {
+	rng := rand.New(rand.NewPCG(s.seed, 1<<32))
+	kinds := s.faultKinds()
+	total := 0
+	for _, k := range kinds {
+		total += k.weight
+	}
+	for {
+		pause := time.Duration(300+rng.IntN(2700)) * time.Millisecond
+		if time.Until(s.deadline) < pause {
+			return
+		}
+		time.Sleep(pause) // the schedule itself: time between faults
+		r := rng.IntN(total)
+		var kind nemesisFault
+		for _, k := range kinds {
+			if r -= k.weight; r < 0 {
+				kind = k
+				break
+			}
+		}
+		if err := s.injectOne(rng, kind); err != nil {
+			s.t.Errorf("soak: fault %q: %v", kind.name, err)
+			return
+		}
+	}
+}
+
+// injectOne makes one fault on a random master and waits for the cluster to
+// recover from it.
+func (s *soak) injectOne(rng *rand.Rand, kind nemesisFault) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.cl.WaitReady(ctx); err != nil {
+		return fmt.Errorf("not ready before: %w", err)
+	}
+	masters, err := s.cl.Masters(ctx)
+	if err != nil {
+		return err
+	}
+	m := masters[rng.IntN(len(masters))]
+	r, err := s.cl.ReplicaOf(ctx, m.Addr)
+	if err != nil {
+		return err
+	}
+	ev := faultEvent{kind: kind.name, at: time.Now()}
+	lost, err := kind.inject(ctx, rng, m, r)
+	if err != nil {
+		return err
+	}
+	if err := s.cl.WaitReady(ctx); err != nil {
+		return fmt.Errorf("not ready after: %w", err)
+	}
+	ev.until = time.Now()
+	if lost {
+		ev.slots = m.Slots
+	}
+	s.mu.Lock()
+	s.faults = append(s.faults, ev)
+	s.injected[kind.name]++
+	s.mu.Unlock()
+	return nil
+}
+
+// frozenFor freezes the node at addr for d.
+func (s *soak) frozenFor(ctx context.Context, addr string, d time.Duration) error {
+	if err := s.cl.Freeze(ctx, addr); err != nil {
+		return err
+	}
+	time.Sleep(d) // the freeze is the fault
+	return s.cl.Thaw(ctx, addr)
+}
+
+// waitPromoted waits until replica r serves the slots of m.
+func (s *soak) waitPromoted(ctx context.Context, m, r localcluster.Node) error {
+	for {
+		now, err := s.cl.MasterOfSlot(ctx, m.Slots[0][0])
+		if err == nil && now.Addr == r.Addr {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not take over from %s: %w", r.Addr, m.Addr, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// slotToMove picks the slot of a random key and a master that does not serve
+// it.
+func (s *soak) slotToMove(ctx context.Context, rng *rand.Rand) (int, localcluster.Node, error) {
+	slot := hashtag.Slot(s.prefix + s.keys[rng.IntN(len(s.keys))])
+	masters, err := s.cl.Masters(ctx)
+	if err != nil {
+		return 0, localcluster.Node{}, err
+	}
+	var others []localcluster.Node
+	for _, m := range masters {
+		if !m.ServesSlot(slot) {
+			others = append(others, m)
+		}
+	}
+	return slot, others[rng.IntN(len(others))], nil
+}

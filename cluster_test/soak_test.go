@@ -1,0 +1,268 @@
+package cluster_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/localcluster"
+)
+
+// The soak: random load and random faults on a six-node cluster of its own,
+// judged on the process's monotonic clock. make soak runs it (SOAK=10m by
+// default); make test runs a short one. SEED replays a schedule: the same
+// faults in the same order, and the same choices by every worker (their
+// timing, and so the interleaving, still varies).
+const (
+	envSoak = "SOAK"
+	envSeed = "SEED"
+
+	defaultSoak = time.Minute
+)
+
+// soak is one run: its cluster, its clients, and what it saw.
+type soak struct {
+	t        *testing.T
+	cl       *localcluster.Cluster
+	seed     uint64
+	prefix   string
+	keys     []string
+	deadline time.Time
+	maxTTL   time.Duration // the longest fixed lease the load asks for
+
+	rdbs []*redis.ClusterClient
+
+	mu       sync.Mutex
+	clients  []*soakClient
+	sections []soakSection
+	faults   []faultEvent
+	ops      map[string]int
+	outcomes map[string]int
+	injected map[string]int
+	problems []string    // violations seen while running
+	refusals []refusal   // fenced writes refused while their writer believed it held the key
+	register *fencedStore // the storage the sections write to
+	locks    sync.WaitGroup
+}
+
+// soakClient is one batchlock Client of the run and the lease of its
+// renewed locks; Clients are closed and replaced while calls run.
+type soakClient struct {
+	c     *batchlock.Client
+	lease time.Duration
+}
+
+func TestSoak(t *testing.T) {
+	duration := defaultSoak
+	if v := os.Getenv(envSoak); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "%s=%q", envSoak, v)
+		duration = d
+	}
+	seed := randomSeed()
+	if v := os.Getenv(envSeed); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "%s=%q", envSeed, v)
+		seed = s
+	}
+	cl := newCluster(t)
+	s := newSoak(t, cl, seed, duration)
+	s.say("seed %d (replay with SEED=%d), %v on the %s backend, %d keys, %d clients",
+		seed, seed, duration, cl.Backend(), len(s.keys), len(s.clients))
+
+	var wg sync.WaitGroup
+	for w := range soakWorkers {
+		wg.Go(func() { s.worker(w) })
+	}
+	wg.Go(s.replaceClients)
+	s.nemesis()
+	wg.Wait()
+	s.closeAll()
+
+	leftovers := s.leftovers()
+	violations, exceptions := s.judge()
+	s.report(exceptions)
+	for _, v := range violations[:min(len(violations), 30)] {
+		s.say("violation: %s", v)
+	}
+	for _, k := range leftovers[:min(len(leftovers), 10)] {
+		s.say("leftover: %s", k)
+	}
+	s.say("%d operations, %d faults, %d violations, %d leftovers", s.total(s.ops), s.total(s.injected), len(violations), len(leftovers))
+	if len(violations) > 0 || len(leftovers) > 0 {
+		t.Fail()
+	}
+}
+
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) % 1_000_000_000
+}
+
+const (
+	soakWorkers = 10
+	soakClients = 3
+	soakKeys    = 1500
+	soakOrders  = 60 // keys sharing a hash tag, ten lines each
+)
+
+func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.Duration) *soak {
+	s := &soak{
+		t: t, cl: cl, seed: seed, prefix: testPrefix(t),
+		deadline: time.Now().Add(duration),
+		// A short soak keeps its leases short, so that what a fault
+		// strands is gone soon after the run.
+		maxTTL:   min(2*time.Minute, max(3*time.Second, duration/10)),
+		ops:      map[string]int{},
+		outcomes: map[string]int{},
+		injected: map[string]int{},
+		register: &fencedStore{last: map[string]int64{}},
+	}
+	for i := range soakKeys {
+		s.keys = append(s.keys, fmt.Sprintf("sku:%d", i))
+	}
+	for o := range soakOrders {
+		for line := range 10 {
+			s.keys = append(s.keys, fmt.Sprintf("{order-%d}:line:%d", o, line))
+		}
+	}
+	for range soakClients {
+		rdb := cl.Client()
+		t.Cleanup(func() { _ = rdb.Close() })
+		s.rdbs = append(s.rdbs, rdb)
+	}
+	for i := range soakClients {
+		s.clients = append(s.clients, s.newClient(i))
+	}
+	return s
+}
+
+// soakLeases are the leases of renewed locks, one per Client in turn.
+var soakLeases = []time.Duration{300 * time.Millisecond, time.Second, 3 * time.Second}
+
+func (s *soak) newClient(i int) *soakClient {
+	lease := soakLeases[i%len(soakLeases)]
+	c, err := batchlock.New(s.rdbs[i%len(s.rdbs)], batchlock.WithPrefix(s.prefix), batchlock.WithLease(lease))
+	require.NoError(s.t, err)
+	return &soakClient{c: c, lease: lease}
+}
+
+// say prints a line of the soak's report on standard output, where make soak
+// picks it up.
+func (s *soak) say(format string, args ...any) {
+	fmt.Printf("soak: "+format+"\n", args...)
+}
+
+func (s *soak) count(m map[string]int, key string) {
+	s.mu.Lock()
+	m[key]++
+	s.mu.Unlock()
+}
+
+func (s *soak) problem(format string, args ...any) {
+	s.mu.Lock()
+	s.problems = append(s.problems, fmt.Sprintf(format, args...))
+	s.mu.Unlock()
+}
+
+func (s *soak) total(m map[string]int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func (s *soak) running() bool { return time.Now().Before(s.deadline) }
+
+// closeAll closes every Client once the load and the faults are over, and
+// waits for every lock handed out to end (each within its lease).
+func (s *soak) closeAll() {
+	require.NoError(s.t, s.cl.WaitReady(ctxTimeout(s.t, 2*time.Minute)))
+	s.mu.Lock()
+	clients := slices.Clone(s.clients)
+	s.mu.Unlock()
+	for _, sc := range clients {
+		require.NoError(s.t, sc.c.Close())
+	}
+	done := make(chan struct{})
+	go func() { s.locks.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.maxTTL + time.Minute):
+		s.problem("locks still not ended %v after the run", s.maxTTL+time.Minute)
+	}
+}
+
+// leftovers waits, up to the longest lease, for every lock key and cancel
+// mark to go, and returns those that stay. Only the fencing counters may.
+func (s *soak) leftovers() []string {
+	var left []string
+	deadline := time.Now().Add(s.maxTTL + 10*time.Second)
+	for {
+		left = s.bookkeeping()
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(100 * time.Millisecond) // the keys expire on the servers' clocks; nothing to wait on
+	}
+}
+
+func (s *soak) bookkeeping() []string {
+	ctx := ctxTimeout(s.t, 30*time.Second)
+	var mu sync.Mutex
+	var found []string
+	require.NoError(s.t, s.rdbs[0].ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if k := iter.Val(); !strings.HasPrefix(k[len(s.prefix):], "fence:{") {
+				mu.Lock()
+				found = append(found, k)
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}))
+	slices.Sort(found)
+	return found
+}
+
+// report prints what ran and what was injected, by kind.
+func (s *soak) report(exceptions int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.say("operations: %s", describeCounts(s.ops))
+	s.say("outcomes: %s", describeCounts(s.outcomes))
+	s.say("faults: %s", describeCounts(s.injected))
+	writes, refused := s.register.counts()
+	s.say("%d critical sections; %d fenced writes, %d refused as stale", len(s.sections), writes, refused)
+	s.say("%d overlaps after a failover lost a lock taken without WithReplicas (documented, not violations)", exceptions)
+}
+
+func describeCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}

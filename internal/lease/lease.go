@@ -1,0 +1,20 @@
+// Package lease holds the rules about lease lengths that batchlock and
+// redlock share.
+package lease
+
+import "time"
+
+// Enough reports whether a lock whose lease is lease, with left of it still
+// to run, may be handed to its caller. At least half must be left: a renewed
+// lock must reach its next renewal (a third of a lease away at most) with a
+// sixth to spare before it counts as lost, and a holder with a fixed lease
+// should get most of what it asked for, not a lock about to run out.
+func Enough(left, lease time.Duration) bool {
+	return left > 0 && left >= lease/2
+}
+
+// Millis returns d in whole milliseconds, rounded up, for Redis: the server
+// keeps a key at least as long as the client counts on it.
+func Millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
