@@ -51,8 +51,8 @@ type soak struct {
 	ops      map[string]int
 	outcomes map[string]int
 	injected map[string]int
-	problems []string    // violations seen while running
-	refusals []refusal   // fenced writes refused while their writer believed it held the key
+	problems []string     // violations seen while running
+	refusals []refusal    // fenced writes refused while their writer believed it held the key
 	register *fencedStore // the storage the sections write to
 	locks    sync.WaitGroup
 }
