@@ -9,28 +9,55 @@
 // holding every key, or return an error having released every hold the call
 // took (after any failure — a conflict, a network error, a timeout, a
 // cancelled context — no key is left held that was not held before the call).
-// Inside one hash slot a batch is taken atomically, by one Lua script. Across
-// slots, another observer may briefly see part of a batch held while it is
-// being taken or rolled back.
+// What one script call takes is atomic on its node: the keys of one slot, up
+// to 512 of them. Across calls, another observer may briefly see part of a
+// batch held while it is being taken or rolled back.
 //
 // Keys are taken slot by slot in one global order, by every client alike, so
 // waiting callers cannot deadlock each other. Reentrancy is by owner id: calls
 // with the same owner (WithOwner, ContextWithOwner, or inside Do) may hold the
-// same keys at once; each Lock releases only its own holds, and a key is freed
-// when its last hold goes.
+// same keys at once; each Lock releases only its own holds, each hold ends
+// with its own lease, and a key is freed when its last live hold goes.
 //
-// Every lock has a lease. Without WithTTL the Client's watchdog renews it
-// every lease/3 (WithLease, default 30s); when a renewal finds a key no longer
-// held, or cannot confirm the lease before it runs out, the lock is lost:
-// Done closes, Err wraps ErrLockLost, and Do cancels its function's context.
-// A fixed WithTTL lease is not renewed and ends the lock when it runs out.
+// Every lock has a lease, counted from before the first request that granted
+// or lengthened it was sent. A call hands a lock out only with at least half
+// its lease left; when taking the keys used up more (a slow or frozen
+// master), it rolls back and fails with an error wrapping ErrNotObtained.
+// Without WithTTL the Client's watchdog renews the lock every lease/3
+// (WithLease, default 30s); when a renewal finds a key no longer held, or
+// cannot confirm the lease before it runs out, the lock is lost: Done closes,
+// Err wraps ErrLockLost, and Do cancels its function's context. A fixed
+// WithTTL lease is not renewed and ends the lock when it runs out. Done
+// closes no later than the validity ends (ValidUntil).
 //
 // Redis replicates asynchronously: a failover can lose a lock that had not
-// reached the replica. Leases assume clocks advance at about the same rate
+// reached the replica, and the slot's fencing counter with it. WithReplicas
+// closes that window: every write that grants or lengthens a lease (acquire,
+// renewal, Extend, the lease restart after a wait) counts only once replicas
+// acknowledged it. Leases assume clocks advance at about the same rate
 // everywhere. Fencing tokens (Lock.Token) are the defence against a holder
 // that was paused past its lease: storage that rejects a write with a token
 // smaller than one it has seen for the key cannot be written by a stale
 // holder.
+//
+// # Contexts, cancellation and clean-up
+//
+// A call returns within its context. A context's deadline bounds every read;
+// a context cancelled without a deadline is noticed when the pending replies
+// arrive, at worst after the go-redis client's ReadTimeout. Without a
+// deadline, retries of transient errors (a failover's CLUSTERDOWN and MOVED,
+// a slot in migration, refused connections) stop after 10s, with an error
+// naming the slot. When a call fails, the holds it may have taken are
+// released for at most 5s more: the call waits for that while its context
+// lasts, and leaves it running in the background once the context is done;
+// Close waits for it. A hold whose acquire had an unknown outcome is also
+// marked cancelled for one lease, so that the acquire, should it still be
+// in flight (a frozen master), cannot take it later.
+//
+// Unlock with a context that is already done still makes its attempt, for at
+// most 2s, so that a deferred Unlock with a request's ended context releases.
+// A failed Unlock can be called again; until one succeeds the lock is no
+// longer renewed, and its keys are freed when their lease runs out.
 //
 // # Cost
 //
@@ -41,16 +68,21 @@
 // # Data in Redis
 //
 // Each lock key is prefix+key (default prefix "batchlock:"), a hash with the
-// fields owner, fence and one h:<hold id> per hold. Per slot, prefix+"fence:{"
-// + tag + "}" counts fencing tokens (it never expires) and prefix+"cancel:{" +
-// tag + "}" remembers holds cancelled by a rollback for one lease. Keys
-// starting with "fence:{" or "cancel:{" are therefore refused. A release is
-// announced with SPUBLISH on a channel named like the lock key.
+// fields owner, fence (the fencing token of the ownership) and one h:<hold
+// id> per hold, whose value is the server time in milliseconds at which that
+// hold's lease ends; the key expires with its longest hold. Per slot,
+// prefix+"fence:{" + tag + "}" counts fencing tokens (it never expires), and
+// prefix+"cancel:{" + tag + "}:" + hold marks a hold cancelled by a
+// rollback, for one lease. Keys starting with "fence:{" or "cancel:{" are
+// therefore refused. A release is announced with SPUBLISH on a channel named
+// like the lock key.
 //
 // # Client settings
 //
-// Calls honour their context's deadline only as far as the go-redis client
-// does: set ContextTimeoutEnabled, and short ReadTimeout and
-// ClusterOptions.MaxRedirects, for calls that return on time while a master
-// is frozen or failing over.
+// batchlock sends its scripts straight to each master's own connection pool
+// and retries what can be retried itself: it is the one retry layer, so leave
+// go-redis's per-node retries off (ClusterOptions.MaxRetries unset; for a
+// single *redis.Client, MaxRetries -1). Set ContextTimeoutEnabled, so that
+// reads end with the call's context, and a short ReadTimeout, for calls that
+// return on time while a master is frozen or failing over.
 package batchlock

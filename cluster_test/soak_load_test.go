@@ -77,7 +77,7 @@ func (s *soak) basket(rng *rand.Rand) []string {
 	keys := make([]string, 0, n+10)
 	for len(keys) < n {
 		i := rng.IntN(len(s.keys))
-		if rng.IntN(4) == 0 {
+		if rng.IntN(10) == 0 {
 			i = rng.IntN(50) // hot keys
 		}
 		if !seen[i] {

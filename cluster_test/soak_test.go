@@ -113,7 +113,7 @@ func randomSeed() uint64 {
 }
 
 const (
-	soakWorkers = 10
+	soakWorkers = 16
 	soakClients = 3
 	soakKeys    = 1500
 	soakOrders  = 60 // keys sharing a hash tag, ten lines each
