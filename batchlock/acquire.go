@@ -75,8 +75,14 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err == nil {
 		// A context cancelled (rather than past its deadline) is noticed
 		// only once replies arrive, and Close may have come meanwhile: the
-		// caller gave up, so the keys go back.
-		if err = context.Cause(ctx); err == nil && !c.watchdog.add(l) {
+		// caller gave up, so the keys go back. Close is read directly, as
+		// its cancellation of ctx runs in a goroutine of its own.
+		switch {
+		case c.closing.Err() != nil:
+			err = ErrClosed
+		case context.Cause(ctx) != nil:
+			err = context.Cause(ctx)
+		case !c.watchdog.add(l):
 			err = ErrClosed
 		}
 		if err != nil {
