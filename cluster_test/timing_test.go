@@ -496,6 +496,9 @@ func TestCloseDuringLock(t *testing.T) {
 	warm, err := c.TryLock(ctx, keys)
 	require.NoError(t, err)
 	require.NoError(t, warm.Unlock(ctx))
+	// A cluster client's first keyed command fetches COMMAND from a random
+	// node, which may be the one about to sleep: done before.
+	require.NoError(t, rdb.Exists(ctx, prefix+keys[0]).Err())
 
 	woke := sleepNode(t, cl, masters[1].Addr, 300*time.Millisecond)
 	got := make(chan error, 1)
