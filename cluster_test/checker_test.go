@@ -57,11 +57,29 @@ func (c *checker) violations() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := slices.Clone(c.problems)
+	for _, b := range breaches(c.sections) {
+		out = append(out, b.what)
+	}
+	return out
+}
 
+// breach is one thing mutual exclusion forbids, between an earlier section
+// and a later one (by index), on one key.
+type breach struct {
+	key            string
+	earlier, later int
+	what           string
+}
+
+// breaches finds, key by key, two owners inside a section at once, and a
+// key's fencing token going backwards (or being handed out again to another
+// owner) from one section to the next.
+func breaches(sections []section) []breach {
+	var out []breach
 	byKey := map[string][]int{}
-	for i, s := range c.sections {
+	for i, s := range sections {
 		if s.End.Before(s.Start) {
-			out = append(out, fmt.Sprintf("section %d of %s ends before it starts", i, s.Owner))
+			out = append(out, breach{earlier: i, later: i, what: fmt.Sprintf("section %d of %s ends before it starts", i, s.Owner)})
 		}
 		for _, k := range s.Keys {
 			byKey[k] = append(byKey[k], i)
@@ -75,20 +93,20 @@ func (c *checker) violations() []string {
 
 	for _, k := range keys {
 		idx := byKey[k]
-		slices.SortStableFunc(idx, func(a, b int) int { return c.sections[a].Start.Compare(c.sections[b].Start) })
+		slices.SortStableFunc(idx, func(a, b int) int { return sections[a].Start.Compare(sections[b].Start) })
 		// Sorted by start, a section overlaps an earlier one exactly when it
 		// starts before the latest end so far; comparing with the immediate
 		// predecessor alone would miss a long section spanning several.
 		latest := -1
 		lastTok := -1
 		for _, i := range idx {
-			s := c.sections[i]
-			if latest >= 0 && s.Owner != c.sections[latest].Owner && s.Start.Before(c.sections[latest].End) {
-				p := c.sections[latest]
-				out = append(out, fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
-					k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000")))
+			s := sections[i]
+			if latest >= 0 && s.Owner != sections[latest].Owner && s.Start.Before(sections[latest].End) {
+				p := sections[latest]
+				out = append(out, breach{key: k, earlier: latest, later: i, what: fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
+					k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000"))})
 			}
-			if latest < 0 || s.End.After(c.sections[latest].End) {
+			if latest < 0 || s.End.After(sections[latest].End) {
 				latest = i
 			}
 
@@ -97,15 +115,17 @@ func (c *checker) violations() []string {
 				continue
 			}
 			if lastTok >= 0 {
-				p := c.sections[lastTok]
+				p := sections[lastTok]
 				pt := p.Tokens[k]
 				switch {
 				case tok < pt:
-					out = append(out, fmt.Sprintf("key %s: token went backwards from %d (%s) to %d (%s)", k, pt, p.Owner, tok, s.Owner))
+					out = append(out, breach{key: k, earlier: lastTok, later: i,
+						what: fmt.Sprintf("key %s: token went backwards from %d (%s) to %d (%s)", k, pt, p.Owner, tok, s.Owner)})
 				case tok == pt && s.Owner != p.Owner:
 					// Storage that accepts a token equal to the largest seen
 					// (so that reentrant holds can write) would accept both.
-					out = append(out, fmt.Sprintf("key %s: token %d given to both %s and %s", k, tok, p.Owner, s.Owner))
+					out = append(out, breach{key: k, earlier: lastTok, later: i,
+						what: fmt.Sprintf("key %s: token %d given to both %s and %s", k, tok, p.Owner, s.Owner)})
 				}
 			}
 			lastTok = i

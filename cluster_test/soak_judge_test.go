@@ -29,56 +29,17 @@ func (s *soak) judge() (violations []string, excused int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	violations = slices.Clone(s.problems)
-	flag := func(earlier soakSection, until time.Time, key, what string) {
-		if s.lostToFailover(earlier.replicas, earlier.Start, until, key) {
-			excused++
-			return
-		}
-		violations = append(violations, what)
-	}
-
-	byKey := map[string][]int{}
+	sections := make([]section, len(s.sections))
 	for i, sec := range s.sections {
-		for _, k := range sec.Keys {
-			byKey[k] = append(byKey[k], i)
-		}
+		sections[i] = sec.section
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		idx := byKey[k]
-		slices.SortStableFunc(idx, func(a, b int) int { return s.sections[a].Start.Compare(s.sections[b].Start) })
-		latest, lastTok := -1, -1
-		for _, i := range idx {
-			cur := s.sections[i]
-			if latest >= 0 {
-				prev := s.sections[latest]
-				if cur.Owner != prev.Owner && cur.Start.Before(prev.End) {
-					flag(prev, cur.Start, k, fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
-						k, cur.Owner, stamp(cur.Start), prev.Owner, stamp(prev.End)))
-				}
-			}
-			if latest < 0 || cur.End.After(s.sections[latest].End) {
-				latest = i
-			}
-			tok, ok := cur.Tokens[k]
-			if !ok {
-				continue
-			}
-			if lastTok >= 0 {
-				prev := s.sections[lastTok]
-				switch pt := prev.Tokens[k]; {
-				case tok < pt:
-					flag(prev, cur.Start, k, fmt.Sprintf("key %s: token went backwards from %d (%s) to %d (%s)", k, pt, prev.Owner, tok, cur.Owner))
-				case tok == pt && cur.Owner != prev.Owner:
-					flag(prev, cur.Start, k, fmt.Sprintf("key %s: token %d given to both %s and %s", k, tok, prev.Owner, cur.Owner))
-				}
-			}
-			lastTok = i
+	for _, b := range breaches(sections) {
+		earlier, later := s.sections[b.earlier], s.sections[b.later]
+		if b.key != "" && s.lostToFailover(earlier.replicas, earlier.Start, later.Start, b.key) {
+			excused++
+			continue
 		}
+		violations = append(violations, b.what)
 	}
 	for _, r := range s.refusals {
 		if s.lostToFailover(r.replicas, r.start, r.at, r.key) {
@@ -86,7 +47,7 @@ func (s *soak) judge() (violations []string, excused int) {
 			continue
 		}
 		violations = append(violations, fmt.Sprintf("key %s: write of %s with token %d refused at %s, within its validity",
-			r.key, r.owner, r.token, stamp(r.at)))
+			r.key, r.owner, r.token, r.at.Format("15:04:05.000000")))
 	}
 	return violations, excused
 }
@@ -111,8 +72,6 @@ func (s *soak) lostToFailover(replicas bool, start, then time.Time, key string) 
 	}
 	return false
 }
-
-func stamp(t time.Time) string { return t.Format("15:04:05.000000") }
 
 // The judge is what the soak trusts: shown here to catch each breach, and
 // to excuse exactly the documented one, on made-up histories.
