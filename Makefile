@@ -1,15 +1,23 @@
-# make test runs everything CI runs: deps, vet, unit tests, the integration
-# suite on the docker backend and on the process backend, then a short soak.
+# make test runs everything CI runs: deps, go vet and staticcheck on every
+# module, unit tests, the integration suite on the docker backend and on the
+# process backend, then a short soak.
 SHELL := bash
 GO    ?= go
+
+# The modules, tied together by replace directives in their go.mod files:
+# the root (the library) first, then the harness, the suite, the command,
+# the examples, the OpenTelemetry adapter and the benchmarks.
+MODULES     := . localcluster cluster_test cmd/batchlock examples batchlockotel bench
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(CURDIR)/bin/staticcheck
 
 # testcontainers' reaper needs an image from a registry; localcluster
 # removes its containers itself.
 export TESTCONTAINERS_RYUK_DISABLED := true
 
-# Every package but the integration suite, whoever added it.
-UNIT_PKGS    = $$($(GO) list ./... | grep -v /cluster_test)
-CLUSTER_TEST = $(GO) test -count=1 -timeout 15m -skip '^TestSoak$$' ./cluster_test/...
+# The modules whose tests need no Redis.
+UNIT_MODULES := . localcluster cmd/batchlock batchlockotel
+CLUSTER_TEST = $(GO) -C cluster_test test -count=1 -timeout 15m -skip '^TestSoak$$' ./...
 # The randomized fault soak: SOAK is its length, SEED replays a schedule,
 # SOAK_BACKEND picks the backend (default: as for the suite).
 SOAK        ?= 10m
@@ -22,22 +30,32 @@ COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "doc
 COMPOSE_RUN  = $(COMPOSE) -f docker/docker-compose.yml -p batchlock-dev
 DEV_ADDRS    = 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
 
-.PHONY: deps test test-unit test-docker test-process test-external test-soak soak image bench demo \
+.PHONY: deps lint test test-unit test-docker test-process test-external test-soak soak image bench demo \
         cluster-up cluster-down clean-containers
 
 deps:
-	bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh
+
+$(STATICCHECK):
+	GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+lint: $(STATICCHECK)
+	@set -e; for m in $(MODULES); do \
+		echo "go vet, staticcheck: $$m"; \
+		$(GO) -C $$m vet ./...; \
+		(cd $$m && $(STATICCHECK) ./...); \
+	done
 
 test: deps
-	$(GO) vet ./...
+	$(MAKE) lint
 	$(MAKE) test-unit
 	$(MAKE) test-docker
 	$(MAKE) test-process
 	$(MAKE) test-soak
 
 test-unit:
-	$(GO) test -race -count=1 $(UNIT_PKGS)
-	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	@set -e; for m in $(UNIT_MODULES); do $(GO) -C $$m test -race -count=1 ./...; done
+	$(GO) -C bench test -count=1 ./...
 
 # Under CI=true a missing daemon fails here; elsewhere the suite skips loudly.
 test-docker:
@@ -60,7 +78,7 @@ test-soak:
 soak: deps
 	@set -o pipefail; log=$(SOAK_LOG); \
 	env -u BATCHLOCK_CLUSTER_ADDRS $(if $(SOAK_BACKEND),BATCHLOCK_BACKEND=$(SOAK_BACKEND)) SOAK=$(SOAK) SEED=$(SEED) \
-		$(GO) test -count=1 -timeout 3h -run '^TestSoak$$' -v ./cluster_test/ >$$log 2>&1; status=$$?; \
+		$(GO) -C cluster_test test -count=1 -timeout 3h -run '^TestSoak$$' -v . >$$log 2>&1; status=$$?; \
 	if [ $$status -ne 0 ]; then grep -v '^redis: ' $$log | grep -v '^soak: ' | tail -n 40; echo "(whole output: $$log)"; fi; \
 	grep '^soak: ' $$log; exit $$status
 
@@ -75,7 +93,7 @@ image:
 cluster-up: image
 	@test -n "$(COMPOSE)" || { echo "cluster-up: needs docker compose or docker-compose" >&2; exit 1; }
 	$(COMPOSE_RUN) up -d
-	$(GO) run ./localcluster/cmd/localcluster create $(DEV_ADDRS)
+	$(GO) -C localcluster run ./cmd/localcluster create $(DEV_ADDRS)
 
 cluster-down:
 	@test -n "$(COMPOSE)" || { echo "cluster-down: needs docker compose or docker-compose" >&2; exit 1; }
@@ -89,7 +107,7 @@ clean-containers:
 # The main job: a batch order processor on a throwaway six-node cluster,
 # audited for oversell. DEMO_FLAGS passes more, e.g. DEMO_FLAGS=--no-lock.
 demo: deps
-	$(GO) run ./cmd/batchlock demo $(DEMO_FLAGS)
+	@$(GO) -C cmd/batchlock run . demo $(DEMO_FLAGS)
 
 # Benchmarks against redsync and redislock on a throwaway cluster; writes
 # docs/bench.md and docs/bench-latency.svg.

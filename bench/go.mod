@@ -3,7 +3,8 @@ module github.com/batchlock/batchlock/bench
 go 1.26.0
 
 require (
-	github.com/batchlock/batchlock v0.0.0
+	github.com/batchlock/batchlock v0.0.0-00010101000000-000000000000
+	github.com/batchlock/batchlock/localcluster v0.0.0-00010101000000-000000000000
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
@@ -35,8 +36,8 @@ require (
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/go-archive v0.3.3 // indirect
-	github.com/moby/moby/api v1.56.1 // indirect
-	github.com/moby/moby/client v0.6.2 // indirect
+	github.com/moby/moby/api v1.57.0 // indirect
+	github.com/moby/moby/client v0.6.3 // indirect
 	github.com/moby/patternmatcher v0.6.1 // indirect
 	github.com/moby/sys/sequential v0.7.0 // indirect
 	github.com/moby/sys/user v0.4.1 // indirect
@@ -63,4 +64,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 )
 
-replace github.com/batchlock/batchlock => ../
+replace (
+	github.com/batchlock/batchlock => ../
+	github.com/batchlock/batchlock/localcluster => ../localcluster
+)

@@ -132,7 +132,9 @@ func positiveRemaining(t *testing.T, s *orders.Stock) int64 {
 func buildCommand(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "batchlock")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/batchlock/batchlock/cmd/batchlock").CombinedOutput()
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join("..", "cmd", "batchlock") // a module of its own
+	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the command: %s", out)
 	return bin
 }

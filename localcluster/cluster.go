@@ -64,7 +64,7 @@ type member struct {
 // Without a deadline on ctx, Start gives up after three minutes.
 func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	cfg := newConfig(opts)
-	b, err := chooseBackend(cfg, os.Getenv, func() bool { return dockerUp(ctx) }, redisServerOnPath)
+	b, err := chooseBackend(cfg, os.Getenv, func() bool { return dockerUp(ctx, cfg.logf) }, redisServerOnPath)
 	if err != nil {
 		return nil, err
 	}

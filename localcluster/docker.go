@@ -37,18 +37,22 @@ func disableRyuk() {
 // dockerProbe bounds the check for a daemon, so a missing one costs little.
 const dockerProbe = 3 * time.Second
 
-func dockerUp(ctx context.Context) bool {
+func dockerUp(ctx context.Context, logf func(format string, args ...any)) bool {
 	ctx, cancel := context.WithTimeout(ctx, dockerProbe)
 	defer cancel()
-	cli, err := dockerClient(ctx)
+	cli, err := dockerClient(ctx, logf)
 	if err != nil {
 		return false
 	}
 	return cli.Close() == nil
 }
 
-func dockerClient(ctx context.Context) (*testcontainers.DockerClient, error) {
+// dockerClient connects to the daemon. testcontainers' own messages (such as
+// the banner it prints on connecting) go to logf: its logger is global, so
+// the last cluster started decides.
+func dockerClient(ctx context.Context, logf func(format string, args ...any)) (*testcontainers.DockerClient, error) {
 	disableRyuk()
+	tclog.SetDefault(logfLogger(logf))
 	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
 		return nil, err
@@ -69,7 +73,7 @@ type dockerLauncher struct {
 func newDockerLauncher(ctx context.Context, id string, cfg config) (*dockerLauncher, error) {
 	pctx, cancel := context.WithTimeout(ctx, dockerProbe)
 	defer cancel()
-	cli, err := dockerClient(pctx)
+	cli, err := dockerClient(pctx, cfg.logf)
 	if err != nil {
 		return nil, fmt.Errorf("%w (docker backend: %v)", ErrNoBackend, err)
 	}

@@ -26,7 +26,7 @@ func StartSingles(ctx context.Context, n int, opts ...Option) (*Singles, error) 
 		}
 		return os.Getenv(k)
 	}
-	b, err := chooseBackend(cfg, getenv, func() bool { return dockerUp(ctx) }, redisServerOnPath)
+	b, err := chooseBackend(cfg, getenv, func() bool { return dockerUp(ctx, cfg.logf) }, redisServerOnPath)
 	if err != nil {
 		return nil, err
 	}

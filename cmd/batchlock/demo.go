@@ -33,6 +33,7 @@ type demoOptions struct {
 	noLock    bool
 	chaos     bool
 	json      bool
+	verbose   bool
 }
 
 // hotShare is the share of order lines that pick one of the hot SKUs.
@@ -81,6 +82,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.BoolVar(&o.noLock, "no-lock", false, "process orders without locking: shows the oversell batchlock prevents")
 			fs.BoolVar(&o.chaos, "chaos", false, "fail a master over in the middle of the run (throwaway cluster only)")
 			fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+			fs.BoolVar(&o.verbose, "verbose", false, "show how the throwaway cluster is started (docker and testcontainers messages)")
 			return o
 		},
 		run: func(ctx context.Context, e *env, opts any, args []string) error {
@@ -153,7 +155,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		return usagef("%v", err)
 	}
 
-	t, err := openTarget(ctx, e, seeds)
+	t, err := openTarget(ctx, e, seeds, o.verbose)
 	if err != nil {
 		return err
 	}
@@ -273,7 +275,7 @@ type target struct {
 // openTarget connects to the cluster at seeds, or with none starts a
 // throwaway one. ($BATCHLOCK_CLUSTER_ADDRS is never set here: it gives
 // seeds.)
-func openTarget(ctx context.Context, e *env, seeds []string) (*target, error) {
+func openTarget(ctx context.Context, e *env, seeds []string, verbose bool) (*target, error) {
 	if len(seeds) > 0 {
 		rdb, err := connect(ctx, seeds)
 		if err != nil {
@@ -283,7 +285,13 @@ func openTarget(ctx context.Context, e *env, seeds []string) (*target, error) {
 	}
 	began := time.Now()
 	fmt.Fprintln(e.stderr, "starting a throwaway six-node Redis Cluster (the first run may build a docker image)...")
-	c, err := localcluster.Start(ctx)
+	var opts []localcluster.Option
+	if verbose {
+		opts = append(opts, localcluster.WithLogf(func(format string, args ...any) {
+			fmt.Fprintf(e.stderr, format+"\n", args...)
+		}))
+	}
+	c, err := localcluster.Start(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot start a throwaway cluster (pass --addrs to use a running one): %w", err)
 	}

@@ -1,0 +1,20 @@
+module github.com/batchlock/batchlock/batchlockotel
+
+go 1.26.0
+
+replace github.com/batchlock/batchlock => ../
+
+require (
+	github.com/batchlock/batchlock v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/metric v1.47.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
