@@ -64,7 +64,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if lc.ttlSet {
 		leaseLen, renew = lc.ttl, false
 	}
-	l := newLock(c, owner, userKeys, groups, leaseLen, renew)
+	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
 	l.ack = c.cfg.ack
 	if lc.ackSet {
 		l.ack = lc.ack

@@ -2,9 +2,11 @@ package batchlock
 
 import (
 	"context"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/internal/lifetime"
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // Client takes batch locks through one go-redis client. It is safe for
@@ -14,6 +16,7 @@ type Client struct {
 	rdb     redis.UniversalClient
 	cluster bool
 	cfg     config
+	runner  *script.Runner
 
 	watchdog *watchdog
 	waiters  *waiters
@@ -23,10 +26,7 @@ type Client struct {
 	closing   context.Context
 	stopCalls context.CancelCauseFunc
 	// calls counts calls in flight and the rollbacks they left running.
-	calls sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
+	calls lifetime.Calls
 }
 
 // New returns a Client that locks keys through rdb: a *redis.ClusterClient,
@@ -58,6 +58,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := c.cfg.validate(); err != nil {
 		return nil, err
 	}
+	runner, err := script.New(rdb)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	c.runner = runner
 	c.watchdog = newWatchdog(c)
 	c.waiters = newWaiters(c)
 	c.closing, c.stopCalls = context.WithCancelCause(context.Background())
@@ -74,13 +79,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // since nothing renews them any more. Close is idempotent; no goroutine of the
 // Client outlives it.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.calls.Close() {
 		return nil
 	}
-	c.closed = true
-	c.mu.Unlock()
 	c.stopCalls(ErrClosed)
 	c.calls.Wait()
 	c.watchdog.close()
@@ -91,19 +92,15 @@ func (c *Client) Close() error {
 // wait for its clean-up. The context it returns ends with ErrClosed when the
 // Client closes; end must be called when the call returns.
 func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.calls.Enter(1) {
 		return nil, nil, ErrClosed
 	}
-	c.calls.Add(1)
-	c.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
 	return ctx, func() {
 		stop()
 		cancel(nil)
-		c.calls.Done()
+		c.calls.Leave()
 	}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // This file holds the three things done to a lock's holds on groups of keys:
@@ -23,18 +24,18 @@ type acquireOutcome struct {
 }
 
 func (c *Client) acquire(ctx context.Context, l *Lock, groups []group) acquireOutcome {
-	calls := make([]*call, len(groups))
+	calls := make([]*script.Call, len(groups))
 	ms := lease.Millis(l.lease)
 	for i, g := range groups {
 		keys := make([]string, 0, len(g.keys)+2)
 		keys = append(append(keys, g.fenceKey, g.cancelKey(l.hold)), g.keys...)
-		calls[i] = &call{slot: g.slot, keys: keys, args: []any{l.owner, l.hold, ms}}
+		calls[i] = &script.Call{Slot: g.slot, Keys: keys, Args: []any{l.owner, l.hold, ms}}
 	}
-	c.run(ctx, acquireScript, calls, l.ack)
+	c.runner.Run(ctx, acquireScript, calls, l.ack)
 
 	out := acquireOutcome{refused: -1}
 	for i, cl := range calls {
-		vals, err := cl.cmd.Slice()
+		vals, err := cl.Reply.Slice()
 		status := int64(-2)
 		if err == nil && len(vals) > 0 {
 			status, _ = vals[0].(int64)
@@ -42,7 +43,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group) acquireOu
 		switch {
 		case err == nil && status == acquireGranted && len(vals) == len(groups[i].keys)+1:
 			out.granted = append(out.granted, i)
-			if l.ack.n > 0 && cl.acks < int64(l.ack.n) && out.err == nil {
+			if !l.ack.Acknowledged(cl) && out.err == nil {
 				out.err = fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 			}
 			l.mu.Lock()
@@ -56,14 +57,14 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group) acquireOu
 			// An error, a cancelled hold (a rollback overtook this
 			// acquire) or a reply of another shape: unless every attempt
 			// was refused unrun, the group may or may not be held.
-			if cl.ran {
+			if cl.Ran {
 				out.unknown = append(out.unknown, i)
 			}
 			if err == nil {
 				err = fmt.Errorf("unexpected reply %v", vals)
 			}
 			if out.err == nil {
-				out.err = callError(ctx, "acquire", cl, err)
+				out.err = script.Describe(ctx, "batchlock: acquire", cl, err)
 			}
 		}
 	}
@@ -87,9 +88,9 @@ func (c *Client) refused(out *acquireOutcome, i int, vals []any) {
 }
 
 // unacknowledged says that fewer replicas than asked for acknowledged cl.
-func unacknowledged(cl *call, ack replicaAck) error {
+func unacknowledged(cl *script.Call, ack script.Ack) error {
 	return fmt.Errorf("%w: slot %d: %d of %d replicas acknowledged within %v",
-		ErrNoReplicas, cl.slot, max(cl.acks, 0), ack.n, ack.timeout)
+		ErrNoReplicas, cl.Slot, max(cl.Acks, 0), ack.Replicas, ack.Timeout)
 }
 
 // rollback releases every hold the call may have taken: groups[:held], and
@@ -116,11 +117,9 @@ func (c *Client) rollback(ctx context.Context, l *Lock, held int, last acquireOu
 		return
 	}
 	done := make(chan struct{})
-	// The caller is a registered call, so the count is above zero: Add
-	// cannot race Close's Wait.
-	c.calls.Add(1)
+	c.calls.Join()
 	go func() {
-		defer c.calls.Done()
+		defer c.calls.Leave()
 		defer close(done)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
@@ -140,16 +139,16 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, unknown m
 		return nil, nil
 	}
 	remember := lease.Millis(l.lease)
-	calls := make([]*call, len(groups))
+	calls := make([]*script.Call, len(groups))
 	for i, g := range groups {
 		cancelled, keys := "0", g.keys
 		if unknown[i] {
 			cancelled = "1"
 			keys = append([]string{g.cancelKey(l.hold)}, g.keys...)
 		}
-		calls[i] = &call{slot: g.slot, keys: keys, args: []any{l.owner, l.hold, cancelled, remember}}
+		calls[i] = &script.Call{Slot: g.slot, Keys: keys, Args: []any{l.owner, l.hold, cancelled, remember}}
 	}
-	c.run(ctx, releaseScript, calls, replicaAck{})
+	c.runner.Run(ctx, releaseScript, calls, script.Ack{})
 	return collectKeys(ctx, calls, "release")
 }
 
@@ -159,11 +158,11 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, unknown m
 // ErrNoReplicas.
 func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.Duration) ([]string, error) {
 	ms := lease.Millis(ttl)
-	calls := make([]*call, len(groups))
+	calls := make([]*script.Call, len(groups))
 	for i, g := range groups {
-		calls[i] = &call{slot: g.slot, keys: g.keys, args: []any{l.hold, ms}}
+		calls[i] = &script.Call{Slot: g.slot, Keys: g.keys, Args: []any{l.hold, ms}}
 	}
-	c.run(ctx, extendScript, calls, l.ack)
+	c.runner.Run(ctx, extendScript, calls, l.ack)
 	lost, err := collectKeys(ctx, calls, "extend")
 	if err == nil {
 		err = checkAcks(calls, l.ack)
@@ -173,9 +172,9 @@ func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.D
 
 // checkAcks returns an error wrapping ErrNoReplicas when fewer replicas than
 // asked for acknowledged some call.
-func checkAcks(calls []*call, ack replicaAck) error {
+func checkAcks(calls []*script.Call, ack script.Ack) error {
 	for _, cl := range calls {
-		if ack.n > 0 && cl.acks < int64(ack.n) {
+		if !ack.Acknowledged(cl) {
 			return unacknowledged(cl, ack)
 		}
 	}
@@ -184,14 +183,14 @@ func checkAcks(calls []*call, ack replicaAck) error {
 
 // collectKeys gathers the lists of keys the calls replied, and the first
 // error, from calls of the named step.
-func collectKeys(ctx context.Context, calls []*call, step string) ([]string, error) {
+func collectKeys(ctx context.Context, calls []*script.Call, step string) ([]string, error) {
 	var keys []string
 	var firstErr error
 	for _, cl := range calls {
-		vals, err := cl.cmd.StringSlice()
+		vals, err := cl.Reply.StringSlice()
 		if err != nil {
 			if firstErr == nil {
-				firstErr = callError(ctx, step, cl, err)
+				firstErr = script.Describe(ctx, "batchlock: "+step, cl, err)
 			}
 			continue
 		}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/lifetime"
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // Lock is a batch of keys held by one owner. Its methods are safe for
@@ -18,22 +21,22 @@ type Lock struct {
 	groups []group
 	lease  time.Duration
 	renew  bool // kept alive by the watchdog, rather than a fixed TTL
-	ack    replicaAck
+	ack    script.Ack
 
 	unlocking sync.Mutex // one Unlock at a time
 	released  bool       // an Unlock succeeded; guarded by unlocking
+
+	life *lifetime.Lifetime
 
 	mu         sync.Mutex
 	tokens     map[string]int64 // by lock key
 	validUntil time.Time        // the lease is confirmed to run at least until then
 	acquiredAt time.Time
 	expiry     *time.Timer // fires when validUntil is near and unconfirmed
-	err        error       // nil while held
-	done       chan struct{}
-	onEnd      []func(error)
 }
 
-func newLock(c *Client, owner string, keys []string, groups []group, lease time.Duration, renew bool) *Lock {
+// newLock makes the lock of a call on ctx, whose values its Context keeps.
+func newLock(ctx context.Context, c *Client, owner string, keys []string, groups []group, lease time.Duration, renew bool) *Lock {
 	n := 0
 	for _, g := range groups {
 		n += len(g.keys)
@@ -47,7 +50,7 @@ func newLock(c *Client, owner string, keys []string, groups []group, lease time.
 		lease:  lease,
 		renew:  renew,
 		tokens: make(map[string]int64, n),
-		done:   make(chan struct{}),
+		life:   lifetime.New(ctx),
 	}
 }
 
@@ -56,6 +59,21 @@ func (l *Lock) Keys() []string { return append([]string(nil), l.keys...) }
 
 // Owner returns the lock's owner id.
 func (l *Lock) Owner() string { return l.owner }
+
+// Context returns a context that ends the moment the lock ends: its cause
+// wraps ErrLockLost once the lock is lost, and is ErrNotHeld once it was
+// released. It carries the values of the context the lock was taken with,
+// but not its cancellation. Work that must stop when the lock goes runs in
+// it, or in a child of it, as Do's function does.
+func (l *Lock) Context() context.Context { return l.life.Context() }
+
+// Done returns a channel that is closed when the lock is released or lost:
+// Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.life.Done() }
+
+// Err returns nil while the lock is held, an error wrapping ErrLockLost once
+// it is lost, and ErrNotHeld once it was released: the cause of Context.
+func (l *Lock) Err() error { return l.life.Err() }
 
 // Token returns the fencing token of key in this lock, or 0 when key is not
 // one of its keys. A key's token is taken from its slot's counter when an
@@ -77,17 +95,6 @@ func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.validUntil
-}
-
-// Done returns a channel that is closed when the lock is released or lost.
-func (l *Lock) Done() <-chan struct{} { return l.done }
-
-// Err returns nil while the lock is held, an error wrapping ErrLockLost once
-// it is lost, and ErrNotHeld once it was released.
-func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
 }
 
 // Extend makes every key's lease run for at least ttl from now; a lease that
@@ -137,7 +144,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = detached(ctx)
+		ctx, cancel = lifetime.Detached(ctx)
 		defer cancel()
 	}
 	l.c.watchdog.remove(l)
@@ -158,12 +165,6 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
 	}
 	return nil
-}
-
-// detached returns ctx without its cancellation, bounded by unlockTimeout,
-// for an unlock that must be made even when the caller's context is done.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 }
 
 // confirm records that the lease runs at least until t.
@@ -220,38 +221,13 @@ func (l *Lock) lose(err error) {
 
 // finish ends the lock with err; only the first end counts.
 func (l *Lock) finish(err error) bool {
-	l.mu.Lock()
-	select {
-	case <-l.done:
-		l.mu.Unlock()
+	if !l.life.End(err) {
 		return false
-	default:
 	}
-	l.err = err
-	close(l.done)
+	l.mu.Lock()
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
-	hooks := l.onEnd
-	l.onEnd = nil
 	l.mu.Unlock()
-	for _, f := range hooks {
-		f(err)
-	}
 	return true
-}
-
-// whenDone calls f with the lock's error once it ends (at once if it has).
-func (l *Lock) whenDone(f func(error)) {
-	l.mu.Lock()
-	select {
-	case <-l.done:
-		err := l.err
-		l.mu.Unlock()
-		f(err)
-		return
-	default:
-	}
-	l.onEnd = append(l.onEnd, f)
-	l.mu.Unlock()
 }

@@ -3,6 +3,8 @@ package batchlock
 import (
 	"strings"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // Defaults, in one place.
@@ -16,9 +18,6 @@ const (
 	// rollbackTimeout bounds the releases made after a failed call, whose own
 	// context may already be done: long enough to ride out a failover.
 	rollbackTimeout = 5 * time.Second
-	// unlockTimeout bounds an Unlock whose context was done when it was
-	// called, and the unlock that ends Do.
-	unlockTimeout = 2 * time.Second
 )
 
 // Option configures a Client.
@@ -31,7 +30,7 @@ type config struct {
 	prefix   string
 	lease    time.Duration
 	observer func(Event)
-	ack      replicaAck
+	ack      script.Ack
 	pollMax  time.Duration
 	pubsub   bool
 }
@@ -55,7 +54,7 @@ func (c *config) validate() error {
 	if c.lease < 3*time.Millisecond {
 		return invalid("lease %v is too short to be renewed (minimum 3ms)", c.lease)
 	}
-	return c.ack.validate()
+	return validateAck(c.ack)
 }
 
 type lockConfig struct {
@@ -63,7 +62,7 @@ type lockConfig struct {
 	ttlSet   bool
 	owner    string
 	ownerSet bool
-	ack      replicaAck
+	ack      script.Ack
 	ackSet   bool
 }
 
@@ -74,22 +73,18 @@ func (c *lockConfig) validate() error {
 	if c.ownerSet && c.owner == "" {
 		return invalid("owner must not be empty")
 	}
-	return c.ack.validate()
+	return validateAck(c.ack)
 }
 
-// replicaAck is how many replicas of each master must acknowledge an acquire,
-// and how long to wait for them; n == 0 waits for none.
-type replicaAck struct {
-	n       int
-	timeout time.Duration
-}
-
-func (a replicaAck) validate() error {
-	if a.n < 0 {
-		return invalid("replicas %d must be >= 0", a.n)
+// validateAck checks a replica acknowledgement: how many replicas of each
+// master must acknowledge a write that grants or lengthens a lease, and how
+// long to wait for them; zero replicas waits for none.
+func validateAck(a script.Ack) error {
+	if a.Replicas < 0 {
+		return invalid("replicas %d must be >= 0", a.Replicas)
 	}
-	if a.n > 0 && a.timeout < time.Millisecond {
-		return invalid("replica timeout %v must be at least 1ms", a.timeout)
+	if a.Replicas > 0 && a.Timeout < time.Millisecond {
+		return invalid("replica timeout %v must be at least 1ms", a.Timeout)
 	}
 	return nil
 }
@@ -165,7 +160,7 @@ func WithOwner(owner string) LockOption {
 
 // ReplicasOption is returned by WithReplicas; it is both a client-wide
 // default (Option) and a per-lock setting (LockOption).
-type ReplicasOption struct{ ack replicaAck }
+type ReplicasOption struct{ ack script.Ack }
 
 func (o ReplicasOption) apply(c *config) { c.ack = o.ack }
 
@@ -179,5 +174,5 @@ func (o ReplicasOption) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, true
 // New it is the default of every lock; given to a call it overrides that.
 // WithReplicas(0, 0) waits for none. Default: none.
 func WithReplicas(n int, timeout time.Duration) ReplicasOption {
-	return ReplicasOption{ack: replicaAck{n: n, timeout: timeout}}
+	return ReplicasOption{ack: script.Ack{Replicas: n, Timeout: timeout}}
 }

@@ -1,12 +1,8 @@
 package batchlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -165,34 +161,3 @@ func TestConflictError(t *testing.T) {
 	require.True(t, errors.As(fmt.Errorf("wrapped: %w", err), &ce))
 	assert.Len(t, ce.Keys, 7)
 }
-
-func TestRetryable(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{nil, false},
-		{redisError("MOVED 3999 127.0.0.1:6381"), true},
-		{redisError("ASK 3999 127.0.0.1:6381"), true},
-		{redisError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
-		{redisError("CLUSTERDOWN The cluster is down"), true},
-		{redisError("NOSCRIPT No matching script"), true},
-		{redisError("LOADING Redis is loading the dataset in memory"), true},
-		{redisError("READONLY You can't write against a read only replica."), true},
-		{redisError("MASTERDOWN Link with MASTER is down"), true},
-		{fmt.Errorf("route: %w", errUnrouted), true},
-		{fmt.Errorf("get conn: %w", redis.ErrPoolTimeout), true},
-		{io.EOF, true},
-		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, true},
-		{redisError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
-		{redisError("ERR Error running script"), false},
-		{fmt.Errorf("call: %w", context.Canceled), false},
-	} {
-		assert.Equal(t, tc.want, retryable(tc.err), "%v", tc.err)
-	}
-}
-
-type redisError string
-
-func (e redisError) Error() string { return string(e) }
-func (redisError) RedisError()     {}

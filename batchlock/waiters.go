@@ -266,19 +266,6 @@ func (w *waiters) close() error {
 	return err
 }
 
-// nodeFor returns the client of the master that serves key, and its address.
-func (c *Client) nodeFor(ctx context.Context, key string) (*redis.Client, string, error) {
-	if !c.cluster {
-		node := c.rdb.(*redis.Client)
-		return node, node.Options().Addr, nil
-	}
-	node, err := c.rdb.(*redis.ClusterClient).MasterForKey(ctx, key)
-	if err != nil {
-		return nil, "", err
-	}
-	return node, node.Options().Addr, nil
-}
-
 // covers reports whether s listens for every one of keys.
 func (s *subscription) covers(keys []string) bool {
 	if s == nil || len(keys) > len(s.keys) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // watchdog renews the leases of a Client's locks taken without WithTTL: one
@@ -92,7 +93,7 @@ func (w *watchdog) loop() {
 // acknowledgement setting.
 func (w *watchdog) renew(ctx context.Context) {
 	w.mu.Lock()
-	batches := make(map[replicaAck][]*Lock)
+	batches := make(map[script.Ack][]*Lock)
 	for l := range w.locks {
 		batches[l.ack] = append(batches[l.ack], l)
 	}
@@ -109,20 +110,20 @@ func (w *watchdog) renew(ctx context.Context) {
 	wg.Wait()
 }
 
-func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack replicaAck) {
+func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ack) {
 	ms := lease.Millis(w.c.cfg.lease)
-	var calls []*call
+	var calls []*script.Call
 	first := make([]int, len(locks)+1) // calls of locks[i] are calls[first[i]:first[i+1]]
 	for i, l := range locks {
 		first[i] = len(calls)
 		for _, g := range l.groups {
-			calls = append(calls, &call{slot: g.slot, keys: g.keys, args: []any{l.hold, ms}})
+			calls = append(calls, &script.Call{Slot: g.slot, Keys: g.keys, Args: []any{l.hold, ms}})
 		}
 	}
 	first[len(locks)] = len(calls)
 
 	start := time.Now()
-	w.c.run(ctx, extendScript, calls, ack)
+	w.c.runner.Run(ctx, extendScript, calls, ack)
 	for i, l := range locks {
 		mine := calls[first[i]:first[i+1]]
 		lost, err := collectKeys(ctx, mine, "renew")

@@ -6,19 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // Stock is a catalogue of SKUs and their stock in Redis, under a key prefix
 // of its own (such as "demo:<run>:") so that runs do not meet.
 type Stock struct {
-	rdb     redis.UniversalClient
-	prefix  string
-	skus    []string
-	initial int64
+	rdb       redis.UniversalClient
+	runner    *script.Runner
+	runnerErr error // rdb is of a kind the runner does not take
+	prefix    string
+	skus      []string
+	initial   int64
 
 	replicas       int
 	replicaTimeout time.Duration
@@ -27,7 +31,11 @@ type Stock struct {
 // NewStock describes the stock of skus under prefix, initial units each. It
 // touches nothing in Redis until Setup.
 func NewStock(rdb redis.UniversalClient, prefix string, skus []string, initial int64) *Stock {
-	return &Stock{rdb: rdb, prefix: prefix, skus: skus, initial: initial}
+	runner, err := script.New(rdb)
+	if err != nil {
+		err = fmt.Errorf("orders: %w", err)
+	}
+	return &Stock{rdb: rdb, runner: runner, runnerErr: err, prefix: prefix, skus: skus, initial: initial}
 }
 
 // RequireReplicas makes every write count as applied only once n replicas
@@ -167,136 +175,45 @@ var (
 	ErrNotReplicated = errors.New("orders: write not acknowledged by enough replicas")
 )
 
-// apply writes the lines of o given by idx: one script per line, in one
-// pipeline (one per master when replicas must acknowledge). tokens[i] is
-// line i's fencing token (0: none). It returns, per given line, nil or the
-// error of its write; a refused token wraps ErrFenced, too few replica
-// acknowledgements ErrNotReplicated.
+// apply writes the lines of o given by idx: one script per line, one
+// pipeline per master, WAIT at its end when replicas must acknowledge; one
+// attempt (Fulfil decides on retries). tokens[i] is line i's fencing token
+// (0: none). It returns, per given line, nil or the error of its write; a
+// refused token wraps ErrFenced, too few replica acknowledgements
+// ErrNotReplicated.
 func (s *Stock) apply(ctx context.Context, o Order, idx []int, tokens []int64) []error {
-	calls := make([]*applyCall, len(idx))
+	errs := make([]error, len(idx))
+	if s.runnerErr != nil {
+		for j := range errs {
+			errs[j] = s.runnerErr
+		}
+		return errs
+	}
+	calls := make([]*script.Call, len(idx))
 	for j, i := range idx {
 		l := o.Lines[i]
-		calls[j] = &applyCall{key: s.Key(l.SKU), args: []any{l.Qty, o.ID, tokens[i]}}
+		key := s.Key(l.SKU)
+		calls[j] = &script.Call{Slot: hashtag.Slot(key), Keys: []string{key}, Args: []any{l.Qty, o.ID, tokens[i]}}
 	}
-	if s.replicas > 0 {
-		s.applyPerMaster(ctx, calls)
-	} else {
-		send(ctx, s.rdb, calls, false, nil)
-		sendBySource(ctx, s.rdb, calls, nil)
-	}
-	errs := make([]error, len(idx))
+	ack := script.Ack{Replicas: s.replicas, Timeout: s.replicaTimeout}
+	s.runner.Send(ctx, applyScript, calls, ack)
+	failed := false
 	for j, cl := range calls {
-		err := cl.cmd.Err()
+		err := cl.Reply.Err()
 		switch {
 		case redis.HasErrorPrefix(err, errFenced):
 			err = fmt.Errorf("%w: %s: %w", ErrFenced, o.Lines[idx[j]].SKU, err)
-		case err == nil && s.replicas > 0 && cl.acks < int64(s.replicas):
-			err = fmt.Errorf("%w: %s: %d of %d", ErrNotReplicated, o.Lines[idx[j]].SKU, max(cl.acks, 0), s.replicas)
+		case err == nil && !ack.Acknowledged(cl):
+			err = fmt.Errorf("%w: %s: %d of %d", ErrNotReplicated, o.Lines[idx[j]].SKU, max(cl.Acks, 0), s.replicas)
+		case err != nil:
+			failed = true
 		}
 		errs[j] = err
 	}
+	if failed {
+		// A MOVED or a refused connection: a failover may be under way.
+		// Let the next attempt find the new masters.
+		s.runner.Refresh(ctx)
+	}
 	return errs
-}
-
-// applyCall is one line's write.
-type applyCall struct {
-	key  string
-	args []any
-	cmd  *redis.Cmd
-	acks int64 // replicas that acknowledged it, -1 when unknown
-}
-
-// send evaluates the apply script for calls in one pipeline of p; with
-// wait (WAIT's arguments), WAIT follows on the same connection, and each
-// call records its acknowledgements.
-func send(ctx context.Context, p redis.UniversalClient, calls []*applyCall, bySource bool, wait []any) {
-	if len(calls) == 0 {
-		return
-	}
-	pipe := p.Pipeline()
-	for _, cl := range calls {
-		if bySource {
-			cl.cmd = applyScript.Eval(ctx, pipe, []string{cl.key}, cl.args...)
-		} else {
-			cl.cmd = applyScript.EvalSha(ctx, pipe, []string{cl.key}, cl.args...)
-		}
-	}
-	var waitCmd *redis.Cmd
-	if wait != nil {
-		waitCmd = pipe.Do(ctx, append([]any{"WAIT"}, wait...)...)
-	}
-	_, _ = pipe.Exec(ctx)
-	if waitCmd != nil {
-		acks, err := waitCmd.Int64()
-		if err != nil {
-			acks = -1
-		}
-		for _, cl := range calls {
-			cl.acks = acks
-		}
-	}
-}
-
-// sendBySource sends again, by source, the calls a master did not know the
-// script of (a promoted replica: scripts are not replicated). Those did not
-// run.
-func sendBySource(ctx context.Context, p redis.UniversalClient, calls []*applyCall, wait []any) {
-	var unknown []*applyCall
-	for _, cl := range calls {
-		if redis.HasErrorPrefix(cl.cmd.Err(), "NOSCRIPT") {
-			unknown = append(unknown, cl)
-		}
-	}
-	send(ctx, p, unknown, true, wait)
-}
-
-// applyPerMaster sends each master's calls in one pipeline followed by
-// WAIT: WAIT counts the replicas that received the writes of its own
-// connection, so it must share the scripts'. A line then counts as applied
-// only once a replica has it, and a failover cannot lose it.
-func (s *Stock) applyPerMaster(ctx context.Context, calls []*applyCall) {
-	wait := []any{s.replicas, s.replicaTimeout.Milliseconds()}
-	byNode := make(map[*redis.Client][]*applyCall)
-	for _, cl := range calls {
-		node, err := s.master(ctx, cl.key)
-		if err != nil {
-			cl.cmd = redis.NewCmd(ctx)
-			cl.cmd.SetErr(err)
-			cl.acks = -1
-			continue
-		}
-		byNode[node] = append(byNode[node], cl)
-	}
-	var wg sync.WaitGroup
-	for node, calls := range byNode {
-		wg.Go(func() {
-			send(ctx, node, calls, false, wait)
-			sendBySource(ctx, node, calls, wait)
-		})
-	}
-	wg.Wait()
-	for _, cl := range calls {
-		if cl.cmd.Err() != nil && s.cluster() != nil {
-			// A MOVED or a refused connection: a failover is under way.
-			// Let the next attempt find the new masters.
-			s.cluster().ReloadState(ctx)
-			return
-		}
-	}
-}
-
-// master returns the client of the master serving key.
-func (s *Stock) master(ctx context.Context, key string) (*redis.Client, error) {
-	if c := s.cluster(); c != nil {
-		return c.MasterForKey(ctx, key)
-	}
-	if c, ok := s.rdb.(*redis.Client); ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("orders: replica acknowledgement needs a *redis.ClusterClient or a *redis.Client, not %T", s.rdb)
-}
-
-func (s *Stock) cluster() *redis.ClusterClient {
-	c, _ := s.rdb.(*redis.ClusterClient)
-	return c
 }

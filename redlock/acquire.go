@@ -93,7 +93,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, opts []batchlock.Lo
 	}
 	v, longest := validity(start, now, until, len(locks), c.cfg.drift)
 	if lease.Enough(v, longest) && fatal == nil {
-		return newLock(c, locks, v), nil
+		return newLock(ctx, c, locks, v), nil
 	}
 	releaseAll(ctx, locks)
 	if fatal != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/lifetime"
 )
 
 // Client takes batch locks on a majority of independent deployments, through
@@ -18,11 +19,9 @@ type Client struct {
 	clients []*batchlock.Client
 	cfg     config
 
-	mu     sync.Mutex
-	closed bool
 	// late counts requests still running after their attempt gave up on
 	// them (a frozen node), so that Close can wait for them.
-	late sync.WaitGroup
+	late lifetime.Calls
 }
 
 // New returns a Client that locks on the deployments rdbs: each a
@@ -64,13 +63,9 @@ func New(rdbs []redis.UniversalClient, opts ...Option) (*Client, error) {
 // lost (Done closes), and later calls fail with batchlock.ErrClosed. Unlock
 // still works. Close is idempotent.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.late.Close() {
 		return nil
 	}
-	c.closed = true
-	c.mu.Unlock()
 	c.late.Wait()
 	return c.closeClients()
 }
@@ -83,18 +78,6 @@ func (c *Client) closeClients() error {
 	return errors.Join(errs...)
 }
 
-// track counts n requests that may outlive their call, unless the Client is
-// closed. Counting under the mutex keeps Add from racing Close's Wait.
-func (c *Client) track(n int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.late.Add(n)
-	return true
-}
-
 // fanOut calls call for every deployment at once and returns, by deployment,
 // what those that answered before ctx ended said; the others fail with ctx's
 // cause. A call still running then finishes in the background, and late is
@@ -102,7 +85,7 @@ func (c *Client) track(n int) bool {
 func fanOut[T any](ctx context.Context, c *Client, call func(context.Context, int) (T, error), late func(T, error)) ([]T, []error) {
 	n := len(c.clients)
 	vals, errs := make([]T, n), make([]error, n)
-	if !c.track(n) {
+	if !c.late.Enter(n) {
 		for i := range errs {
 			errs[i] = batchlock.ErrClosed
 		}
@@ -117,7 +100,7 @@ func fanOut[T any](ctx context.Context, c *Client, call func(context.Context, in
 	)
 	for i := range n {
 		go func() {
-			defer c.late.Done()
+			defer c.late.Leave()
 			v, err := call(ctx, i)
 			mu.Lock()
 			if gaveUp {
@@ -163,13 +146,7 @@ func each(locks []*batchlock.Lock, call func(int, *batchlock.Lock) error) []erro
 
 // releaseAll unlocks every non-nil lock, even when ctx is done.
 func releaseAll(ctx context.Context, locks []*batchlock.Lock) {
-	ctx, cancel := detached(ctx)
+	ctx, cancel := lifetime.Detached(ctx)
 	defer cancel()
 	each(locks, func(_ int, l *batchlock.Lock) error { return l.Unlock(ctx) })
-}
-
-// detached returns a context for clean-up work that must run even when the
-// caller's context is done.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/lifetime"
 )
 
 // Lock is a batch of keys held on a majority of the deployments. Its methods
@@ -19,18 +20,17 @@ type Lock struct {
 	locks    []*batchlock.Lock // by deployment; nil where not granted
 	validity time.Duration
 
+	life *lifetime.Lifetime
+
 	mu       sync.Mutex
 	held     int // granted locks that have not ended
 	released bool
-	err      error
-	done     chan struct{}
-	onEnd    []func(error)
 }
 
-// newLock returns the lock made of the granted locks (at least one), and
-// starts watching them.
-func newLock(c *Client, locks []*batchlock.Lock, validity time.Duration) *Lock {
-	l := &Lock{c: c, locks: locks, validity: validity, done: make(chan struct{})}
+// newLock returns the lock of a call on ctx made of the granted locks (at
+// least one), and starts watching them.
+func newLock(ctx context.Context, c *Client, locks []*batchlock.Lock, validity time.Duration) *Lock {
+	l := &Lock{c: c, locks: locks, validity: validity, life: lifetime.New(ctx)}
 	for _, dl := range locks {
 		if dl != nil {
 			l.owner, l.keys = dl.Owner(), dl.Keys()
@@ -39,10 +39,7 @@ func newLock(c *Client, locks []*batchlock.Lock, validity time.Duration) *Lock {
 	}
 	for _, dl := range locks {
 		if dl != nil {
-			go func() {
-				<-dl.Done()
-				l.ended(dl.Err())
-			}()
+			context.AfterFunc(dl.Context(), func() { l.ended(dl.Err()) })
 		}
 	}
 	return l
@@ -53,6 +50,23 @@ func (l *Lock) Keys() []string { return append([]string(nil), l.keys...) }
 
 // Owner returns the lock's owner id, the same on every deployment.
 func (l *Lock) Owner() string { return l.owner }
+
+// Context returns a context that ends the moment the lock ends: its cause
+// wraps batchlock.ErrLockLost once so many deployments lost it (their lease
+// ran out unrenewed, their node restarted empty...) that fewer than a
+// majority still hold it, and is batchlock.ErrNotHeld once it was released.
+// It carries the values of the context the lock was taken with, but not its
+// cancellation.
+func (l *Lock) Context() context.Context { return l.life.Context() }
+
+// Done returns a channel that is closed when the lock is released or lost:
+// Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.life.Done() }
+
+// Err returns nil while the lock is held, an error wrapping
+// batchlock.ErrLockLost once it is lost, and batchlock.ErrNotHeld once it was
+// released: the cause of Context.
+func (l *Lock) Err() error { return l.life.Err() }
 
 // Validity returns how long the lock was known to be held for when it was
 // taken: the lease, less the time taking it took (counted from each
@@ -73,20 +87,6 @@ func (l *Lock) Tokens(key string) []int64 {
 		}
 	}
 	return tokens
-}
-
-// Done returns a channel that is closed when the lock is released, or lost:
-// when so many deployments lost it (their lease ran out unrenewed, their node
-// restarted empty...) that fewer than a majority still hold it.
-func (l *Lock) Done() <-chan struct{} { return l.done }
-
-// Err returns nil while the lock is held, an error wrapping
-// batchlock.ErrLockLost once it is lost, and batchlock.ErrNotHeld once it was
-// released.
-func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
 }
 
 // Extend makes every key's lease run at least ttl from now on each
@@ -146,13 +146,13 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("redlock: unlock: %w: already released", batchlock.ErrNotHeld)
 	}
 	l.released = true
-	lost := l.err
 	l.mu.Unlock()
+	lost := l.Err()
 	if lost != nil { // and the loss released what was left
 		return fmt.Errorf("redlock: unlock: %w: the lock had been lost", batchlock.ErrNotHeld)
 	}
 	errs := each(l.locks, func(_ int, dl *batchlock.Lock) error { return dl.Unlock(ctx) })
-	l.finish(batchlock.ErrNotHeld)
+	l.life.End(batchlock.ErrNotHeld)
 	confirmed := 0
 	format, args := "", []any{}
 	for i, err := range errs {
@@ -186,40 +186,9 @@ func (l *Lock) ended(err error) {
 		err = fmt.Errorf("%w: %w", batchlock.ErrLockLost, err)
 	}
 	err = fmt.Errorf("redlock: held by %d of %d deployments, %d needed: %w", held, len(l.locks), quorum(len(l.locks)), err)
-	if l.finish(err) {
+	if l.life.End(err) {
 		// What a minority still holds is of no use to anyone: free it now
 		// rather than renew it until Unlock.
 		releaseAll(context.Background(), l.locks)
 	}
-}
-
-// finish ends the lock with err; only the first end counts.
-func (l *Lock) finish(err error) bool {
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return false
-	}
-	l.err = err
-	close(l.done)
-	hooks := l.onEnd
-	l.onEnd = nil
-	l.mu.Unlock()
-	for _, f := range hooks {
-		f(err)
-	}
-	return true
-}
-
-// whenDone calls f with the lock's error once it ends (at once if it has).
-func (l *Lock) whenDone(f func(error)) {
-	l.mu.Lock()
-	if l.err != nil {
-		err := l.err
-		l.mu.Unlock()
-		f(err)
-		return
-	}
-	l.onEnd = append(l.onEnd, f)
-	l.mu.Unlock()
 }

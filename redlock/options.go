@@ -22,9 +22,6 @@ const (
 	// step.
 	retryBase = 5 * time.Millisecond
 	retryMax  = 250 * time.Millisecond
-	// releaseTimeout bounds releases made after a failed attempt or a loss,
-	// whose caller's context may already be done.
-	releaseTimeout = 5 * time.Second
 )
 
 // Option configures a Client.

@@ -1,0 +1,91 @@
+package script
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/internal/backoff"
+)
+
+const (
+	// RetryWindow bounds the retries of one Run whose context has no
+	// deadline: long enough to ride out a failover (a few seconds of
+	// CLUSTERDOWN, MOVED and refused connections), short enough that a slot
+	// left in migration or a master that stays down fails the call.
+	RetryWindow = 10 * time.Second
+	retryBase   = 5 * time.Millisecond
+	retryMax    = 500 * time.Millisecond
+)
+
+// Sender makes one attempt at every call, setting its Reply and Acks.
+type Sender interface {
+	Send(ctx context.Context, s *redis.Script, calls []*Call, ack Ack)
+}
+
+// Runner runs scripts through a Sender, with retries.
+type Runner struct {
+	sender Sender
+	reload func(context.Context) // refreshes the cluster's map of slots; nil for one node
+}
+
+// New returns a Runner on rdb: a *redis.ClusterClient, or a *redis.Client for
+// one node. Other clients are refused with an error naming their type.
+func New(rdb redis.UniversalClient) (*Runner, error) {
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		return &Runner{sender: masters{r}, reload: func(ctx context.Context) { r.ReloadState(ctx) }}, nil
+	case *redis.Client:
+		return &Runner{sender: single{r}}, nil
+	}
+	return nil, errUnsupported(rdb)
+}
+
+// NewWith returns a Runner on sender, which tests fake; reload may be nil.
+func NewWith(sender Sender, reload func(context.Context)) *Runner {
+	return &Runner{sender: sender, reload: reload}
+}
+
+// Refresh asks for the cluster's map of slots to be reloaded, after a call
+// failed in a way that suggests it moved; it returns at once.
+func (r *Runner) Refresh(ctx context.Context) {
+	if r.reload != nil {
+		r.reload(ctx)
+	}
+}
+
+// Send makes one attempt at every call.
+func (r *Runner) Send(ctx context.Context, s *redis.Script, calls []*Call, ack Ack) {
+	r.sender.Send(ctx, s, calls, ack)
+	for _, c := range calls {
+		c.Ran = c.Ran || !Refused(c.Reply.Err())
+	}
+}
+
+// Run evaluates s once per call, sending again, with jittered backoff, the
+// calls whose error is Retryable, while ctx lasts and for at most RetryWindow.
+// Every script given to Run must be safe to repeat. Each call's Reply holds
+// its final reply or error.
+func (r *Runner) Run(ctx context.Context, s *redis.Script, calls []*Call, ack Ack) {
+	began := time.Now()
+	pending := calls
+	for attempt := 0; ; attempt++ {
+		r.Send(ctx, s, pending, ack)
+		var again []*Call
+		for _, c := range pending {
+			if Retryable(c.Reply.Err()) {
+				again = append(again, c)
+			}
+		}
+		left := RetryWindow - time.Since(began)
+		if len(again) == 0 || left <= 0 || ctx.Err() != nil {
+			return
+		}
+		r.Refresh(ctx)
+		if backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) != nil {
+			return
+		}
+		pending = again
+	}
+}
