@@ -1,0 +1,442 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+// The acquisition loop against fakeRedis: what a call takes, gives back,
+// rolls back and waits for.
+
+var basket = []string{"sku:1", "sku:2", "sku:3", "sku:4", "sku:5", "sku:6"}
+
+// bySlot returns basket's lock keys in the order the Client takes them.
+func bySlot(keys []string) []string {
+	var out []string
+	for _, g := range hashtag.GroupBySlot(lockKeys(keys)) {
+		out = append(out, g.Keys...)
+	}
+	return out
+}
+
+func lockKeys(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = defaultPrefix + k
+	}
+	return out
+}
+
+type failure func(name string, c *script.Call) (bool, error)
+
+// failOn fails the calls of name on lock key, times times (forever when
+// negative), with err; ran says whether the script took effect anyway.
+func failOn(name, key string, times int, ran bool, err error) failure {
+	var n atomic.Int64
+	return func(got string, c *script.Call) (bool, error) {
+		if got != name || !slicesContains(c.Keys, key) {
+			return false, nil
+		}
+		if times >= 0 && n.Add(1) > int64(times) {
+			return false, nil
+		}
+		return ran, err
+	}
+}
+
+func slicesContains(keys []string, key string) bool {
+	for _, k := range keys {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTryLock(t *testing.T) {
+	order := bySlot(basket)
+	middle := order[3]
+	for _, tc := range []struct {
+		name    string
+		setup   func(f *fakeRedis)
+		opts    []LockOption
+		ctx     time.Duration // the call's timeout; 0: none
+		wantErr []error
+		errText string
+		// after the call: the lock keys held, by owner ("me" or "other")
+		wantHeld  map[string]string
+		wantMarks int // cancel marks left by the rollback
+	}{
+		{name: "free keys are all taken", wantHeld: ownedBy("me", order...)},
+		{name: "a key held by another owner: conflict, nothing kept",
+			setup:    func(f *fakeRedis) { f.hold("other", time.Minute, middle) },
+			wantErr:  []error{ErrNotObtained},
+			errText:  strings.TrimPrefix(middle, defaultPrefix),
+			wantHeld: ownedBy("other", middle)},
+		{name: "the owner's own key is joined",
+			setup:    func(f *fakeRedis) { f.hold("me", time.Minute, middle) },
+			wantHeld: ownedBy("me", order...)},
+		{name: "a transient error is retried",
+			setup:    func(f *fakeRedis) { f.fault = failOn("acquire", middle, 2, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot")) },
+			wantHeld: ownedBy("me", order...)},
+		{name: "a lost reply leaves the group unknown: released and marked cancelled",
+			setup:     func(f *fakeRedis) { f.fault = failOn("acquire", middle, -1, true, redisErr("ERR reply lost")) },
+			wantErr:   []error{},
+			errText:   "reply lost",
+			wantHeld:  map[string]string{},
+			wantMarks: 1},
+		{name: "a slot in migration until the context ends: named, nothing marked",
+			setup:    func(f *fakeRedis) { f.fault = failOn("acquire", middle, -1, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot")) },
+			ctx:      80 * time.Millisecond,
+			wantErr:  []error{context.DeadlineExceeded},
+			errText:  "is being migrated",
+			wantHeld: map[string]string{}},
+		{name: "replies past half the lease: rolled back",
+			setup:    func(f *fakeRedis) { f.delay = 60 * time.Millisecond },
+			opts:     []LockOption{WithTTL(100 * time.Millisecond)},
+			wantErr:  []error{ErrNotObtained},
+			errText:  "lease ran out",
+			wantHeld: map[string]string{}},
+		{name: "too few replicas: rolled back",
+			setup:    func(f *fakeRedis) { f.acks = 0 },
+			opts:     []LockOption{WithReplicas(1, time.Millisecond)},
+			wantErr:  []error{ErrNotObtained, ErrNoReplicas},
+			wantHeld: map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, f := newFaked(t)
+			if tc.setup != nil {
+				tc.setup(f)
+			}
+			ctx := t.Context()
+			if tc.ctx > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.ctx)
+				defer cancel()
+			}
+			l, err := c.TryLock(ctx, basket, append([]LockOption{WithOwner("me")}, tc.opts...)...)
+			if tc.wantErr == nil {
+				require.NoError(t, err)
+				for _, k := range basket {
+					assert.Positive(t, l.Token(k), "token of %s", k)
+				}
+				assert.NoError(t, l.Err())
+			} else {
+				require.Error(t, err)
+				require.Nil(t, l)
+				for _, w := range tc.wantErr {
+					assert.ErrorIs(t, err, w)
+				}
+				assert.ErrorContains(t, err, tc.errText)
+			}
+			// A rollback whose context ended goes on in the background.
+			require.Eventually(t, func() bool { return len(f.held()) == len(tc.wantHeld) }, time.Second, time.Millisecond)
+			assert.Equal(t, tc.wantHeld, f.held())
+			assert.Len(t, f.cancelMarks(), tc.wantMarks)
+		})
+	}
+}
+
+func ownedBy(owner string, keys ...string) map[string]string {
+	out := map[string]string{}
+	for _, k := range keys {
+		out[k] = owner
+	}
+	return out
+}
+
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+func (redisErr) RedisError()     {}
+
+func TestTryLockConflictListsKeysAndReleasesGrantedGroups(t *testing.T) {
+	c, f := newFaked(t)
+	order := bySlot(basket)
+	f.hold("other", time.Minute, order[1], order[4])
+	_, err := c.TryLock(t.Context(), basket)
+	var conflict *ConflictError
+	require.ErrorAs(t, err, &conflict)
+	assert.ElementsMatch(t, []string{order[1][len(defaultPrefix):], order[4][len(defaultPrefix):]}, conflict.Keys)
+	assert.ElementsMatch(t, []string{order[0], order[2], order[3], order[5]}, f.calls("release"),
+		"the groups granted in the same attempt are given back")
+}
+
+// A waiting Lock keeps the groups before the one it waits for, gives back
+// those after, asks for the refused group alone until it is free, then for
+// the rest, and restarts every lease once all are held.
+func TestLockWaitsInOrder(t *testing.T) {
+	var conflicts atomic.Int64
+	c, f := newFaked(t, WithObserver(func(e Event) {
+		if e.Kind == EventConflict {
+			conflicts.Add(1)
+		}
+	}))
+	order := bySlot(basket)
+	f.hold("other", time.Minute, order[3])
+
+	got := make(chan error, 1)
+	var l *Lock
+	go func() {
+		var err error
+		l, err = c.Lock(t.Context(), basket, WithOwner("me"), WithTTL(time.Minute))
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return conflicts.Load() >= 3 }, 5*time.Second, time.Millisecond)
+	held := f.held()
+	for i, k := range order {
+		switch {
+		case i < 3:
+			assert.Equal(t, "me", held[k], "%s, before the refused key, is kept", k)
+		case i > 3:
+			assert.Empty(t, held[k], "%s, after it, is given back", k)
+		}
+	}
+	// The first attempt asks for every group; the next ones for the refused
+	// group alone.
+	for _, k := range f.calls("acquire")[len(hashtag.GroupBySlot(order)):] {
+		assert.Equal(t, order[3], k, "while it waits, a Lock asks for the refused group alone")
+	}
+	extendsBefore := len(f.calls("extend"))
+
+	f.free(order[3])
+	require.NoError(t, <-got)
+	assert.Equal(t, ownedBy("me", order...), f.held())
+	assert.Len(t, f.calls("extend")[extendsBefore:], len(order), "every group's lease restarts")
+	assert.WithinDuration(t, time.Now().Add(time.Minute), l.ValidUntil(), time.Second)
+	require.NoError(t, l.Unlock(t.Context()))
+	assert.Empty(t, f.held())
+}
+
+func TestLockWaitEnds(t *testing.T) {
+	order := bySlot(basket)
+	for _, tc := range []struct {
+		name string
+		end  func(c *Client, cancel context.CancelFunc)
+		want error
+	}{
+		{"with its context", func(_ *Client, cancel context.CancelFunc) { cancel() }, context.Canceled},
+		{"with Close", func(c *Client, _ context.CancelFunc) { _ = c.Close() }, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var conflicts atomic.Int64
+			c, f := newFaked(t, WithObserver(func(e Event) {
+				if e.Kind == EventConflict {
+					conflicts.Add(1)
+				}
+			}))
+			f.hold("other", time.Minute, order[4])
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			got := make(chan error, 1)
+			go func() {
+				_, err := c.Lock(ctx, basket)
+				got <- err
+			}()
+			require.Eventually(t, func() bool { return conflicts.Load() >= 1 }, 5*time.Second, time.Millisecond)
+			tc.end(c, cancel)
+			err := <-got
+			assert.ErrorIs(t, err, ErrNotObtained)
+			assert.ErrorIs(t, err, tc.want)
+			require.Eventually(t, func() bool { return len(f.held()) == 1 }, time.Second, time.Millisecond)
+			assert.Equal(t, ownedBy("other", order[4]), f.held(), "what the waiter held is released")
+		})
+	}
+}
+
+func TestLockRestartNeedsAcknowledgement(t *testing.T) {
+	var conflicts atomic.Int64
+	c, f := newFaked(t, WithObserver(func(e Event) {
+		if e.Kind == EventConflict {
+			conflicts.Add(1)
+		}
+	}))
+	order := bySlot(basket)
+	f.hold("other", time.Minute, order[2])
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(t.Context(), basket, WithReplicas(1, time.Millisecond))
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return conflicts.Load() >= 1 }, 5*time.Second, time.Millisecond)
+	f.with(func() { f.acks = 0 })
+	f.free(order[2])
+	err := <-got
+	assert.ErrorIs(t, err, ErrNotObtained)
+	assert.ErrorIs(t, err, ErrNoReplicas)
+	assert.Empty(t, f.held())
+}
+
+func TestExtend(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		before    func(f *fakeRedis)
+		want      []error
+		lengthens bool
+		lost      bool
+	}{
+		{name: "lengthens the lease", lengthens: true},
+		{name: "a key gone: lost", before: func(f *fakeRedis) { f.free(defaultPrefix + basket[2]) }, want: []error{ErrNotHeld}, lost: true},
+		{name: "unacknowledged: lengthens nothing", before: func(f *fakeRedis) { f.with(func() { f.acks = 0 }) }, want: []error{ErrNoReplicas}},
+		{name: "a master that fails: lengthens nothing",
+			before: func(f *fakeRedis) {
+				f.with(func() { f.fault = failOn("extend", defaultPrefix+basket[0], -1, false, redisErr("ERR down")) })
+			},
+			want: []error{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, f := newFaked(t)
+			l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute), WithReplicas(1, time.Millisecond))
+			require.NoError(t, err)
+			before := l.ValidUntil()
+			if tc.before != nil {
+				tc.before(f)
+			}
+			err = l.Extend(t.Context(), time.Hour)
+			if tc.want == nil {
+				require.NoError(t, err)
+			} else {
+				require.Error(t, err)
+			}
+			for _, w := range tc.want {
+				assert.ErrorIs(t, err, w)
+			}
+			if tc.lengthens {
+				assert.True(t, l.ValidUntil().After(before.Add(50*time.Minute)))
+			} else {
+				assert.Equal(t, before, l.ValidUntil())
+			}
+			if tc.lost {
+				<-l.Done()
+				assert.ErrorIs(t, l.Err(), ErrLockLost)
+				assert.ErrorIs(t, l.Extend(t.Context(), time.Hour), ErrLockLost, "a lost lock is not extended")
+			} else {
+				assert.NoError(t, l.Err())
+			}
+			assert.ErrorIs(t, l.Extend(t.Context(), 0), ErrInvalid)
+		})
+	}
+}
+
+func TestUnlock(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
+	require.NoError(t, err)
+
+	f.with(func() { f.fault = failOn("release", defaultPrefix+basket[1], 1, false, io.ErrClosedPipe) })
+	err = l.Unlock(t.Context())
+	require.ErrorIs(t, err, io.ErrClosedPipe, "the release of one group failed")
+	assert.NoError(t, l.Err(), "the lock is not released yet")
+	assert.Equal(t, ownedBy(f.held()[defaultPrefix+basket[1]], defaultPrefix+basket[1]), f.held(), "one key is still held")
+
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.NoError(t, l.Unlock(ended), "tried again, with an ended context: released")
+	assert.Empty(t, f.held())
+	assert.ErrorIs(t, l.Err(), ErrNotHeld)
+	<-l.Done()
+	assert.ErrorIs(t, context.Cause(l.Context()), ErrNotHeld)
+	assert.ErrorIs(t, l.Unlock(t.Context()), ErrNotHeld, "released once")
+}
+
+func TestUnlockReportsKeysTakenByAnother(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
+	require.NoError(t, err)
+	f.free(defaultPrefix + basket[0])
+	f.hold("other", time.Minute, defaultPrefix+basket[0])
+	err = l.Unlock(t.Context())
+	assert.ErrorIs(t, err, ErrNotHeld)
+	assert.ErrorContains(t, err, "held by another owner")
+	assert.Equal(t, ownedBy("other", defaultPrefix+basket[0]), f.held(), "the other keys are released all the same")
+}
+
+func TestFixedLeaseEndsTheLock(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.TryLock(t.Context(), basket, WithTTL(50*time.Millisecond))
+	require.NoError(t, err)
+	<-l.Done()
+	assert.ErrorIs(t, l.Err(), ErrLockLost)
+	assert.False(t, time.Now().Before(l.ValidUntil()), "Done closes when the validity ends, not before")
+	require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond)
+}
+
+func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
+	const leaseLen = 150 * time.Millisecond
+	var renewed atomic.Int64
+	c, f := newFaked(t, WithLease(leaseLen), WithObserver(func(e Event) {
+		if e.Kind == EventRenewed {
+			renewed.Add(1)
+		}
+	}))
+	l, err := c.Lock(t.Context(), basket)
+	require.NoError(t, err)
+	plain, err := c.Lock(t.Context(), []string{"other:1"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return renewed.Load() >= 8 }, 5*time.Second, time.Millisecond, "renewed over several leases")
+	assert.NoError(t, l.Err())
+	assert.Len(t, f.held(), len(basket)+1)
+
+	f.free(defaultPrefix + basket[3])
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lock missing a key was not reported lost")
+	}
+	assert.ErrorIs(t, l.Err(), ErrLockLost)
+	assert.NoError(t, plain.Err(), "a loss ends only the lock it belongs to")
+
+	require.NoError(t, c.Close())
+	<-plain.Done()
+	assert.ErrorIs(t, plain.Err(), ErrLockLost)
+	assert.ErrorIs(t, plain.Err(), ErrClosed)
+	_, err = c.TryLock(t.Context(), basket)
+	assert.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, plain.Unlock(t.Context()), ErrClosed, "Unlock works after Close, and says why the lock ended")
+}
+
+func TestDo(t *testing.T) {
+	c, f := newFaked(t, WithLease(150*time.Millisecond))
+	boom := errors.New("boom")
+	err := c.Do(t.Context(), basket, func(ctx context.Context) error {
+		l, ok := LockFromContext(ctx)
+		require.True(t, ok)
+		assert.Positive(t, l.Token(basket[0]))
+		owner, _ := OwnerFromContext(ctx)
+		assert.Equal(t, l.Owner(), owner)
+		inner, err := c.TryLock(ctx, basket[:2])
+		require.NoError(t, err, "reentrant inside Do")
+		require.NoError(t, inner.Unlock(ctx))
+		return boom
+	})
+	assert.ErrorIs(t, err, boom)
+	assert.Empty(t, f.held(), "Do unlocks")
+
+	err = c.Do(t.Context(), basket, func(ctx context.Context) error {
+		f.free(defaultPrefix + basket[5])
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	assert.ErrorIs(t, err, ErrLockLost, "fn's context ends with the loss")
+	assert.ErrorIs(t, c.Do(t.Context(), basket, nil), ErrInvalid)
+}
+
+func TestCallsOnAClosedClient(t *testing.T) {
+	c, _ := newFaked(t)
+	require.NoError(t, c.Close())
+	require.NoError(t, c.Close(), "idempotent")
+	_, err := c.Lock(t.Context(), basket)
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, c.Do(t.Context(), basket, func(context.Context) error { return nil }), ErrClosed)
+}
