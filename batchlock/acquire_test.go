@@ -33,7 +33,7 @@ func bySlot(keys []string) []string {
 func lockKeys(keys []string) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = defaultPrefix + k
+		out[i] = DefaultPrefix + k
 	}
 	return out
 }
@@ -82,13 +82,15 @@ func TestTryLock(t *testing.T) {
 		{name: "a key held by another owner: conflict, nothing kept",
 			setup:    func(f *fakeRedis) { f.hold("other", time.Minute, middle) },
 			wantErr:  []error{ErrNotObtained},
-			errText:  strings.TrimPrefix(middle, defaultPrefix),
+			errText:  strings.TrimPrefix(middle, DefaultPrefix),
 			wantHeld: ownedBy("other", middle)},
 		{name: "the owner's own key is joined",
 			setup:    func(f *fakeRedis) { f.hold("me", time.Minute, middle) },
 			wantHeld: ownedBy("me", order...)},
 		{name: "a transient error is retried",
-			setup:    func(f *fakeRedis) { f.fault = failOn("acquire", middle, 2, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot")) },
+			setup: func(f *fakeRedis) {
+				f.fault = failOn("acquire", middle, 2, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot"))
+			},
 			wantHeld: ownedBy("me", order...)},
 		{name: "a lost reply leaves the group unknown: released and marked cancelled",
 			setup:     func(f *fakeRedis) { f.fault = failOn("acquire", middle, -1, true, redisErr("ERR reply lost")) },
@@ -97,7 +99,9 @@ func TestTryLock(t *testing.T) {
 			wantHeld:  map[string]string{},
 			wantMarks: 1},
 		{name: "a slot in migration until the context ends: named, nothing marked",
-			setup:    func(f *fakeRedis) { f.fault = failOn("acquire", middle, -1, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot")) },
+			setup: func(f *fakeRedis) {
+				f.fault = failOn("acquire", middle, -1, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot"))
+			},
 			ctx:      80 * time.Millisecond,
 			wantErr:  []error{context.DeadlineExceeded},
 			errText:  "is being migrated",
@@ -168,7 +172,7 @@ func TestTryLockConflictListsKeysAndReleasesGrantedGroups(t *testing.T) {
 	_, err := c.TryLock(t.Context(), basket)
 	var conflict *ConflictError
 	require.ErrorAs(t, err, &conflict)
-	assert.ElementsMatch(t, []string{order[1][len(defaultPrefix):], order[4][len(defaultPrefix):]}, conflict.Keys)
+	assert.ElementsMatch(t, []string{order[1][len(DefaultPrefix):], order[4][len(DefaultPrefix):]}, conflict.Keys)
 	assert.ElementsMatch(t, []string{order[0], order[2], order[3], order[5]}, f.calls("release"),
 		"the groups granted in the same attempt are given back")
 }
@@ -287,11 +291,11 @@ func TestExtend(t *testing.T) {
 		lost      bool
 	}{
 		{name: "lengthens the lease", lengthens: true},
-		{name: "a key gone: lost", before: func(f *fakeRedis) { f.free(defaultPrefix + basket[2]) }, want: []error{ErrNotHeld}, lost: true},
+		{name: "a key gone: lost", before: func(f *fakeRedis) { f.free(DefaultPrefix + basket[2]) }, want: []error{ErrNotHeld}, lost: true},
 		{name: "unacknowledged: lengthens nothing", before: func(f *fakeRedis) { f.with(func() { f.acks = 0 }) }, want: []error{ErrNoReplicas}},
 		{name: "a master that fails: lengthens nothing",
 			before: func(f *fakeRedis) {
-				f.with(func() { f.fault = failOn("extend", defaultPrefix+basket[0], -1, false, redisErr("ERR down")) })
+				f.with(func() { f.fault = failOn("extend", DefaultPrefix+basket[0], -1, false, redisErr("ERR down")) })
 			},
 			want: []error{}},
 	} {
@@ -334,11 +338,11 @@ func TestUnlock(t *testing.T) {
 	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
 	require.NoError(t, err)
 
-	f.with(func() { f.fault = failOn("release", defaultPrefix+basket[1], 1, false, io.ErrClosedPipe) })
+	f.with(func() { f.fault = failOn("release", DefaultPrefix+basket[1], 1, false, io.ErrClosedPipe) })
 	err = l.Unlock(t.Context())
 	require.ErrorIs(t, err, io.ErrClosedPipe, "the release of one group failed")
 	assert.NoError(t, l.Err(), "the lock is not released yet")
-	assert.Equal(t, ownedBy(f.held()[defaultPrefix+basket[1]], defaultPrefix+basket[1]), f.held(), "one key is still held")
+	assert.Equal(t, ownedBy(f.held()[DefaultPrefix+basket[1]], DefaultPrefix+basket[1]), f.held(), "one key is still held")
 
 	ended, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -354,12 +358,12 @@ func TestUnlockReportsKeysTakenByAnother(t *testing.T) {
 	c, f := newFaked(t)
 	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
 	require.NoError(t, err)
-	f.free(defaultPrefix + basket[0])
-	f.hold("other", time.Minute, defaultPrefix+basket[0])
+	f.free(DefaultPrefix + basket[0])
+	f.hold("other", time.Minute, DefaultPrefix+basket[0])
 	err = l.Unlock(t.Context())
 	assert.ErrorIs(t, err, ErrNotHeld)
 	assert.ErrorContains(t, err, "held by another owner")
-	assert.Equal(t, ownedBy("other", defaultPrefix+basket[0]), f.held(), "the other keys are released all the same")
+	assert.Equal(t, ownedBy("other", DefaultPrefix+basket[0]), f.held(), "the other keys are released all the same")
 }
 
 func TestFixedLeaseEndsTheLock(t *testing.T) {
@@ -388,7 +392,7 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	assert.NoError(t, l.Err())
 	assert.Len(t, f.held(), len(basket)+1)
 
-	f.free(defaultPrefix + basket[3])
+	f.free(DefaultPrefix + basket[3])
 	select {
 	case <-l.Done():
 	case <-time.After(5 * time.Second):
@@ -424,7 +428,7 @@ func TestDo(t *testing.T) {
 	assert.Empty(t, f.held(), "Do unlocks")
 
 	err = c.Do(t.Context(), basket, func(ctx context.Context) error {
-		f.free(defaultPrefix + basket[5])
+		f.free(DefaultPrefix + basket[5])
 		<-ctx.Done()
 		return context.Cause(ctx)
 	})
@@ -439,4 +443,24 @@ func TestCallsOnAClosedClient(t *testing.T) {
 	_, err := c.Lock(t.Context(), basket)
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.ErrorIs(t, c.Do(t.Context(), basket, func(context.Context) error { return nil }), ErrClosed)
+}
+
+func TestForceUnlock(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.TryLock(t.Context(), basket[:2], WithOwner("stuck"), WithTTL(time.Hour))
+	require.NoError(t, err)
+	released, err := c.ForceUnlock(t.Context(), basket[0], "free")
+	require.NoError(t, err)
+	assert.Equal(t, []Released{
+		{Key: basket[0], Held: true, Owner: "stuck", Holds: 1, Token: l.Token(basket[0])},
+		{Key: "free"},
+	}, released)
+	assert.Equal(t, ownedBy("stuck", DefaultPrefix+basket[1]), f.held())
+
+	for _, bad := range [][]string{nil, {""}, {"fence:{x}"}, {"ok", "cancel:{x}:h:1"}} {
+		_, err := c.ForceUnlock(t.Context(), bad...)
+		assert.ErrorIs(t, err, ErrInvalid, "%q", bad)
+	}
+	_, err = c.Held(t.Context(), "")
+	assert.ErrorIs(t, err, ErrInvalid)
 }

@@ -60,6 +60,8 @@ func scriptName(s *redis.Script) string {
 		return "release"
 	case extendScript.Hash():
 		return "extend"
+	case forceScript.Hash():
+		return "force"
 	}
 	return "unknown"
 }
@@ -206,6 +208,17 @@ func (f *fakeRedis) run(name string, c *script.Call) []any {
 			k.holds[hold] = maxTime(k.holds[hold], now.Add(ttl))
 		}
 		return lost
+	case "force":
+		reply := []any{now.UnixMilli()}
+		if k := f.live(c.Keys[0], now); k != nil {
+			reply = append(reply, fieldOwner, k.owner, fieldFence, strconv.FormatInt(k.fence, 10))
+			for h, ends := range k.holds {
+				reply = append(reply, h, strconv.FormatInt(ends.UnixMilli(), 10))
+			}
+			delete(f.keys, c.Keys[0])
+			f.wakes++
+		}
+		return reply
 	}
 	panic("unknown script")
 }

@@ -44,7 +44,7 @@ func newLock(ctx context.Context, c *Client, owner string, keys []string, groups
 	return &Lock{
 		c:      c,
 		owner:  owner,
-		hold:   "h:" + randomID(8),
+		hold:   newHold(),
 		keys:   keys,
 		groups: groups,
 		lease:  lease,

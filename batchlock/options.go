@@ -7,10 +7,13 @@ import (
 	"github.com/batchlock/batchlock/internal/script"
 )
 
+// DefaultPrefix is the prefix of the keys batchlock writes, unless
+// WithPrefix gives another.
+const DefaultPrefix = "batchlock:"
+
 // Defaults, in one place.
 const (
-	defaultPrefix = "batchlock:"
-	defaultLease  = 30 * time.Second
+	defaultLease = 30 * time.Second
 	// maxGroupKeys bounds the keys one script call handles, so that a call on
 	// a huge single-slot batch neither blocks a master for long nor meets
 	// Lua's stack limit.
@@ -37,7 +40,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		prefix:  defaultPrefix,
+		prefix:  DefaultPrefix,
 		lease:   defaultLease,
 		pollMax: time.Second,
 		pubsub:  true,

@@ -3,15 +3,8 @@ package batchlock
 import (
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/batchlock/batchlock/hashtag"
-)
-
-// Names under the prefix that batchlock keeps for itself, one per slot.
-const (
-	fenceName  = "fence:{"
-	cancelName = "cancel:{"
 )
 
 // group is one unit of acquisition: lock keys of one slot, taken by one script
@@ -38,7 +31,7 @@ func (c *Client) plan(keys []string) ([]string, []group, error) {
 		if k == "" {
 			return nil, nil, invalid("key %d is empty", i)
 		}
-		if strings.HasPrefix(k, fenceName) || strings.HasPrefix(k, cancelName) {
+		if reserved(k) {
 			return nil, nil, invalid("key %q: names starting with %q or %q are reserved", k, fenceName, cancelName)
 		}
 		lockKeys[i] = c.cfg.prefix + k
@@ -56,9 +49,7 @@ func (c *Client) plan(keys []string) ([]string, []group, error) {
 	var groups []group
 	var userKeys []string
 	for _, s := range slots {
-		tag := hashtag.ForSlot(s.Slot)
-		fence := c.cfg.prefix + fenceName + tag + "}"
-		cancel := c.cfg.prefix + cancelName + tag + "}:"
+		fence, cancel := c.fenceKey(s.Slot), c.cancelKeys(s.Slot)
 		for start := 0; start < len(s.Keys); start += maxGroupKeys {
 			end := min(start+maxGroupKeys, len(s.Keys))
 			groups = append(groups, group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence, cancelKeys: cancel})

@@ -161,3 +161,8 @@ func TestConflictError(t *testing.T) {
 	require.True(t, errors.As(fmt.Errorf("wrapped: %w", err), &ce))
 	assert.Len(t, ce.Keys, 7)
 }
+
+func TestEscapeGlob(t *testing.T) {
+	assert.Equal(t, `a\*b\?c\[d\]e\\f:`, escapeGlob(`a*b?c[d]e\f:`))
+	assert.Equal(t, "batchlock:", escapeGlob("batchlock:"))
+}

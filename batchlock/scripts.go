@@ -13,10 +13,13 @@ var (
 	releaseSource string
 	//go:embed scripts/extend.lua
 	extendSource string
+	//go:embed scripts/force.lua
+	forceSource string
 
 	acquireScript = redis.NewScript(acquireSource)
 	releaseScript = redis.NewScript(releaseSource)
 	extendScript  = redis.NewScript(extendSource)
+	forceScript   = redis.NewScript(forceSource)
 )
 
 // Replies of acquire.lua; any other (-1: the hold was cancelled) leaves the

@@ -205,6 +205,10 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "pass --force")
 	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "without --force nothing is released")
+	code, _, errOut = command(t, bin, "unlock", "--force", "--addrs", addrs, "--prefix", prefix, "sku:1", "fence:{x}")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `key "fence:{x}" is not a lock key`)
+	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "a bad key releases nothing")
 
 	// A waiter for sku:2 is woken by the forced release; without it, it
 	// would wait out the 30s lease.

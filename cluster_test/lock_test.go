@@ -379,3 +379,59 @@ func TestDuplicatesAreOneKey(t *testing.T) {
 	assert.EqualValues(t, 3, holds, "one hold for a key given three times")
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// The admin API: Held shows each key's owner, live holds, lease and token;
+// ForceUnlock says what it released and wakes waiters.
+func TestAdminHeldAndForceUnlock(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(4, "admin")
+	outer, err := c.Lock(ctx, keys, batchlock.WithOwner("order-9"), batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+	inner, err := c.Lock(ctx, keys[:2], batchlock.WithOwner("order-9"), batchlock.WithTTL(150*time.Millisecond))
+	require.NoError(t, err)
+	held, err := c.Held(ctx, "*")
+	require.NoError(t, err)
+	require.Len(t, held, 4)
+	for i, h := range held {
+		assert.Equal(t, keys[i], h.Key)
+		assert.Equal(t, "order-9", h.Owner)
+		assert.Equal(t, outer.Token(h.Key), h.Token)
+		assert.Greater(t, h.Lease, 50*time.Second)
+		assert.NotEmpty(t, h.Master)
+		want := 1
+		if i < 2 {
+			want = 2 // the nested holds count while they run
+		}
+		assert.Equal(t, want, h.Holds, h.Key)
+	}
+	<-inner.Done()
+	held, err = c.Held(ctx, keys[0])
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	assert.Equal(t, 1, held[0].Holds, "a hold whose lease ended is not counted")
+
+	woken := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, keys[3:])
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		woken <- err
+	}()
+	require.Eventually(t, func() bool { return shardSubscribers(ctx, rdb, prefix+keys[3]) > 0 }, 10*time.Second, 5*time.Millisecond)
+	released, err := c.ForceUnlock(ctx, keys[3], "nobody")
+	require.NoError(t, err)
+	assert.Equal(t, []batchlock.Released{{Key: keys[3], Held: true, Owner: "order-9", Holds: 1, Token: outer.Token(keys[3])}, {Key: "nobody"}}, released)
+	select {
+	case err := <-woken:
+		require.NoError(t, err, "the waiter got the key once it was forced free")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not woken by the forced release")
+	}
+	require.NoError(t, outer.Unlock(ctx))
+	held, err = c.Held(ctx, "*")
+	require.NoError(t, err)
+	assert.Empty(t, held)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/localcluster"
 )
 
@@ -79,15 +80,23 @@ func addrsFromFlagOrEnv(flagValue string) ([]string, error) {
 // connect returns a client of the cluster at addrs once a seed and every
 // master answer.
 func connect(ctx context.Context, addrs []string) (*redis.ClusterClient, error) {
-	if err := probeSeeds(ctx, addrs); err != nil {
-		return nil, fmt.Errorf("cannot reach Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
-	}
 	rdb := redis.NewClusterClient(localcluster.FastRecovery(addrs))
-	if err := ping(ctx, rdb); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("cannot reach every master of the Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
+	if err := reach(ctx, addrs, rdb); err != nil {
+		return nil, errors.Join(err, rdb.Close())
 	}
 	return rdb, nil
+}
+
+// reach returns once a seed and every master of rdb answer, or says which
+// could not be reached.
+func reach(ctx context.Context, addrs []string, rdb *redis.ClusterClient) error {
+	if err := probeSeeds(ctx, addrs); err != nil {
+		return fmt.Errorf("cannot reach Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
+	}
+	if err := ping(ctx, rdb); err != nil {
+		return fmt.Errorf("cannot reach every master of the Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
+	}
+	return nil
 }
 
 // probeSeeds asks each seed, once and without retries, whether it is a
@@ -130,11 +139,23 @@ func ping(ctx context.Context, rdb *redis.ClusterClient) error {
 	})
 }
 
-// checkPrefix applies batchlock's rule: braces would move lock keys to
-// other slots.
-func checkPrefix(prefix string) error {
-	if strings.ContainsAny(prefix, "{}") {
-		return usagef("prefix %q must not contain { or }", prefix)
+// openLocks returns a batchlock Client, with prefix, on the cluster at the
+// seeds of --addrs or $BATCHLOCK_CLUSTER_ADDRS, once a seed and every master
+// answer. A missing seed, or a prefix batchlock refuses, is a usage error
+// found before anything is sent.
+func openLocks(ctx context.Context, addrsFlag, prefix string) (*batchlock.Client, func() error, error) {
+	addrs, err := addrsFromFlagOrEnv(addrsFlag)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil
+	rdb := redis.NewClusterClient(localcluster.FastRecovery(addrs)) // connects on first use
+	locks, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
+	if err != nil {
+		return nil, nil, errors.Join(usagef("%v", err), rdb.Close())
+	}
+	closeAll := func() error { return errors.Join(locks.Close(), rdb.Close()) }
+	if err := reach(ctx, addrs, rdb); err != nil {
+		return nil, nil, errors.Join(err, closeAll())
+	}
+	return locks, closeAll, nil
 }

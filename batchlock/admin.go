@@ -1,0 +1,188 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+// The admin API: what operators and tools see of the locks in Redis. The
+// command's inspect and unlock --force are built on it.
+
+// HeldKey is one key held, as Held finds it.
+type HeldKey struct {
+	Key    string        // without the prefix
+	Owner  string        // the owner id
+	Holds  int           // holds whose lease has not ended
+	Lease  time.Duration // what is left of the key's lease
+	Token  int64         // the fencing token of the ownership
+	Master string        // the address of the master that serves the key
+}
+
+// Held lists the keys held under the Client's prefix whose name (without the
+// prefix) matches pattern, a glob as SCAN MATCH takes it ("*" for all),
+// sorted by key, on every master. It scans: a key taken or released while it
+// runs may or may not be listed. The fencing counters and cancel marks are
+// left out. It reads, and changes nothing.
+func (c *Client) Held(ctx context.Context, pattern string) ([]HeldKey, error) {
+	if pattern == "" {
+		return nil, invalid("empty pattern: use \"*\" for every key")
+	}
+	var mu sync.Mutex
+	found := []HeldKey{}
+	scan := func(ctx context.Context, node *redis.Client) error {
+		keys, err := c.heldOn(ctx, node, pattern)
+		mu.Lock()
+		found = append(found, keys...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	if c.cluster {
+		err = c.rdb.(*redis.ClusterClient).ForEachMaster(ctx, scan)
+	} else {
+		err = scan(ctx, c.rdb.(*redis.Client))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("batchlock: listing held keys: %w", err)
+	}
+	slices.SortFunc(found, func(a, b HeldKey) int { return strings.Compare(a.Key, b.Key) })
+	return found, nil
+}
+
+// scanBatch is the SCAN COUNT hint, and the number of keys read per
+// pipeline.
+const scanBatch = 1000
+
+// heldOn lists the held keys of one master.
+func (c *Client) heldOn(ctx context.Context, node *redis.Client, pattern string) ([]HeldKey, error) {
+	var out []HeldKey
+	var batch []string
+	flush := func() error {
+		keys, err := c.readHeld(ctx, node, batch)
+		out = append(out, keys...)
+		batch = batch[:0]
+		return err
+	}
+	// Lock keys are hashes: the fencing counters and the cancel marks
+	// (strings) are skipped by type.
+	iter := node.ScanType(ctx, 0, escapeGlob(c.cfg.prefix)+pattern, scanBatch, "hash").Iterator()
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == scanBatch {
+			if err := flush(); err != nil {
+				return out, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return out, fmt.Errorf("scanning %s: %w", node.Options().Addr, err)
+	}
+	return out, flush()
+}
+
+// readHeld reads lock keys of one master in one pipeline, with the server's
+// time to tell live holds. Keys released since the scan are left out.
+func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string) ([]HeldKey, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := node.Pipeline()
+	now := pipe.Time(ctx)
+	fields := make([]*redis.MapStringStringCmd, len(keys))
+	leases := make([]*redis.DurationCmd, len(keys))
+	for i, k := range keys {
+		fields[i] = pipe.HGetAll(ctx, k)
+		leases[i] = pipe.PTTL(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("reading held keys on %s: %w", node.Options().Addr, err)
+	}
+	var out []HeldKey
+	for i, k := range keys {
+		s, ok := parseLock(fields[i].Val(), now.Val())
+		if !ok {
+			continue
+		}
+		out = append(out, HeldKey{Key: k[len(c.cfg.prefix):], Owner: s.owner, Holds: s.holds,
+			Lease: max(leases[i].Val(), 0), Token: s.token, Master: node.Options().Addr})
+	}
+	return out, nil
+}
+
+// escapeGlob makes s match itself in a SCAN MATCH pattern.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Released is what ForceUnlock did to one key.
+type Released struct {
+	Key   string // without the prefix
+	Held  bool   // the key was held, and is now released
+	Owner string // who held it
+	Holds int    // its holds whose lease had not ended
+	Token int64  // the fencing token of the ownership released
+	Err   error  // why the key could not be released; the others are all the same
+}
+
+// ForceUnlock releases keys whoever holds them, and wakes their waiters as
+// an Unlock does: an operator's tool for a holder known to be dead whose
+// lease is too long to wait for. A holder still alive loses its lock (its
+// watchdog reports it lost) and its fencing tokens are stale from then on.
+// It reports, key by key in the order given, what it released. Bad keys
+// (empty, or reserved names) are refused with ErrInvalid before anything
+// is sent.
+func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, error) {
+	if len(keys) == 0 {
+		return nil, invalid("no keys")
+	}
+	calls := make([]*script.Call, len(keys))
+	for i, k := range keys {
+		if k == "" || reserved(k) {
+			return nil, invalid("key %q is not a lock key", k)
+		}
+		lockKey := c.cfg.prefix + k
+		calls[i] = &script.Call{Slot: hashtag.Slot(lockKey), Keys: []string{lockKey}}
+	}
+	c.runner.Run(ctx, forceScript, calls, script.Ack{})
+	out := make([]Released, len(keys))
+	var errs []error
+	for i, cl := range calls {
+		out[i].Key = keys[i]
+		vals, err := cl.Reply.Slice()
+		if err != nil || len(vals) == 0 {
+			if err == nil {
+				err = fmt.Errorf("unexpected reply %v", vals)
+			}
+			out[i].Err = script.Describe(ctx, "batchlock: force unlock of "+keys[i], cl, err)
+			errs = append(errs, out[i].Err)
+			continue
+		}
+		now, _ := vals[0].(int64)
+		fields := make(map[string]string, len(vals)/2)
+		for j := 1; j+1 < len(vals); j += 2 {
+			f, _ := vals[j].(string)
+			v, _ := vals[j+1].(string)
+			fields[f] = v
+		}
+		if s, ok := parseLock(fields, time.UnixMilli(now)); ok {
+			out[i] = Released{Key: keys[i], Held: true, Owner: s.owner, Holds: s.holds, Token: s.token}
+		}
+	}
+	return out, errors.Join(errs...)
+}
