@@ -226,7 +226,7 @@ func (r Report) Markdown(svgName string) string {
 
 	o := r.Order
 	p("\n## Contention: order processing\n\n")
-	p("%d workers place orders of %d–%d distinct SKUs (of %d, spread over all masters), one unit each: lock the basket, read the stock of every SKU, write each one less, unlock. ", o.Workers, o.MinBasket, o.MaxBasket, o.SKUs)
+	p("%d workers process the orders of package orders: baskets of 1–%d distinct SKUs (of %d, spread over all masters, small baskets most likely), one unit each: lock the basket, read the stock of every SKU, write each one less, unlock. ", o.Workers, o.MaxBasket, o.SKUs)
 	p("Reads and writes are separate commands, so only the lock prevents overselling; at the end every SKU's stock is checked against the units sold. ")
 	p("The redsync-based processor locks the basket's SKUs one by one in sorted order (no deadlock), with redsync's default retry. Each processor gets %d turns of %v, alternating.\n\n", o.Rounds, o.Slice)
 	p("| processor | orders | orders/s | gave up | oversold units | vs batchlock |\n|---|---:|---:|---:|---:|---|\n")

@@ -207,9 +207,11 @@ const (
 	afterFault = 10
 )
 
-// orderLoad is a batch order processor under test: workers run Do on random
-// baskets of keys until stopped, and record what they saw.
-type orderLoad struct {
+// faultLoad is the locking load of the fault cases: workers run Do on random
+// baskets of keys until stopped, and record their critical sections for the
+// checker. It writes no stock (the order workload, with its audit, is
+// package orders, run by the demo tests); what it checks is the lock itself.
+type faultLoad struct {
 	t      *testing.T
 	cl     *localcluster.Cluster
 	rdbs   []*redis.ClusterClient
@@ -235,10 +237,10 @@ type doCall struct {
 	err   error
 }
 
-// newOrderLoad starts the workers on a cluster of the test's own; extra keys
+// newFaultLoad starts the workers on a cluster of the test's own; extra keys
 // join the spread ones.
-func newOrderLoad(t *testing.T, cl *localcluster.Cluster, extra ...string) *orderLoad {
-	o := &orderLoad{
+func newFaultLoad(t *testing.T, cl *localcluster.Cluster, extra ...string) *faultLoad {
+	o := &faultLoad{
 		t:      t,
 		cl:     cl,
 		prefix: testPrefix(t),
@@ -276,7 +278,7 @@ func newOrderLoad(t *testing.T, cl *localcluster.Cluster, extra ...string) *orde
 	return o
 }
 
-func (o *orderLoad) work(w int) {
+func (o *faultLoad) work(w int) {
 	defer o.wg.Done()
 	rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 	lk, rdb := o.lks[w%len(o.lks)], o.rdbs[w%len(o.rdbs)]
@@ -348,7 +350,7 @@ func (o *orderLoad) work(w int) {
 }
 
 // basket picks n distinct keys.
-func (o *orderLoad) basket(rng *rand.Rand, n int) []string {
+func (o *faultLoad) basket(rng *rand.Rand, n int) []string {
 	perm := rng.Perm(len(o.keys))[:n]
 	out := make([]string, len(perm))
 	for i, j := range perm {
@@ -360,7 +362,7 @@ func (o *orderLoad) basket(rng *rand.Rand, n int) []string {
 // tokens reads the fencing token of each key from Redis, keeping only those
 // the key's owner field shows to be this holder's: a read that failed, or
 // that reached a stale master during the fault, proves nothing.
-func (o *orderLoad) tokens(ctx context.Context, rdb *redis.ClusterClient, owner string, keys []string) map[string]int64 {
+func (o *faultLoad) tokens(ctx context.Context, rdb *redis.ClusterClient, owner string, keys []string) map[string]int64 {
 	cmds := make([]*redis.SliceCmd, len(keys))
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
@@ -384,7 +386,7 @@ func (o *orderLoad) tokens(ctx context.Context, rdb *redis.ClusterClient, owner 
 
 // successes counts orders that succeeded, all of them or only those that
 // began after the fault.
-func (o *orderLoad) successes(afterFault bool) int {
+func (o *faultLoad) successes(afterFault bool) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if afterFault {
@@ -400,7 +402,7 @@ func (o *orderLoad) successes(afterFault bool) int {
 }
 
 // errorsLike counts calls whose error wraps target.
-func (o *orderLoad) errorsLike(target error) int {
+func (o *faultLoad) errorsLike(target error) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
@@ -413,13 +415,13 @@ func (o *orderLoad) errorsLike(target error) int {
 }
 
 // warmUp waits for the workload to run: scripts cached, topology known.
-func (o *orderLoad) warmUp() {
+func (o *faultLoad) warmUp() {
 	require.Eventually(o.t, func() bool { return o.successes(false) >= 10 }, 20*time.Second, 20*time.Millisecond,
 		"the workload runs before the fault")
 }
 
 // faultDone marks the end of the fault and waits for orders to succeed again.
-func (o *orderLoad) faultDone() {
+func (o *faultLoad) faultDone() {
 	o.mu.Lock()
 	o.faultOver = time.Now()
 	o.mu.Unlock()
@@ -429,7 +431,7 @@ func (o *orderLoad) faultDone() {
 
 // halt stops the workers and waits for them; calls in flight end within
 // faultCallTime plus their unlock.
-func (o *orderLoad) halt() {
+func (o *faultLoad) halt() {
 	select {
 	case <-o.stop:
 	default:
@@ -439,7 +441,7 @@ func (o *orderLoad) halt() {
 }
 
 // verify stops the workers and checks what users care about.
-func (o *orderLoad) verify() {
+func (o *faultLoad) verify() {
 	t := o.t
 	o.halt()
 	o.summary()
@@ -487,7 +489,7 @@ func (o *orderLoad) verify() {
 }
 
 // summary logs how the calls went, for whoever reads a failure.
-func (o *orderLoad) summary() {
+func (o *faultLoad) summary() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	count := map[string]int{}
@@ -526,7 +528,7 @@ func TestFaultsKeepMutualExclusion(t *testing.T) {
 		ctx := ctxTimeout(t, 2*time.Minute)
 		masters, err := cl.Masters(ctx)
 		require.NoError(t, err)
-		o := newOrderLoad(t, cl)
+		o := newFaultLoad(t, cl)
 		o.warmUp()
 
 		victim := masters[1].Addr
@@ -550,7 +552,7 @@ func TestFaultsKeepMutualExclusion(t *testing.T) {
 		victim := masters[2]
 		replica, err := cl.ReplicaOf(ctx, victim.Addr)
 		require.NoError(t, err)
-		o := newOrderLoad(t, cl)
+		o := newFaultLoad(t, cl)
 		o.warmUp()
 
 		require.NoError(t, cl.Kill(ctx, victim.Addr))
@@ -574,7 +576,7 @@ func TestFaultsKeepMutualExclusion(t *testing.T) {
 		require.NoError(t, err)
 		replica, err := cl.ReplicaOf(ctx, masters[0].Addr)
 		require.NoError(t, err)
-		o := newOrderLoad(t, cl)
+		o := newFaultLoad(t, cl)
 		o.warmUp()
 
 		before := o.errorsLike(batchlock.ErrNoReplicas)
@@ -616,7 +618,7 @@ func TestFaultsKeepMutualExclusion(t *testing.T) {
 		from, err := cl.MasterOfSlot(ctx, slot)
 		require.NoError(t, err)
 		to := masters[(slices.IndexFunc(masters, func(n localcluster.Node) bool { return n.ID == from.ID })+1)%len(masters)]
-		o := newOrderLoad(t, cl, tagged...)
+		o := newFaultLoad(t, cl, tagged...)
 		o.warmUp()
 
 		// There and back, while batches are taken.
@@ -635,7 +637,7 @@ func TestFaultsKeepMutualExclusion(t *testing.T) {
 		ctx := ctxTimeout(t, 3*time.Minute)
 		masters, err := cl.Masters(ctx)
 		require.NoError(t, err)
-		o := newOrderLoad(t, cl)
+		o := newFaultLoad(t, cl)
 		o.warmUp()
 
 		// Nodes keep no data on disk, so each pair keeps its data by

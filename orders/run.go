@@ -18,6 +18,10 @@ type RunConfig struct {
 	// Done, when set, is called after each order, from the worker that
 	// processed it.
 	Done func()
+	// Stop, when set, ends the run once closed: no order is taken up after
+	// it, and the orders under way finish (their time is counted), which
+	// ending ctx would cut short.
+	Stop <-chan struct{}
 }
 
 // Result is what a run did.
@@ -109,6 +113,8 @@ feed:
 		select {
 		case jobs <- o:
 		case <-ctx.Done():
+			break feed
+		case <-cfg.Stop:
 			break feed
 		}
 	}
