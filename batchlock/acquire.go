@@ -100,77 +100,77 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 
 // take acquires all of l's groups, or rolls back whatever it may have taken.
 func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
-	w := &waiting{}
-	defer func() { w.sub.close() }()
+	wt := &waiting{}
+	defer func() { wt.sub.close() }()
 	for {
 		start := time.Now()
-		groups := l.groups[w.held:]
-		if w.focus {
+		groups := l.groups[wt.held:]
+		if wt.focus {
 			groups = groups[:1]
 		}
 		outcome := c.acquire(ctx, l, groups)
 		if outcome.err != nil {
-			c.rollback(ctx, l, w.held, outcome)
+			c.rollback(ctx, l, wt.held, outcome)
 			return outcome.err
 		}
-		if outcome.refused < 0 && w.focus && w.held+1 < len(l.groups) {
+		if outcome.refused < 0 && wt.focus && wt.held+1 < len(l.groups) {
 			// The group waited for is ours: the rest goes in one attempt.
-			if w.held == 0 {
-				w.since = start
+			if wt.held == 0 {
+				wt.since = start
 			}
-			w.held++
-			w.focus = false
+			wt.held++
+			wt.focus = false
 			continue
 		}
 		if outcome.refused < 0 {
-			return c.hand(ctx, l, w.waited, start)
+			return c.hand(ctx, l, wt.waited, start)
 		}
 
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts)}
 		c.emit(Event{Kind: EventConflict, Owner: l.owner, Keys: l.keys, Conflict: conflict.Keys})
 		if !wait {
-			c.rollback(ctx, l, w.held, outcome)
+			c.rollback(ctx, l, wt.held, outcome)
 			return conflict
 		}
 
 		// Keep the groups before the first refused one; give back those
 		// after it, so that the next attempt takes them in order again.
-		failed := w.held + outcome.refused
+		failed := wt.held + outcome.refused
 		var after []group
 		for _, i := range outcome.granted {
-			if w.held+i > failed {
-				after = append(after, l.groups[w.held+i])
+			if wt.held+i > failed {
+				after = append(after, l.groups[wt.held+i])
 			}
 		}
 		if _, err := c.release(ctx, l, after, nil); err != nil {
-			c.rollback(ctx, l, w.held, outcome)
+			c.rollback(ctx, l, wt.held, outcome)
 			return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
 		}
-		if w.held == 0 && failed > 0 {
-			w.since = start
+		if wt.held == 0 && failed > 0 {
+			wt.since = start
 		}
-		w.held = failed
-		w.waited = true
+		wt.held = failed
+		wt.waited = true
 		// Until the refused group is granted, attempts ask for it alone:
 		// asking for all the rest again and giving most of it back would
 		// load the servers and wake other waiters for nothing.
-		w.focus = true
+		wt.focus = true
 
 		// Listen for the blockers' release before trying again, so that a
 		// release between the try and the wait is not missed. Each round of
 		// this costs a subscription and an attempt, so a waiter whose
 		// blockers keep changing cannot spin faster than the servers answer.
 		blockers := outcome.groupConflicts
-		if !w.sub.covers(blockers) {
-			w.sub.close()
-			w.sub = c.waiters.subscribe(ctx, blockers)
+		if !wt.sub.covers(blockers) {
+			wt.sub.close()
+			wt.sub = c.waiters.subscribe(ctx, blockers)
 			continue
 		}
-		if err := c.pause(ctx, l, w, outcome.wait); err != nil {
-			c.rollback(ctx, l, w.held, acquireOutcome{})
+		if err := c.pause(ctx, l, wt, outcome.wait); err != nil {
+			c.rollback(ctx, l, wt.held, acquireOutcome{})
 			return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
 		}
-		w.attempt++
+		wt.attempt++
 	}
 }
 
@@ -212,9 +212,9 @@ type waiting struct {
 // pause waits for a release message, the blocker's lease, a backoff or ctx,
 // whichever comes first. Meanwhile it renews the groups already held a third
 // of a lease after their oldest lease started, however the wait is cut up.
-func (c *Client) pause(ctx context.Context, l *Lock, w *waiting, blockerLease time.Duration) error {
-	d := backoff.Jittered(w.attempt, time.Millisecond, c.cfg.pollMax)
-	if w.sub.active() {
+func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease time.Duration) error {
+	d := backoff.Jittered(wt.attempt, time.Millisecond, c.cfg.pollMax)
+	if wt.sub.active() {
 		// Woken by messages, polling is only the safety net for a lost one.
 		d = c.cfg.pollMax
 	}
@@ -224,8 +224,8 @@ func (c *Client) pause(ctx context.Context, l *Lock, w *waiting, blockerLease ti
 	deadline := time.Now().Add(d)
 	for {
 		next := deadline
-		renewAt := w.since.Add(l.lease / 3)
-		if w.held > 0 && renewAt.Before(next) {
+		renewAt := wt.since.Add(l.lease / 3)
+		if wt.held > 0 && renewAt.Before(next) {
 			next = renewAt
 		}
 		t := time.NewTimer(time.Until(next))
@@ -233,21 +233,21 @@ func (c *Client) pause(ctx context.Context, l *Lock, w *waiting, blockerLease ti
 		case <-ctx.Done():
 			t.Stop()
 			return context.Cause(ctx)
-		case <-w.sub.wakeups():
+		case <-wt.sub.wakeups():
 			t.Stop()
 			return nil
 		case <-t.C:
 		}
-		if w.held > 0 && !time.Now().Before(renewAt) {
+		if wt.held > 0 && !time.Now().Before(renewAt) {
 			start := time.Now()
-			lost, err := c.extend(ctx, l, l.groups[:w.held], l.lease)
+			lost, err := c.extend(ctx, l, l.groups[:wt.held], l.lease)
 			if len(lost) > 0 {
 				return fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
 			}
 			if err != nil {
 				return err
 			}
-			w.since = start
+			wt.since = start
 		}
 		if !time.Now().Before(deadline) {
 			return nil

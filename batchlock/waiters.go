@@ -51,7 +51,7 @@ type channel struct {
 
 // subscription is one waiter's interest in the release of some lock keys.
 type subscription struct {
-	w         *waiters
+	ws        *waiters
 	keys      []string
 	joined    []*listener // by key, in keys order
 	woken     chan struct{}
@@ -66,42 +66,42 @@ func newWaiters(c *Client) *waiters {
 // subscribe listens for the release of keys (lock keys), and returns once the
 // servers confirmed it, or after confirmTimeout, or when ctx is done. Without
 // pub/sub it returns a subscription that is never woken: its waiter polls.
-func (w *waiters) subscribe(ctx context.Context, keys []string) *subscription {
-	s := &subscription{w: w, keys: keys, woken: make(chan struct{}, 1)}
-	if !w.c.cfg.pubsub {
+func (ws *waiters) subscribe(ctx context.Context, keys []string) *subscription {
+	s := &subscription{ws: ws, keys: keys, woken: make(chan struct{}, 1)}
+	if !ws.c.cfg.pubsub {
 		return s
 	}
 	var pending []chan struct{}
 	touched := map[*listener]bool{}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+	ws.mu.Lock()
+	if ws.closed {
+		ws.mu.Unlock()
 		return s
 	}
 	for _, key := range keys {
 		slot := 0
-		if w.c.cluster {
+		if ws.c.cluster {
 			slot = hashtag.Slot(key)
 		}
-		l := w.listeners[slot]
-		if l == nil {
-			l = &listener{slot: slot, ps: w.newPubSub(), channels: make(map[string]*channel), sent: make(map[string]bool)}
-			w.listeners[slot] = l
+		ln := ws.listeners[slot]
+		if ln == nil {
+			ln = &listener{slot: slot, ps: ws.newPubSub(), channels: make(map[string]*channel), sent: make(map[string]bool)}
+			ws.listeners[slot] = ln
 		}
-		ch := l.channels[key]
+		ch := ln.channels[key]
 		if ch == nil {
 			ch = &channel{confirmed: make(chan struct{}), subs: make(map[*subscription]struct{})}
-			l.channels[key] = ch
+			ln.channels[key] = ch
 		}
 		ch.refs++
 		ch.subs[s] = struct{}{}
-		s.joined = append(s.joined, l)
+		s.joined = append(s.joined, ln)
 		pending = append(pending, ch.confirmed)
-		touched[l] = true
+		touched[ln] = true
 	}
-	w.mu.Unlock()
-	for l := range touched {
-		w.sync(ctx, l)
+	ws.mu.Unlock()
+	for ln := range touched {
+		ws.sync(ctx, ln)
 	}
 
 	t := time.NewTimer(confirmTimeout)
@@ -112,11 +112,11 @@ func (w *waiters) subscribe(ctx context.Context, keys []string) *subscription {
 		case <-t.C:
 			// The connection may be on a node that no longer serves
 			// the slot: the next waiter starts a fresh one.
-			w.mu.Lock()
+			ws.mu.Lock()
 			if !s.broken {
-				w.drop(s.joined[i])
+				ws.drop(s.joined[i])
 			}
-			w.mu.Unlock()
+			ws.mu.Unlock()
 			return s
 		case <-ctx.Done():
 			return s
@@ -129,78 +129,78 @@ func (w *waiters) subscribe(ctx context.Context, keys []string) *subscription {
 // newPubSub returns a pub/sub client not yet connected: its first
 // subscription connects it to the master of that channel's slot, and so
 // does every reconnect.
-func (w *waiters) newPubSub() *redis.PubSub {
-	if w.c.cluster {
-		return w.c.rdb.(*redis.ClusterClient).SSubscribe(context.Background())
+func (ws *waiters) newPubSub() *redis.PubSub {
+	if ws.c.cluster {
+		return ws.c.rdb.(*redis.ClusterClient).SSubscribe(context.Background())
 	}
-	return w.c.rdb.(*redis.Client).SSubscribe(context.Background())
+	return ws.c.rdb.(*redis.Client).SSubscribe(context.Background())
 }
 
-// sync makes l's subscriptions on the server what its channels want, and
+// sync makes ln's subscriptions on the server what its channels want, and
 // starts its reader after its first subscription. A listener left with no
 // channel is closed.
-func (w *waiters) sync(ctx context.Context, l *listener) {
-	l.sync.Lock()
-	defer l.sync.Unlock()
-	w.mu.Lock()
+func (ws *waiters) sync(ctx context.Context, ln *listener) {
+	ln.sync.Lock()
+	defer ln.sync.Unlock()
+	ws.mu.Lock()
 	var add, drop []string
-	for key := range l.channels {
-		if !l.sent[key] {
+	for key := range ln.channels {
+		if !ln.sent[key] {
 			add = append(add, key)
 		}
 	}
-	for key := range l.sent {
-		if l.channels[key] == nil {
+	for key := range ln.sent {
+		if ln.channels[key] == nil {
 			drop = append(drop, key)
 		}
 	}
-	empty := len(l.channels) == 0 && !l.dropped
+	empty := len(ln.channels) == 0 && !ln.dropped
 	if empty {
-		l.dropped = true
-		delete(w.listeners, l.slot)
+		ln.dropped = true
+		delete(ws.listeners, ln.slot)
 	}
-	skip := w.closed || (l.dropped && !empty)
-	w.mu.Unlock()
+	skip := ws.closed || (ln.dropped && !empty)
+	ws.mu.Unlock()
 	if skip {
 		return
 	}
 	if empty {
-		_ = l.ps.Close()
+		_ = ln.ps.Close()
 		return
 	}
 	if len(add) > 0 {
-		_ = l.ps.SSubscribe(ctx, add...)
+		_ = ln.ps.SSubscribe(ctx, add...)
 		for _, key := range add {
-			l.sent[key] = true
+			ln.sent[key] = true
 		}
 	}
 	if len(drop) > 0 {
-		_ = l.ps.SUnsubscribe(context.WithoutCancel(ctx), drop...)
+		_ = ln.ps.SUnsubscribe(context.WithoutCancel(ctx), drop...)
 		for _, key := range drop {
-			delete(l.sent, key)
+			delete(ln.sent, key)
 		}
 	}
-	w.mu.Lock()
-	start := !l.started && !w.closed
+	ws.mu.Lock()
+	start := !ln.started && !ws.closed
 	if start {
-		l.started = true
-		w.wg.Add(1)
+		ln.started = true
+		ws.wg.Add(1)
 	}
-	w.mu.Unlock()
+	ws.mu.Unlock()
 	if start {
-		go w.listen(l)
+		go ws.listen(ln)
 	}
 }
 
 // listen hands the messages of one connection to the subscriptions waiting on
 // their channel. It ends when the connection is closed.
-func (w *waiters) listen(l *listener) {
-	defer w.wg.Done()
-	for msg := range l.ps.ChannelWithSubscriptions() {
-		w.mu.Lock()
+func (ws *waiters) listen(ln *listener) {
+	defer ws.wg.Done()
+	for msg := range ln.ps.ChannelWithSubscriptions() {
+		ws.mu.Lock()
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			ch := l.channels[m.Channel]
+			ch := ln.channels[m.Channel]
 			switch {
 			case ch == nil:
 			case m.Kind == "ssubscribe":
@@ -213,56 +213,56 @@ func (w *waiters) listen(l *listener) {
 				// The server dropped a channel that is still wanted: its
 				// slot moved (a failover, a migration). Its waiters try
 				// again now and subscribe afresh, on the slot's new master.
-				w.drop(l)
+				ws.drop(ln)
 			}
 		case *redis.Message:
-			if ch := l.channels[m.Channel]; ch != nil {
+			if ch := ln.channels[m.Channel]; ch != nil {
 				for s := range ch.subs {
 					s.wake()
 				}
 			}
 		}
-		w.mu.Unlock()
+		ws.mu.Unlock()
 	}
 }
 
-// drop takes l out of use and wakes its waiters, whose subscriptions no
-// longer cover their keys; called with w.mu held.
-func (w *waiters) drop(l *listener) {
-	if l.dropped || w.closed {
+// drop takes ln out of use and wakes its waiters, whose subscriptions no
+// longer cover their keys; called with ws.mu held.
+func (ws *waiters) drop(ln *listener) {
+	if ln.dropped || ws.closed {
 		return
 	}
-	l.dropped = true
-	delete(w.listeners, l.slot)
-	for _, ch := range l.channels {
+	ln.dropped = true
+	delete(ws.listeners, ln.slot)
+	for _, ch := range ln.channels {
 		for s := range ch.subs {
 			s.broken = true
 			s.wake()
 		}
 	}
-	if w.c.cluster {
-		w.c.rdb.(*redis.ClusterClient).ReloadState(context.Background())
+	if ws.c.cluster {
+		ws.c.rdb.(*redis.ClusterClient).ReloadState(context.Background())
 	}
-	w.wg.Go(func() { _ = l.ps.Close() })
+	ws.wg.Go(func() { _ = ln.ps.Close() })
 }
 
-func (w *waiters) close() error {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+func (ws *waiters) close() error {
+	ws.mu.Lock()
+	if ws.closed {
+		ws.mu.Unlock()
 		return nil
 	}
-	w.closed = true
-	listeners := w.listeners
-	w.listeners = nil
-	w.mu.Unlock()
+	ws.closed = true
+	listeners := ws.listeners
+	ws.listeners = nil
+	ws.mu.Unlock()
 	var err error
-	for _, l := range listeners {
-		if e := l.ps.Close(); e != nil && err == nil {
+	for _, ln := range listeners {
+		if e := ln.ps.Close(); e != nil && err == nil {
 			err = e
 		}
 	}
-	w.wg.Wait()
+	ws.wg.Wait()
 	return err
 }
 
@@ -271,9 +271,9 @@ func (s *subscription) covers(keys []string) bool {
 	if s == nil || len(keys) > len(s.keys) {
 		return false
 	}
-	s.w.mu.Lock()
+	s.ws.mu.Lock()
 	broken := s.broken
-	s.w.mu.Unlock()
+	s.ws.mu.Unlock()
 	if broken {
 		return false
 	}
@@ -311,24 +311,24 @@ func (s *subscription) close() {
 	if s == nil {
 		return
 	}
-	w := s.w
-	w.mu.Lock()
+	ws := s.ws
+	ws.mu.Lock()
 	touched := map[*listener]bool{}
-	for i, l := range s.joined {
+	for i, ln := range s.joined {
 		key := s.keys[i]
-		ch := l.channels[key]
+		ch := ln.channels[key]
 		if ch == nil {
 			continue
 		}
 		delete(ch.subs, s)
 		if ch.refs--; ch.refs == 0 {
-			delete(l.channels, key)
-			touched[l] = true
+			delete(ln.channels, key)
+			touched[ln] = true
 		}
 	}
 	s.joined = nil
-	w.mu.Unlock()
-	for l := range touched {
-		w.sync(context.Background(), l)
+	ws.mu.Unlock()
+	for ln := range touched {
+		ws.sync(context.Background(), ln)
 	}
 }

@@ -33,55 +33,55 @@ func newWatchdog(c *Client) *watchdog {
 // add starts watching a freshly taken lock: its expiry timer, and for a
 // renewed lock, renewal. It reports false, and watches nothing, once the
 // Client is closing.
-func (w *watchdog) add(l *Lock) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
+func (wd *watchdog) add(l *Lock) bool {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	if wd.closed {
 		return false
 	}
 	l.arm()
 	if !l.renew {
 		return true
 	}
-	w.locks[l] = struct{}{}
-	if !w.running {
-		w.running = true
-		go w.loop()
+	wd.locks[l] = struct{}{}
+	if !wd.running {
+		wd.running = true
+		go wd.loop()
 	}
 	return true
 }
 
-func (w *watchdog) remove(l *Lock) {
-	w.mu.Lock()
-	delete(w.locks, l)
-	w.mu.Unlock()
+func (wd *watchdog) remove(l *Lock) {
+	wd.mu.Lock()
+	delete(wd.locks, l)
+	wd.mu.Unlock()
 }
 
-func (w *watchdog) watching(l *Lock) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	_, ok := w.locks[l]
+func (wd *watchdog) watching(l *Lock) bool {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	_, ok := wd.locks[l]
 	return ok
 }
 
-func (w *watchdog) loop() {
-	defer close(w.done)
-	interval := w.c.cfg.lease / 3
+func (wd *watchdog) loop() {
+	defer close(wd.done)
+	interval := wd.c.cfg.lease / 3
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-w.stop
+		<-wd.stop
 		cancel()
 	}()
 	for {
 		select {
-		case <-w.stop:
+		case <-wd.stop:
 			return
 		case <-ticker.C:
 			roundCtx, cancelRound := context.WithTimeout(ctx, interval)
-			w.renew(roundCtx)
+			wd.renew(roundCtx)
 			cancelRound()
 		}
 	}
@@ -91,27 +91,27 @@ func (w *watchdog) loop() {
 // renewal acknowledged the same way, so that a failover cannot roll a lease
 // back further than the holder was told; they go in a batch of their own per
 // acknowledgement setting.
-func (w *watchdog) renew(ctx context.Context) {
-	w.mu.Lock()
+func (wd *watchdog) renew(ctx context.Context) {
+	wd.mu.Lock()
 	batches := make(map[script.Ack][]*Lock)
-	for l := range w.locks {
+	for l := range wd.locks {
 		batches[l.ack] = append(batches[l.ack], l)
 	}
-	w.mu.Unlock()
+	wd.mu.Unlock()
 
 	var wg sync.WaitGroup
 	for ack, locks := range batches {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.renewBatch(ctx, locks, ack)
+			wd.renewBatch(ctx, locks, ack)
 		}()
 	}
 	wg.Wait()
 }
 
-func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ack) {
-	ms := lease.Millis(w.c.cfg.lease)
+func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ack) {
+	ms := lease.Millis(wd.c.cfg.lease)
 	var calls []*script.Call
 	first := make([]int, len(locks)+1) // calls of locks[i] are calls[first[i]:first[i+1]]
 	for i, l := range locks {
@@ -123,34 +123,34 @@ func (w *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ack
 	first[len(locks)] = len(calls)
 
 	start := time.Now()
-	w.c.runner.Run(ctx, extendScript, calls, ack)
+	wd.c.runner.Run(ctx, extendScript, calls, ack)
 	for i, l := range locks {
 		mine := calls[first[i]:first[i+1]]
 		lost, err := collectKeys(ctx, mine, "renew")
 		switch {
-		case len(lost) > 0 && w.watching(l):
+		case len(lost) > 0 && wd.watching(l):
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
-			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost), len(l.keys), w.c.userKeys(lost)[0]))
+			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost), len(l.keys), wd.c.userKeys(lost)[0]))
 		case err == nil && checkAcks(mine, ack) == nil:
-			l.confirm(start.Add(w.c.cfg.lease))
-			w.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
+			l.confirm(start.Add(wd.c.cfg.lease))
+			wd.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
 		}
 	}
 }
 
 // close stops renewal and reports every renewed lock lost, since nothing
 // keeps it alive any more.
-func (w *watchdog) close() {
-	w.mu.Lock()
-	w.closed = true
-	running := w.running
-	locks := w.locks
-	w.locks = make(map[*Lock]struct{})
-	w.mu.Unlock()
-	close(w.stop)
+func (wd *watchdog) close() {
+	wd.mu.Lock()
+	wd.closed = true
+	running := wd.running
+	locks := wd.locks
+	wd.locks = make(map[*Lock]struct{})
+	wd.mu.Unlock()
+	close(wd.stop)
 	if running {
-		<-w.done
+		<-wd.done
 	}
 	for l := range locks {
 		l.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))

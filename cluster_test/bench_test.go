@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"testing"
@@ -16,7 +15,7 @@ import (
 func BenchmarkLockUnlock(b *testing.B) {
 	rdb := newClient(b)
 	c, _ := newLocker(b, rdb)
-	ctx := context.Background()
+	ctx := b.Context()
 	for _, n := range []int{1, 10, 100, 1000} {
 		keys := spread(n, fmt.Sprint("bench", n))
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
@@ -49,7 +48,7 @@ func BenchmarkHandoff(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			rdb := newClient(b)
 			c, _ := newLocker(b, rdb, mode.opts...)
-			ctx := context.Background()
+			ctx := b.Context()
 			keys := spread(10, "handoff")
 			var delays []time.Duration
 			for b.Loop() {

@@ -103,6 +103,9 @@ func TestLostLockFailover(t *testing.T) {
 			thaw := func() {
 				if !thawed {
 					thawed = true
+					// Also a clean-up, when the test's context is done.
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
 					require.NoError(t, cl.Thaw(ctx, master.Addr))
 					require.NoError(t, cl.WaitReady(ctx))
 				}
@@ -298,7 +301,7 @@ func (o *faultLoad) work(w int) {
 			hold = time.Duration(300+rng.IntN(1200)) * time.Millisecond
 		}
 		owner := fmt.Sprintf("w%d-%d", w, n)
-		ctx, cancel := context.WithTimeout(context.Background(), faultCallTime)
+		ctx, cancel := context.WithTimeout(o.t.Context(), faultCallTime)
 		began := time.Now()
 		ran := false
 		err := lk.Do(ctx, basket, func(ctx context.Context) error {

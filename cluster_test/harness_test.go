@@ -24,12 +24,6 @@ import (
 // These tests prove the harness itself on the active backend, so that a
 // failing lock test can be trusted to be about the locks.
 
-func harnessCtx(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // nodeByID looks a node up in a fresh topology.
 func nodeByID(ctx context.Context, t *testing.T, c *localcluster.Cluster, id string) localcluster.Node {
 	t.Helper()
@@ -107,7 +101,7 @@ func requireKeys(ctx context.Context, t *testing.T, rdb *redis.ClusterClient, ke
 
 func TestHarnessTopologyReady(t *testing.T) {
 	c := sharedCluster(t)
-	ctx := harnessCtx(t, time.Minute)
+	ctx := ctxTimeout(t, time.Minute)
 	t.Logf("backend %s, nodes %v", c.Backend(), c.Addrs())
 	require.NoError(t, c.WaitReady(ctx))
 
@@ -183,7 +177,7 @@ func keysOf(m map[string]bool) []string {
 
 func TestHarnessFailoverMovesMaster(t *testing.T) {
 	c := newCluster(t)
-	ctx := harnessCtx(t, 2*time.Minute)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	addrs := c.Addrs()
 	for i := range 3 {
 		r, err := c.ReplicaOf(ctx, addrs[i])
@@ -226,7 +220,7 @@ func TestHarnessFailoverMovesMaster(t *testing.T) {
 
 func TestHarnessTakeoverWhileMasterFrozen(t *testing.T) {
 	c := newCluster(t)
-	ctx := harnessCtx(t, 2*time.Minute)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	masters, err := c.Masters(ctx)
 	require.NoError(t, err)
 	victim := masters[1]
@@ -250,7 +244,7 @@ func TestHarnessTakeoverWhileMasterFrozen(t *testing.T) {
 
 func TestHarnessFrozenMasterDetected(t *testing.T) {
 	c := newCluster(t)
-	ctx := harnessCtx(t, 2*time.Minute)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	masters, err := c.Masters(ctx)
 	require.NoError(t, err)
 	victim := masters[0]
@@ -284,7 +278,7 @@ func TestHarnessFrozenMasterDetected(t *testing.T) {
 
 func TestHarnessKillRestartRejoins(t *testing.T) {
 	c := newCluster(t)
-	ctx := harnessCtx(t, 2*time.Minute)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	rdb := c.Client()
 	defer rdb.Close()
 	slot, err := rdb.ClusterKeySlot(ctx, "{kill}").Result()
@@ -329,7 +323,7 @@ func TestHarnessKillRestartRejoins(t *testing.T) {
 
 func TestHarnessMigrateSlot(t *testing.T) {
 	c := newCluster(t)
-	ctx := harnessCtx(t, 2*time.Minute)
+	ctx := ctxTimeout(t, 2*time.Minute)
 	rdb := c.Client()
 	defer rdb.Close()
 	s, err := rdb.ClusterKeySlot(ctx, "{migrate}").Result()
@@ -359,7 +353,7 @@ func TestHarnessMigrateSlot(t *testing.T) {
 
 func TestHarnessExternalBackend(t *testing.T) {
 	shared := sharedCluster(t)
-	ctx := harnessCtx(t, time.Minute)
+	ctx := ctxTimeout(t, time.Minute)
 	t.Setenv(localcluster.EnvClusterAddrs, shared.Addrs()[1])
 	ext, err := localcluster.Start(ctx)
 	require.NoError(t, err)
@@ -381,7 +375,7 @@ func TestHarnessCloseLeavesNothing(t *testing.T) {
 	if os.Getenv(localcluster.EnvClusterAddrs) != "" {
 		t.Skip("needs a cluster of its own")
 	}
-	ctx := harnessCtx(t, 3*time.Minute)
+	ctx := ctxTimeout(t, 3*time.Minute)
 	c, err := localcluster.Start(ctx)
 	if err != nil {
 		unavailable(t, err)
@@ -443,7 +437,7 @@ func redisProcessesOn(t *testing.T, addrs []string) []string {
 }
 
 func TestHarnessSingles(t *testing.T) {
-	ctx := harnessCtx(t, 3*time.Minute)
+	ctx := ctxTimeout(t, 3*time.Minute)
 	s, err := localcluster.StartSingles(ctx, 3)
 	if err != nil {
 		unavailable(t, err)

@@ -16,7 +16,7 @@ import (
 // TestHashtagParity checks hashtag.Slot against CLUSTER KEYSLOT on a real server, for edge cases,
 // thousands of random keys, and every tag ForSlot hands out.
 func TestHashtagParity(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	// Any one node answers CLUSTER KEYSLOT for any key; a node client keeps the cluster client's
 	// routing out of the way of a command whose argument is not a key to route by.

@@ -92,8 +92,11 @@ func allKeysUnder(t testing.TB, rdb *redis.ClusterClient, prefix string) int {
 	return n
 }
 
+// ctxTimeout returns the test's context, bounded by d. Like t.Context, it is
+// done once the test's function returns: clean-ups use a context of their
+// own.
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
 }

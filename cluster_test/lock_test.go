@@ -110,7 +110,7 @@ func TestOwnerFromContext(t *testing.T) {
 	l2, err := c.TryLock(ctx, []string{"x"})
 	require.NoError(t, err)
 	assert.Equal(t, "batch-7", l2.Owner())
-	_, err = c.TryLock(context.Background(), []string{"x"})
+	_, err = c.TryLock(t.Context(), []string{"x"})
 	assert.ErrorIs(t, err, batchlock.ErrNotObtained, "without the owner a call is a stranger")
 	require.NoError(t, l1.Unlock(ctx))
 	require.NoError(t, l2.Unlock(ctx))

@@ -34,7 +34,7 @@ type redlockNodes struct {
 // at its end.
 func startRedlockNodes(t *testing.T) *redlockNodes {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterStartTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), clusterStartTimeout)
 	defer cancel()
 	s, err := localcluster.StartSingles(ctx, 5, localcluster.WithLogf(t.Logf))
 	if err != nil {
@@ -195,7 +195,7 @@ func TestRedlockRefusesWithThreeNodesDown(t *testing.T) {
 			require.ErrorContains(t, err, "granted by 2 of 5 deployments, 3 needed")
 			n.requireHeldExactly(t, live, nil)
 
-			ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
 			defer cancel()
 			_, err = c.Lock(ctx, keys)
 			require.ErrorIs(t, err, batchlock.ErrNotObtained)
@@ -337,7 +337,7 @@ func TestRedlockNeverTwoHoldersAcrossANodeKill(t *testing.T) {
 				default:
 				}
 				keys := pick(pool, 3)
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 				l, err := c.Lock(ctx, keys)
 				cancel()
 				if err != nil {
@@ -356,7 +356,7 @@ func TestRedlockNeverTwoHoldersAcrossANodeKill(t *testing.T) {
 					chk.report("%s lost its lock while holding it: %v", s.Owner, err)
 				}
 				chk.record(s)
-				ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+				ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
 				if err := l.Unlock(ctx); err != nil {
 					failures.Store("unlock: "+err.Error(), true)
 				}
@@ -460,7 +460,7 @@ func TestRedlockFreshOwnerPerAttempt(t *testing.T) {
 			mu.Lock()
 			clear(owners)
 			mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 			defer cancel()
 			_, err := c.Lock(ctx, []string{"attempts"}, tc.opts...)
 			require.ErrorIs(t, err, batchlock.ErrNotObtained)

@@ -113,17 +113,17 @@ func (s *soak) options(rng *rand.Rand, sc *soakClient) (opts []batchlock.LockOpt
 func (s *soak) callContext(rng *rand.Rand) (context.Context, context.CancelFunc) {
 	switch r := rng.IntN(20); {
 	case r == 0:
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(s.t.Context())
 		cancel()
 		return ctx, cancel
 	case r < 5:
-		return context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(100))*time.Millisecond)
+		return context.WithTimeout(s.t.Context(), time.Duration(1+rng.IntN(100))*time.Millisecond)
 	case r < 7:
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(s.t.Context())
 		t := time.AfterFunc(time.Duration(rng.IntN(300))*time.Millisecond, cancel)
 		return ctx, func() { t.Stop(); cancel() }
 	default:
-		return context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(5))*time.Second)
+		return context.WithTimeout(s.t.Context(), time.Duration(1+rng.IntN(5))*time.Second)
 	}
 }
 
@@ -250,7 +250,7 @@ func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
 	keys := outer.l.Keys()
 	keys = keys[:1+rng.IntN(len(keys))]
 	ttl := time.Duration(50+rng.IntN(500)) * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), time.Second)
 	defer cancel()
 	inner, err := sc.c.TryLock(ctx, keys, batchlock.WithOwner(outer.l.Owner()), batchlock.WithTTL(ttl))
 	s.count(s.ops, "nested TryLock")
@@ -339,7 +339,7 @@ func (s *soak) record(h *holding, tokens map[string]int64) {
 // unlock releases l, sometimes with a context that already ended; a failed
 // release is tried again once.
 func (s *soak) unlock(rng *rand.Rand, l *batchlock.Lock) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 3*time.Second)
 	defer cancel()
 	if rng.IntN(5) == 0 {
 		ended, stop := context.WithCancel(ctx)
@@ -349,7 +349,7 @@ func (s *soak) unlock(rng *rand.Rand, l *batchlock.Lock) {
 	err := l.Unlock(ctx)
 	s.count(s.ops, "Unlock")
 	if err != nil && !errors.Is(err, batchlock.ErrNotHeld) {
-		retry, cancelRetry := context.WithTimeout(context.Background(), 3*time.Second)
+		retry, cancelRetry := context.WithTimeout(s.t.Context(), 3*time.Second)
 		err = l.Unlock(retry)
 		cancelRetry()
 		s.count(s.ops, "Unlock")

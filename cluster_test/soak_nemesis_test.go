@@ -156,7 +156,7 @@ func (s *soak) nemesis() {
 // injectOne makes one fault on a random master and waits for the cluster to
 // recover from it.
 func (s *soak) injectOne(rng *rand.Rand, kind nemesisFault) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
 	defer cancel()
 	if err := s.cl.WaitReady(ctx); err != nil {
 		return fmt.Errorf("not ready before: %w", err)

@@ -32,7 +32,7 @@ func startStandalone(t testing.TB) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
 		return rdb.Ping(ctx).Err() == nil
 	}, 10*time.Second, 20*time.Millisecond, "standalone redis-server did not answer")

@@ -34,13 +34,13 @@ func sleepNode(t *testing.T, cl commander, addr string, d time.Duration) <-chan 
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d+10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), d+10*time.Second)
 		defer cancel()
 		_, err := cl.Do(ctx, addr, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
 		done <- err
 	}()
 	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
 		_, err := cl.Do(ctx, addr, "PING")
 		return err != nil
@@ -270,7 +270,7 @@ func cancellations(t *testing.T, rdb *redis.ClusterClient, prefix string) (n int
 func timedOutTryLock(t *testing.T, cl *localcluster.Cluster, c *batchlock.Client, master string, keys []string, ttl time.Duration) {
 	t.Helper()
 	woke := sleepNode(t, cl, master, 300*time.Millisecond)
-	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	_, err := c.TryLock(short, keys, batchlock.WithTTL(ttl))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -463,7 +463,7 @@ func TestSlotInMigrationBoundsCalls(t *testing.T) {
 	began = time.Now()
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.TryLock(context.Background(), keys[1:])
+		_, err := c.TryLock(t.Context(), keys[1:])
 		done <- err
 	}()
 	select {

@@ -52,45 +52,35 @@ const writeAttempts = 30
 // failed attempt's rollback could not release (a master failing over), or
 // it would keep them alive and block other orders.
 //
-// It uses Lock and Unlock rather than Client.Do because the writes need
-// the lock's fencing tokens, which Do does not hand to its function.
+// The work runs inside Do, in the lock's context: it stops the moment the
+// lock is lost, since past that point another order may be writing the same
+// SKUs. Once the work is done, the order's outcome is the work's: a loss, or
+// an unlock that fails, afterwards changes nothing it did (the keys are left
+// to their lease).
 func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
 	keys := p.Stock.Keys(o)
 	asked := time.Now()
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	l, err := p.Locker.Lock(ctx, keys, batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))
-	if err != nil {
+	var out Outcome
+	var workErr error
+	ran := false
+	err := p.Locker.Do(ctx, keys, func(ctx context.Context) error {
+		ran = true
+		wait := time.Since(asked)
+		l, _ := batchlock.LockFromContext(ctx)
+		tokens := make([]int64, len(o.Lines))
+		for i := range tokens {
+			tokens[i] = l.Token(keys[i])
+		}
+		out, workErr = p.Stock.Fulfil(ctx, o, tokens, p.Think, true)
+		out.LockWait, out.Locked = wait, true
+		return workErr
+	}, batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))
+	if !ran {
 		return Outcome{}, fmt.Errorf("locking %d SKUs: %w", len(keys), err)
 	}
-	wait := time.Since(asked)
-
-	// Work stops the moment the lock is lost: past that point another
-	// order may be writing the same SKUs.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-l.Done():
-			cancel(l.Err())
-		case <-ctx.Done():
-		}
-	}()
-	defer func() {
-		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer ucancel()
-		// A failed unlock leaves the keys to their lease: the order's
-		// outcome stands.
-		_ = l.Unlock(uctx)
-	}()
-
-	tokens := make([]int64, len(o.Lines))
-	for i := range tokens {
-		tokens[i] = l.Token(keys[i])
-	}
-	out, err := p.Stock.Fulfil(ctx, o, tokens, p.Think, true)
-	out.LockWait, out.Locked = wait, true
-	return out, err
+	return out, workErr
 }
 
 // Unlocked processes orders with the same read, check and write as Locked,

@@ -139,15 +139,9 @@ func process(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterCli
 	// this order: code called inside Do (with its ctx, which carries the
 	// owner) may lock the same keys again without deadlocking with itself.
 	return locks.Do(ctx, keys, func(ctx context.Context) error {
-		// A reentrant Lock on keys Do already holds returns at once, with
-		// the fencing tokens of Do's ownership: what the writes below need.
-		// Its Unlock gives back only its own hold; it must run even when
-		// ctx is cancelled, or that hold would wait for its lease.
-		l, err := locks.Lock(ctx, keys)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = l.Unlock(context.WithoutCancel(ctx)) }()
+		// The lock Do holds rides on ctx: its fencing tokens are what the
+		// writes below carry.
+		l, _ := batchlock.LockFromContext(ctx)
 
 		// Read every line's stock in one pipeline: one round trip per master.
 		pipe := rdb.Pipeline()
