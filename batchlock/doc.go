@@ -59,6 +59,14 @@
 // A failed Unlock can be called again; until one succeeds the lock is no
 // longer renewed, and its keys are freed when their lease runs out.
 //
+// # Lifetime and administration
+//
+// A Lock's Context ends the moment the lock ends, with a cause that says why
+// (wrapping ErrLockLost, or ErrNotHeld once released); Done and Err derive
+// from it, and Do runs its function in a child of it. Held lists the keys
+// held under the Client's prefix, and ForceUnlock releases keys whoever holds
+// them, for operators and tools: the batchlock command is built on them.
+//
 // # Cost
 //
 // A batch costs one script call per slot it touches (chunked at 512 keys),

@@ -35,6 +35,8 @@ var aclCommands = []string{
 	// a rollback cancels an acquire of unknown outcome
 	"+time", "+hmget", "+hget", "+hgetall", "+hset", "+hdel", "+pexpire",
 	"+pexpireat", "+pttl", "+incrby", "+exists", "+set", "+del", "+spublish",
+	// the admin API's Held reads with SCAN, HGETALL, PTTL and TIME
+	"+scan", "+hgetall",
 }
 
 // Every feature works for a user limited to the prefix's keys and channels
@@ -77,6 +79,9 @@ func TestACLUserLimitedToPrefix(t *testing.T) {
 		assert.Positive(t, l.Token(k))
 	}
 	require.NoError(t, l.Extend(ctx, 5*time.Second))
+	held, err := c.Held(ctx, "*")
+	require.NoError(t, err, "the admin API lists the held keys")
+	assert.Len(t, held, len(keys))
 	assert.Greater(t, admin.PTTL(ctx, prefix+keys[0]).Val(), 2*time.Second, "Extend pushed the lease past the client's 900ms")
 	require.Eventually(t, func() bool { return renewals.Load() > 0 }, 5*time.Second, 10*time.Millisecond, "the watchdog renews the lock")
 	require.NoError(t, l.Err())
