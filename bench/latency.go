@@ -25,6 +25,7 @@ var DefaultLatencyPlans = []LatencyPlan{
 	{Keys: 10, Iterations: 300, Batch: 10},
 	{Keys: 100, Iterations: 120, Batch: 4},
 	{Keys: 1000, Iterations: 30, Batch: 1},
+	{Keys: 10000, Iterations: 5, Batch: 1},
 }
 
 // LatencyResult holds the samples of lock+unlock of one library at one size.

@@ -89,6 +89,10 @@ func RunOrders(ctx context.Context, rdb redis.UniversalClient, lockers []Locker,
 		if err != nil {
 			return nil, err
 		}
+		// Ids unique across rounds: a write is applied once per order id.
+		for i := range list {
+			list[i].ID = fmt.Sprintf("r%d-%s", round, list[i].ID)
+		}
 		for j := range procs {
 			i := (j + round) % len(procs)
 			stop := make(chan struct{})

@@ -16,6 +16,7 @@ const (
 	NameRedislockSeq  = "redislock-seq"
 	NameRedislockPar  = "redislock-par"
 	NameOneSlot       = NameBatchlock + "-one-slot"
+	NameFloor         = "floor"
 )
 
 var labels = map[string]string{
@@ -26,6 +27,7 @@ var labels = map[string]string{
 	NameRedislockSeq:  "redislock sequential",
 	NameRedislockPar:  "redislock goroutine per key",
 	NameOneSlot:       "batchlock, all keys in one slot",
+	NameFloor:         "floor: SET PX per key, then DEL, one script call per master",
 }
 
 // Label is the name a reader of the report sees.
@@ -39,8 +41,8 @@ func Label(name string) string {
 // Suite is every library and mode the workloads compare, each on a cluster
 // client of its own so that none inherits another's connections.
 type Suite struct {
-	// Lockers: batchlock first, the ratios' base, then the peers in both
-	// modes, then batchlock with every key in one slot.
+	// Lockers: batchlock first, the ratios' base, then the floor, then the
+	// peers in both modes, then batchlock with every key in one slot.
 	Lockers []Locker
 	// Handoff: waiters with pub/sub, polling, and the peers' retries.
 	Handoff []HandoffPair
@@ -71,15 +73,20 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	floor, err := NewFloor(client())
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	s.Lockers = []Locker{
 		bl,
+		floor,
 		NewRedsync(NameRedsyncSeq, client(), false),
 		NewRedsync(NameRedsyncPar, client(), true),
 		NewRedislock(NameRedislockSeq, client(), false),
 		NewRedislock(NameRedislockPar, client(), true),
 		OneSlot{bl},
 	}
-	s.Orders = []Locker{s.Lockers[0], s.Lockers[1]}
+	s.Orders = []Locker{s.Lockers[0], s.Lockers[2]}
 
 	waiter, err := newBatchlock(NameBatchlock)
 	if err != nil {
@@ -92,8 +99,8 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	s.Handoff = []HandoffPair{
 		{Name: NameBatchlock, Holder: s.Lockers[0], Waiter: waiter},
 		{Name: NameBatchlockPoll, Holder: s.Lockers[0], Waiter: poller},
-		{Name: NameRedsyncSeq, Holder: s.Lockers[1], Waiter: NewRedsync(NameRedsyncSeq, client(), false)},
-		{Name: NameRedislockSeq, Holder: s.Lockers[3], Waiter: NewRedislock(NameRedislockSeq, client(), false)},
+		{Name: NameRedsyncSeq, Holder: s.Lockers[2], Waiter: NewRedsync(NameRedsyncSeq, client(), false)},
+		{Name: NameRedislockSeq, Holder: s.Lockers[4], Waiter: NewRedislock(NameRedislockSeq, client(), false)},
 	}
 	return s, nil
 }
