@@ -108,7 +108,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		if wt.focus {
 			groups = groups[:1]
 		}
-		outcome := c.acquire(ctx, l, groups)
+		outcome := c.acquire(ctx, l, groups, wait)
 		if outcome.err != nil {
 			c.rollback(ctx, l, wt.held, outcome)
 			return outcome.err

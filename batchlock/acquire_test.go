@@ -3,6 +3,7 @@ package batchlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -45,7 +46,7 @@ type failure func(name string, c *script.Call) (bool, error)
 func failOn(name, key string, times int, ran bool, err error) failure {
 	var n atomic.Int64
 	return func(got string, c *script.Call) (bool, error) {
-		if got != name || !slicesContains(c.Keys, key) {
+		if got != name || !slicesContains(c.Args, key) {
 			return false, nil
 		}
 		if times >= 0 && n.Add(1) > int64(times) {
@@ -55,9 +56,9 @@ func failOn(name, key string, times int, ran bool, err error) failure {
 	}
 }
 
-func slicesContains(keys []string, key string) bool {
-	for _, k := range keys {
-		if k == key {
+func slicesContains(args []any, key string) bool {
+	for _, a := range args {
+		if a == key {
 			return true
 		}
 	}
@@ -173,8 +174,18 @@ func TestTryLockConflictListsKeysAndReleasesGrantedGroups(t *testing.T) {
 	var conflict *ConflictError
 	require.ErrorAs(t, err, &conflict)
 	assert.ElementsMatch(t, []string{order[1][len(DefaultPrefix):], order[4][len(DefaultPrefix):]}, conflict.Keys)
-	assert.ElementsMatch(t, []string{order[0], order[2], order[3], order[5]}, f.calls("release"),
-		"the groups granted in the same attempt are given back")
+	assert.Equal(t, ownedBy("other", order[1], order[4]), f.held(), "what other masters granted is given back")
+	assert.NotEmpty(t, f.calls("release"))
+}
+
+// masters counts the fake masters that serve keys.
+func masters(keys []string) int {
+	seen := map[string]bool{}
+	for _, k := range keys {
+		m, _ := fakeMaster(context.Background(), k)
+		seen[m] = true
+	}
+	return len(seen)
 }
 
 // A waiting Lock keeps the groups before the one it waits for, gives back
@@ -207,9 +218,9 @@ func TestLockWaitsInOrder(t *testing.T) {
 			assert.Empty(t, held[k], "%s, after it, is given back", k)
 		}
 	}
-	// The first attempt asks for every group; the next ones for the refused
-	// group alone.
-	for _, k := range f.calls("acquire")[len(hashtag.GroupBySlot(order)):] {
+	// The first attempt asks for every group, one call per master; the next
+	// ones for the refused group alone.
+	for _, k := range f.calls("acquire")[masters(order):] {
 		assert.Equal(t, order[3], k, "while it waits, a Lock asks for the refused group alone")
 	}
 	extendsBefore := len(f.calls("extend"))
@@ -217,7 +228,7 @@ func TestLockWaitsInOrder(t *testing.T) {
 	f.free(order[3])
 	require.NoError(t, <-got)
 	assert.Equal(t, ownedBy("me", order...), f.held())
-	assert.Len(t, f.calls("extend")[extendsBefore:], len(order), "every group's lease restarts")
+	assert.Len(t, f.calls("extend")[extendsBefore:], masters(order), "every group's lease restarts, one call per master")
 	assert.WithinDuration(t, time.Now().Add(time.Minute), l.ValidUntil(), time.Second)
 	require.NoError(t, l.Unlock(t.Context()))
 	assert.Empty(t, f.held())
@@ -342,7 +353,12 @@ func TestUnlock(t *testing.T) {
 	err = l.Unlock(t.Context())
 	require.ErrorIs(t, err, io.ErrClosedPipe, "the release of one group failed")
 	assert.NoError(t, l.Err(), "the lock is not released yet")
-	assert.Equal(t, ownedBy(f.held()[DefaultPrefix+basket[1]], DefaultPrefix+basket[1]), f.held(), "one key is still held")
+	failed, _ := fakeMaster(t.Context(), DefaultPrefix+basket[1])
+	for _, k := range lockKeys(basket) {
+		m, _ := fakeMaster(t.Context(), k)
+		_, held := f.held()[k]
+		assert.Equal(t, m == failed, held, "%s: the keys of the failed master's call are still held, the others released", k)
+	}
 
 	ended, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -463,4 +479,43 @@ func TestForceUnlock(t *testing.T) {
 	}
 	_, err = c.Held(t.Context(), "")
 	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+// groupsIn counts the slots of an acquire call (each is a fencing counter,
+// then a count, then keys).
+func groupsIn(c *script.Call) int {
+	n := 0
+	for i := 5; i < len(c.Args); i += 2 + c.Args[i+1].(int) {
+		n++
+	}
+	return n
+}
+
+// A call that finds a slot elsewhere changed nothing; its slots are tried
+// again one call each, and the lock is taken; a slot that stays elsewhere
+// fails the call within its context, naming the slot.
+func TestSlotFoundElsewhere(t *testing.T) {
+	order := bySlot(basket)
+	t.Run("moved: tried again slot by slot", func(t *testing.T) {
+		c, f := newFaked(t)
+		f.elsewhere = func(name string, c *script.Call) bool {
+			return (name == "acquire" && groupsIn(c) > 1 || name == "release" && len(c.Args) > 5) && slicesContains(c.Args, order[0])
+		}
+		l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
+		require.NoError(t, err)
+		assert.Equal(t, ownedBy(l.Owner(), order...), f.held())
+		require.NoError(t, l.Unlock(t.Context()))
+		assert.Empty(t, f.held(), "the release too is tried again slot by slot")
+	})
+	t.Run("in migration until the context ends", func(t *testing.T) {
+		c, f := newFaked(t)
+		f.elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		_, err := c.Lock(ctx, basket)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, fmt.Sprintf("slot %d", hashtag.Slot(order[2])))
+		assert.ErrorContains(t, err, "being migrated")
+		require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
+	})
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/script"
 )
 
@@ -28,6 +30,9 @@ type fakeRedis struct {
 	// fault, when set, may fail a call: with err as its reply, and with
 	// the script's effect still made when ran is true (a reply lost).
 	fault func(name string, c *script.Call) (ran bool, err error)
+	// elsewhere, when set, makes a call find its slots not served here (a
+	// slot moved, or in migration): nothing is changed.
+	elsewhere func(name string, c *script.Call) bool
 	log   []string // name and first lock key of every call, in order
 	wakes int      // releases that freed a key
 }
@@ -42,14 +47,19 @@ func newFakeRedis() *fakeRedis {
 	return &fakeRedis{keys: map[string]*fakeKey{}, fences: map[string]int64{}, marks: map[string]time.Time{}, acks: 1}
 }
 
-// newFaked returns a Client whose scripts run against a fakeRedis; waiting
-// calls poll (there is no pub/sub).
+// newFaked returns a Client whose scripts run against a fakeRedis of three
+// masters (by slot range); waiting calls poll (there is no pub/sub).
 func newFaked(t *testing.T, opts ...Option) (*Client, *fakeRedis) {
 	t.Helper()
 	c := newOffline(t, true, append([]Option{WithoutPubSub(), WithPollInterval(5 * time.Millisecond)}, opts...)...)
 	f := newFakeRedis()
-	c.runner = script.NewWith(f, nil)
+	c.runner = script.NewWith(f, fakeMaster, nil)
 	return c, f
+}
+
+// fakeMaster serves slots in three ranges, as a six-node cluster does.
+func fakeMaster(_ context.Context, key string) (string, error) {
+	return "master-" + strconv.Itoa(hashtag.Slot(key)*3/hashtag.SlotCount), nil
 }
 
 func scriptName(s *redis.Script) string {
@@ -86,6 +96,10 @@ func (f *fakeRedis) Send(ctx context.Context, s *redis.Script, calls []*script.C
 			ran = ran || err == nil
 		}
 		f.log = append(f.log, name+" "+f.firstLockKey(name, c))
+		if f.elsewhere != nil && f.elsewhere(name, c) {
+			c.Reply.SetVal(f.notHere(name, c))
+			continue
+		}
 		if ran {
 			c.Reply.SetVal(f.run(name, c))
 		}
@@ -95,14 +109,17 @@ func (f *fakeRedis) Send(ctx context.Context, s *redis.Script, calls []*script.C
 	}
 }
 
+// firstLockKey is the first lock key a call carries, for the log.
 func (f *fakeRedis) firstLockKey(name string, c *script.Call) string {
-	switch {
-	case name == "acquire":
-		return c.Keys[2]
-	case name == "release" && c.Args[2] == "1":
-		return c.Keys[1]
+	switch name {
+	case "acquire":
+		return c.Args[7].(string)
+	case "release":
+		return c.Args[4+c.Args[3].(int)].(string)
+	case "extend":
+		return c.Args[3].(string)
 	}
-	return c.Keys[0]
+	return c.Args[0].(string)
 }
 
 // live returns key's state, dropping holds whose lease ended and the key
@@ -139,51 +156,15 @@ func (f *fakeRedis) run(name string, c *script.Call) []any {
 	now := time.Now()
 	switch name {
 	case "acquire":
-		fence, mark, keys := c.Keys[0], c.Keys[1], c.Keys[2:]
-		owner, hold, lease := c.Args[0].(string), c.Args[1].(string), ms(c.Args[2])
-		if until, ok := f.marks[mark]; ok && until.After(now) {
-			return []any{int64(-1)}
-		}
-		refused := []any{int64(0), int64(0)}
-		fresh := 0
-		for _, key := range keys {
-			k := f.live(key, now)
-			switch {
-			case k == nil:
-				fresh++
-			case k.owner != owner:
-				refused = append(refused, key)
-				for _, ends := range k.holds {
-					refused[1] = max(refused[1].(int64), ends.Sub(now).Milliseconds())
-				}
-			}
-		}
-		if len(refused) > 2 {
-			return refused
-		}
-		token := f.fences[fence]
-		f.fences[fence] += int64(fresh)
-		granted := []any{int64(1)}
-		for _, key := range keys {
-			k := f.live(key, now)
-			if k == nil {
-				token++
-				k = &fakeKey{owner: owner, fence: token, holds: map[string]time.Time{}}
-				f.keys[key] = k
-			}
-			k.holds[hold] = now.Add(lease)
-			granted = append(granted, k.fence)
-		}
-		return granted
+		return f.acquire(c, now)
 	case "release":
-		owner, hold := c.Args[0].(string), c.Args[1].(string)
-		keys := c.Keys
-		if c.Args[2] == "1" {
-			f.marks[keys[0]] = now.Add(ms(c.Args[3]))
-			keys = keys[1:]
+		owner, hold, remember, m := c.Args[0].(string), c.Args[1].(string), ms(c.Args[2]), c.Args[3].(int)
+		for _, mark := range c.Args[4 : 4+m] {
+			f.marks[mark.(string)] = now.Add(remember)
 		}
 		taken := []any{}
-		for _, key := range keys {
+		for _, a := range c.Args[4+m:] {
+			key := a.(string)
 			k := f.live(key, now)
 			switch {
 			case k != nil && !k.holds[hold].IsZero():
@@ -195,32 +176,142 @@ func (f *fakeRedis) run(name string, c *script.Call) []any {
 				taken = append(taken, key)
 			}
 		}
-		return taken
+		return []any{taken, []any{}}
 	case "extend":
-		hold, ttl := c.Args[0].(string), ms(c.Args[1])
-		lost := []any{}
-		for _, key := range c.Keys {
-			k := f.live(key, now)
-			if k == nil || k.holds[hold].IsZero() {
-				lost = append(lost, key)
-				continue
+		var out []any
+		for i := 0; i < len(c.Args); {
+			hold, ttl, n := c.Args[i].(string), ms(c.Args[i+1]), c.Args[i+2].(int)
+			lost := []any{}
+			for _, a := range c.Args[i+3 : i+3+n] {
+				key := a.(string)
+				k := f.live(key, now)
+				if k == nil || k.holds[hold].IsZero() {
+					lost = append(lost, key)
+					continue
+				}
+				k.holds[hold] = maxTime(k.holds[hold], now.Add(ttl))
 			}
-			k.holds[hold] = maxTime(k.holds[hold], now.Add(ttl))
+			out = append(out, lost)
+			i += 3 + n
 		}
-		return lost
+		return append(out, []any{})
 	case "force":
 		reply := []any{now.UnixMilli()}
-		if k := f.live(c.Keys[0], now); k != nil {
-			reply = append(reply, fieldOwner, k.owner, fieldFence, strconv.FormatInt(k.fence, 10))
-			for h, ends := range k.holds {
-				reply = append(reply, h, strconv.FormatInt(ends.UnixMilli(), 10))
+		for _, a := range c.Args {
+			key := a.(string)
+			k := f.live(key, now)
+			if k == nil {
+				reply = append(reply, nil)
+				continue
 			}
-			delete(f.keys, c.Keys[0])
+			var holds []string
+			for h, ends := range k.holds {
+				holds = append(holds, h+"="+strconv.FormatInt(ends.UnixMilli(), 10))
+			}
+			reply = append(reply, strconv.FormatInt(k.fence, 10)+" - "+strings.Join(holds, ",")+" "+k.owner)
+			delete(f.keys, key)
 			f.wakes++
 		}
 		return reply
 	}
 	panic("unknown script")
+}
+
+// notHere is the reply of a script that finds its keys elsewhere.
+func (f *fakeRedis) notHere(name string, c *script.Call) []any {
+	switch name {
+	case "acquire":
+		return []any{int64(-2), int64(0)}
+	case "release":
+		return []any{[]any{}, c.Args[4+c.Args[3].(int):]}
+	case "extend":
+		var out []any
+		var all []any
+		for i := 0; i < len(c.Args); {
+			n := c.Args[i+2].(int)
+			out = append(out, []any{})
+			all = append(all, c.Args[i+3:i+3+n]...)
+			i += 3 + n
+		}
+		return append(out, all)
+	}
+	panic("no elsewhere reply for " + name)
+}
+
+// acquire is acquire.lua's logic: the groups of a run in order, all or none
+// ("try") or up to the first refused one ("wait").
+func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
+	owner, hold, lease, mode, mark := c.Args[0].(string), c.Args[1].(string), ms(c.Args[2]), c.Args[3].(string), c.Args[4].(string)
+	if until, ok := f.marks[mark]; ok && until.After(now) {
+		return []any{int64(-1)}
+	}
+	type slot struct {
+		fence string
+		keys  []string
+	}
+	var slots []slot
+	for i := 5; i < len(c.Args); {
+		n := c.Args[i+1].(int)
+		sl := slot{fence: c.Args[i].(string)}
+		for _, a := range c.Args[i+2 : i+2+n] {
+			sl.keys = append(sl.keys, a.(string))
+		}
+		slots = append(slots, sl)
+		i += 2 + n
+	}
+	refusedBy := func(key string) (bool, int64) {
+		k := f.live(key, now)
+		if k == nil || k.owner == owner {
+			return false, 0
+		}
+		var left int64
+		for _, ends := range k.holds {
+			left = max(left, ends.Sub(now).Milliseconds())
+		}
+		return true, left
+	}
+	conflicts := []any{}
+	var wait int64
+	held := 0
+	for _, sl := range slots {
+		var mine []any
+		for _, key := range sl.keys {
+			if refused, left := refusedBy(key); refused {
+				mine = append(mine, key)
+				wait = max(wait, left)
+			}
+		}
+		if len(mine) > 0 {
+			conflicts = append(conflicts, mine...)
+			if mode == "wait" {
+				break
+			}
+			continue
+		}
+		if len(conflicts) == 0 {
+			held++
+		}
+	}
+	if len(conflicts) > 0 && mode == "try" {
+		return []any{int64(0), int64(0), wait, conflicts, []any{}}
+	}
+	tokens := []any{}
+	for _, sl := range slots[:held] {
+		for _, key := range sl.keys {
+			k := f.live(key, now)
+			if k == nil {
+				f.fences[sl.fence]++
+				k = &fakeKey{owner: owner, fence: f.fences[sl.fence], holds: map[string]time.Time{}}
+				f.keys[key] = k
+			}
+			k.holds[hold] = now.Add(lease)
+			tokens = append(tokens, k.fence)
+		}
+	}
+	if len(conflicts) > 0 {
+		return []any{int64(0), int64(held), wait, conflicts, tokens}
+	}
+	return []any{int64(1), tokens}
 }
 
 func maxTime(a, b time.Time) time.Time {

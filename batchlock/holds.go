@@ -2,89 +2,247 @@ package batchlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/backoff"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
 )
 
-// This file holds the three things done to a lock's holds on groups of keys:
-// acquire, release and extend, one script call per group.
+// This file holds the three things done to a lock's holds: acquire, release
+// and extend, one script call per master (per run of consecutive slots, for
+// acquire), and what a call does when a slot turns out to be elsewhere.
 
-// acquireOutcome is what one pipelined attempt at some groups found.
+// run is one acquire call's share of a batch: consecutive groups, in the
+// global order, served by one master, with at most maxCallKeys keys.
+type run struct {
+	first  int // index of its first group among those planned
+	groups []group
+}
+
+// runs cuts groups into runs by the masters that serve them. perSlot makes
+// every group a run of its own, as after a slot was found elsewhere.
+func (c *Client) runs(ctx context.Context, groups []group, perSlot bool) []run {
+	var out []run
+	prev, keys := "", 0
+	for i, g := range groups {
+		addr, err := c.runner.Master(ctx, g.fenceKey)
+		if err != nil {
+			// No map of slots: each group alone, for the call to fail and
+			// be retried on its own.
+			addr = "unknown:" + strconv.Itoa(i)
+		}
+		if len(out) == 0 || perSlot || addr != prev || keys+len(g.keys) > maxCallKeys {
+			out = append(out, run{first: i})
+			keys = 0
+		}
+		r := &out[len(out)-1]
+		r.groups = append(r.groups, g)
+		keys += len(g.keys)
+		prev = addr
+	}
+	return out
+}
+
+// acquireOutcome is what one attempt at some groups found.
 type acquireOutcome struct {
 	refused        int      // index of the first refused group, -1 when none was
 	granted        []int    // groups now held
-	conflicts      []string // lock keys held by other owners, in all refused groups
+	conflicts      []string // lock keys held by other owners
 	groupConflicts []string // those of the first refused group
 	wait           time.Duration
-	unknown        []int // groups that may be held despite an error
+	unknown        []int    // groups that may be held despite an error
+	unknownRuns    []string // cancel marks of the calls whose outcome is unknown
 	err            error
 }
 
-func (c *Client) acquire(ctx context.Context, l *Lock, groups []group) acquireOutcome {
-	calls := make([]*script.Call, len(groups))
-	ms := lease.Millis(l.lease)
-	for i, g := range groups {
-		keys := make([]string, 0, len(g.keys)+2)
-		keys = append(append(keys, g.fenceKey, g.cancelKey(l.hold)), g.keys...)
-		calls[i] = &script.Call{Slot: g.slot, Keys: keys, Args: []any{l.owner, l.hold, ms}}
-	}
-	c.runner.Run(ctx, acquireScript, calls, l.ack)
-
+// acquire makes one attempt at groups, one call per run: each takes its
+// groups in order, all or none (TryLock) or up to the first refused one
+// (Lock, wait). Runs that find a slot elsewhere changed nothing; they are
+// tried again slot by slot, with the map of slots refreshed, within ctx and
+// script.RetryWindow.
+func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, wait bool) acquireOutcome {
 	out := acquireOutcome{refused: -1}
-	for i, cl := range calls {
-		vals, err := cl.Reply.Slice()
-		status := int64(-2)
-		if err == nil && len(vals) > 0 {
-			status, _ = vals[0].(int64)
+	mode := "try"
+	if wait {
+		mode = "wait"
+	}
+	ms := lease.Millis(l.lease)
+	pending := make([]int, len(groups)) // indices into groups
+	for i := range pending {
+		pending[i] = i
+	}
+	began := time.Now()
+	for attempt := 0; ; attempt++ {
+		sub := make([]group, len(pending))
+		for i, gi := range pending {
+			sub[i] = groups[gi]
 		}
-		switch {
-		case err == nil && status == acquireGranted && len(vals) == len(groups[i].keys)+1:
-			out.granted = append(out.granted, i)
-			if !l.ack.Acknowledged(cl) && out.err == nil {
-				out.err = fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
+		runs := c.runs(ctx, sub, attempt > 0)
+		calls := make([]*script.Call, len(runs))
+		for i, r := range runs {
+			calls[i] = acquireCall(l, r, ms, mode)
+		}
+		c.runner.Run(ctx, acquireScript, calls, l.ack)
+
+		var elsewhere []int
+		var where *script.Call
+		for i, cl := range calls {
+			at := make([]int, len(runs[i].groups)) // indices into groups
+			for j := range at {
+				at[j] = pending[runs[i].first+j]
 			}
-			l.mu.Lock()
-			for j, v := range vals[1:] {
-				l.tokens[groups[i].keys[j]], _ = v.(int64)
+			if c.acquired(ctx, l, &out, groups, at, cl) {
+				elsewhere, where = append(elsewhere, at...), cl
 			}
-			l.mu.Unlock()
-		case err == nil && status == acquireRefused && len(vals) >= 3:
-			c.refused(&out, i, vals)
-		default:
-			// An error, a cancelled hold (a rollback overtook this
-			// acquire) or a reply of another shape: unless every attempt
-			// was refused unrun, the group may or may not be held.
-			if cl.Ran {
-				out.unknown = append(out.unknown, i)
-			}
-			if err == nil {
-				err = fmt.Errorf("unexpected reply %v", vals)
-			}
+		}
+		if len(elsewhere) == 0 {
+			return out
+		}
+		left := script.RetryWindow - time.Since(began)
+		if left <= 0 || ctx.Err() != nil || backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) != nil {
 			if out.err == nil {
-				out.err = script.Describe(ctx, "batchlock: acquire", cl, err)
+				out.err = script.Describe(ctx, "batchlock: acquire", where, errElsewhere)
 			}
+			return out
+		}
+		c.runner.Refresh(ctx)
+		pending = elsewhere
+	}
+}
+
+// Backoff between attempts at slots found elsewhere.
+const (
+	retryBase = 5 * time.Millisecond
+	retryMax  = 500 * time.Millisecond
+)
+
+// errElsewhere says that a slot was not served where the map of slots said:
+// it moved, or it is being migrated.
+var errElsewhere = errors.New("the slot is being migrated or has moved")
+
+func acquireCall(l *Lock, r run, leaseMs int64, mode string) *script.Call {
+	first := r.groups[0]
+	args := []any{l.owner, l.hold, leaseMs, mode, first.cancelKey(l.hold)}
+	for _, g := range r.groups {
+		args = append(args, g.fenceKey, len(g.keys))
+		for _, k := range g.keys {
+			args = append(args, k)
+		}
+	}
+	return &script.Call{Slot: first.slot, Keys: []string{first.fenceKey}, Args: args}
+}
+
+// acquired records what the call for groups at (indices into groups) did,
+// and reports whether its slots were elsewhere (nothing was changed).
+func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call) (elsewhere bool) {
+	vals, err := cl.Reply.Slice()
+	status := int64(-3)
+	if err == nil && len(vals) > 0 {
+		status, _ = vals[0].(int64)
+	}
+	switch {
+	case err == nil && status == acquireGranted && len(vals) == 2:
+		c.granted(l, out, groups, at, vals[1])
+		if !l.ack.Acknowledged(cl) && out.err == nil {
+			out.err = fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
+		}
+	case err == nil && status == acquireRefused && len(vals) == 5:
+		held, _ := vals[1].(int64)
+		waitMs, _ := vals[2].(int64)
+		conflicts := stringsOf(vals[3])
+		c.granted(l, out, groups, at[:held], vals[4])
+		if held > 0 && !l.ack.Acknowledged(cl) && out.err == nil {
+			out.err = fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
+		}
+		refused := at[min(int(held), len(at)-1)]
+		if held == 0 && len(conflicts) > 0 {
+			refused = groupOf(groups, at, conflicts[0])
+		}
+		out.conflicts = append(out.conflicts, conflicts...)
+		if out.refused < 0 || refused < out.refused {
+			out.refused = refused
+			out.groupConflicts = inGroup(groups[refused], conflicts)
+			out.wait = time.Duration(waitMs) * time.Millisecond
+		}
+	case err == nil && status == acquireElsewhere:
+		return true
+	default:
+		// An error, a cancelled hold (a rollback overtook this acquire)
+		// or a reply of another shape: unless every attempt was refused
+		// unrun, the groups may or may not be held.
+		if cl.Ran {
+			out.unknown = append(out.unknown, at...)
+			out.unknownRuns = append(out.unknownRuns, groups[at[0]].cancelKey(l.hold))
+		}
+		if err == nil {
+			err = fmt.Errorf("unexpected reply %v", vals)
+		}
+		if out.err == nil {
+			out.err = script.Describe(ctx, "batchlock: acquire", cl, err)
+		}
+	}
+	return false
+}
+
+// granted records groups at (indices into groups) as held, with the tokens
+// of their keys in order.
+func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens any) {
+	toks, _ := tokens.([]any)
+	n := 0
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, gi := range at {
+		out.granted = append(out.granted, gi)
+		for _, k := range groups[gi].keys {
+			if n < len(toks) {
+				l.tokens[k], _ = toks[n].(int64)
+			}
+			n++
+		}
+	}
+}
+
+func stringsOf(v any) []string {
+	vals, _ := v.([]any)
+	out := make([]string, 0, len(vals))
+	for _, e := range vals {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (c *Client) refused(out *acquireOutcome, i int, vals []any) {
-	wait, _ := vals[1].(int64)
-	keys := make([]string, 0, len(vals)-2)
-	for _, v := range vals[2:] {
-		if s, ok := v.(string); ok {
-			keys = append(keys, s)
+// groupOf returns the index (among at) of the group holding key.
+func groupOf(groups []group, at []int, key string) int {
+	for _, gi := range at {
+		for _, k := range groups[gi].keys {
+			if k == key {
+				return gi
+			}
 		}
 	}
-	out.conflicts = append(out.conflicts, keys...)
-	if out.refused < 0 {
-		out.refused = i
-		out.groupConflicts = keys
-		out.wait = time.Duration(wait) * time.Millisecond
+	return at[0]
+}
+
+func inGroup(g group, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		for _, gk := range g.keys {
+			if gk == k {
+				out = append(out, k)
+				break
+			}
+		}
 	}
+	return out
 }
 
 // unacknowledged says that fewer replicas than asked for acknowledged cl.
@@ -95,9 +253,9 @@ func unacknowledged(cl *script.Call, ack script.Ack) error {
 
 // rollback releases every hold the call may have taken: groups[:held], and
 // the groups of the last attempt (which started at held) that were granted
-// or whose outcome is unknown. Releases are idempotent; a group of unknown
-// outcome is also marked cancelled, so that its acquire, should it still be
-// in flight (a frozen master), cannot take it later.
+// or whose outcome is unknown. Releases are idempotent; the hold of a call
+// whose outcome is unknown is also marked cancelled, so that the call,
+// should it still be in flight (a frozen master), cannot take anything.
 //
 // The releases run on a context of their own, so that they are made even
 // when ctx is done, for at most rollbackTimeout. rollback waits for them
@@ -108,9 +266,7 @@ func (c *Client) rollback(ctx context.Context, l *Lock, held int, last acquireOu
 	for _, i := range last.granted {
 		groups = append(groups, l.groups[held+i])
 	}
-	unknown := make(map[int]bool, len(last.unknown))
 	for _, i := range last.unknown {
-		unknown[len(groups)] = true
 		groups = append(groups, l.groups[held+i])
 	}
 	if len(groups) == 0 {
@@ -123,7 +279,7 @@ func (c *Client) rollback(ctx context.Context, l *Lock, held int, last acquireOu
 		defer close(done)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		_, _ = c.release(rctx, l, groups, unknown)
+		_, _ = c.release(rctx, l, groups, last.unknownRuns)
 	}()
 	select {
 	case <-done:
@@ -131,25 +287,34 @@ func (c *Client) rollback(ctx context.Context, l *Lock, held int, last acquireOu
 	}
 }
 
-// release drops l's hold from groups, and returns the lock keys that another
-// owner holds. unknown marks (by index in groups) the groups whose hold must
-// also be marked cancelled, for one lease.
-func (c *Client) release(ctx context.Context, l *Lock, groups []group, unknown map[int]bool) ([]string, error) {
+// release drops l's hold from groups, one call per master, and sets the
+// cancel marks given; it returns the lock keys that another owner holds.
+func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []string) ([]string, error) {
 	if len(groups) == 0 {
 		return nil, nil
 	}
-	remember := lease.Millis(l.lease)
-	calls := make([]*script.Call, len(groups))
-	for i, g := range groups {
-		cancelled, keys := "0", g.keys
-		if unknown[i] {
-			cancelled = "1"
-			keys = append([]string{g.cancelKey(l.hold)}, g.keys...)
-		}
-		calls[i] = &script.Call{Slot: g.slot, Keys: keys, Args: []any{l.owner, l.hold, cancelled, remember}}
+	var keys []string
+	for _, g := range groups {
+		keys = append(keys, g.keys...)
 	}
-	c.runner.Run(ctx, releaseScript, calls, script.Ack{})
-	return collectKeys(ctx, calls, "release")
+	remember := lease.Millis(l.lease)
+	var taken []string
+	err := c.perMaster(ctx, "release", keys, marks, func(cl *script.Call, keys, marks []string) {
+		cl.Args = append([]any{l.owner, l.hold, remember, len(marks)}, anys(marks)...)
+		cl.Args = append(cl.Args, anys(keys)...)
+	}, func(cl *script.Call, vals []any) []string {
+		taken = append(taken, stringsOf(vals[0])...)
+		return stringsOf(vals[1])
+	}, releaseScript, script.Ack{})
+	return taken, err
+}
+
+// holdKeys is one lock's share of an extension: its hold, the lease and its
+// keys.
+type holdKeys struct {
+	hold  string
+	lease int64 // ms
+	keys  []string
 }
 
 // extend makes the lease of l's hold on groups run at least ttl from now, and
@@ -157,46 +322,194 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, unknown m
 // extension counts only once acknowledged: otherwise the error wraps
 // ErrNoReplicas.
 func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.Duration) ([]string, error) {
-	ms := lease.Millis(ttl)
-	calls := make([]*script.Call, len(groups))
-	for i, g := range groups {
-		calls[i] = &script.Call{Slot: g.slot, Keys: g.keys, Args: []any{l.hold, ms}}
+	h := holdKeys{hold: l.hold, lease: lease.Millis(ttl)}
+	for _, g := range groups {
+		h.keys = append(h.keys, g.keys...)
 	}
-	c.runner.Run(ctx, extendScript, calls, l.ack)
-	lost, err := collectKeys(ctx, calls, "extend")
-	if err == nil {
-		err = checkAcks(calls, l.ack)
-	}
-	return lost, err
+	lost, errs := c.extendAll(ctx, []holdKeys{h}, l.ack)
+	return lost[0], errs[0]
 }
 
-// checkAcks returns an error wrapping ErrNoReplicas when fewer replicas than
-// asked for acknowledged some call.
-func checkAcks(calls []*script.Call, ack script.Ack) error {
-	for _, cl := range calls {
-		if !ack.Acknowledged(cl) {
-			return unacknowledged(cl, ack)
-		}
-	}
-	return nil
-}
-
-// collectKeys gathers the lists of keys the calls replied, and the first
-// error, from calls of the named step.
-func collectKeys(ctx context.Context, calls []*script.Call, step string) ([]string, error) {
+// extendAll extends the holds of several locks, one call per master for all
+// of them (the watchdog's round), and returns per lock the keys lost and its
+// error: the first call error among its masters, or ErrNoReplicas.
+func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack) ([][]string, []error) {
+	lost := make([][]string, len(locks))
+	errs := make([]error, len(locks))
+	owner := map[string]int{} // key -> lock
 	var keys []string
-	var firstErr error
-	for _, cl := range calls {
-		vals, err := cl.Reply.StringSlice()
-		if err != nil {
-			if firstErr == nil {
-				firstErr = script.Describe(ctx, "batchlock: "+step, cl, err)
-			}
-			continue
+	for i, h := range locks {
+		for _, k := range h.keys {
+			owner[k] = i
+			keys = append(keys, k)
 		}
-		keys = append(keys, vals...)
 	}
-	return keys, firstErr
+	var segs = map[*script.Call][]int{} // locks of each call, in order
+	err := c.perMaster(ctx, "extend", keys, nil, func(cl *script.Call, keys, _ []string) {
+		var order []int
+		byLock := map[int][]string{}
+		for _, k := range keys {
+			i := owner[k]
+			if byLock[i] == nil {
+				order = append(order, i)
+			}
+			byLock[i] = append(byLock[i], k)
+		}
+		for _, i := range order {
+			cl.Args = append(cl.Args, locks[i].hold, locks[i].lease, len(byLock[i]))
+			cl.Args = append(cl.Args, anys(byLock[i])...)
+		}
+		segs[cl] = order
+	}, func(cl *script.Call, vals []any) []string {
+		order := segs[cl]
+		for j, i := range order {
+			if j < len(vals)-1 {
+				lost[i] = append(lost[i], stringsOf(vals[j])...)
+			}
+			if !ack.Acknowledged(cl) && errs[i] == nil {
+				errs[i] = unacknowledged(cl, ack)
+			}
+		}
+		return stringsOf(vals[len(vals)-1])
+	}, extendScript, ack)
+	if err != nil {
+		for i := range errs {
+			if errs[i] == nil && c.touched(err, locks[i].keys) {
+				errs[i] = err
+			}
+		}
+	}
+	return lost, errs
+}
+
+// callError is the error of a call of perMaster, with the keys it carried.
+type callError struct {
+	keys map[string]bool
+	err  error
+}
+
+func (e *callError) Error() string { return e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
+
+// touched reports whether err, from perMaster, concerns one of keys.
+func (c *Client) touched(err error, keys []string) bool {
+	var ce *callError
+	if !errors.As(err, &ce) {
+		return true
+	}
+	for _, k := range keys {
+		if ce.keys[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// perMaster runs s over keys (and cancel marks), one call per master,
+// routed by the first of them: fill gives a call its arguments, read takes
+// its reply and returns the keys it found elsewhere. Those are sent again,
+// one call per slot, after the map of slots is refreshed, within ctx and
+// script.RetryWindow. It returns the first error, as a *callError.
+func (c *Client) perMaster(ctx context.Context, step string, keys, marks []string,
+	fill func(cl *script.Call, keys, marks []string), read func(cl *script.Call, vals []any) []string,
+	s *redis.Script, ack script.Ack) error {
+	began := time.Now()
+	var firstErr error
+	for attempt := 0; len(keys)+len(marks) > 0; attempt++ {
+		parts := c.byMaster(ctx, keys, marks, attempt > 0)
+		calls := make([]*script.Call, len(parts))
+		for i, p := range parts {
+			route := append(append([]string(nil), p.marks...), p.keys...)[0]
+			calls[i] = &script.Call{Slot: hashtag.Slot(route), Keys: []string{route}}
+			fill(calls[i], p.keys, p.marks)
+		}
+		c.runner.Run(ctx, s, calls, ack)
+		keys, marks = nil, nil
+		var where *script.Call
+		for i, cl := range calls {
+			vals, err := cl.Reply.Slice()
+			if err == nil && len(vals) == 0 {
+				err = fmt.Errorf("unexpected reply %v", vals)
+			}
+			if err != nil {
+				if firstErr == nil {
+					firstErr = &callError{keys: setOf(parts[i].keys), err: script.Describe(ctx, "batchlock: "+step, cl, err)}
+				}
+				continue
+			}
+			if again := read(cl, vals); len(again) > 0 {
+				keys, where = append(keys, again...), cl
+			}
+		}
+		if len(keys) == 0 {
+			break
+		}
+		left := script.RetryWindow - time.Since(began)
+		if left <= 0 || ctx.Err() != nil || backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) != nil {
+			if firstErr == nil {
+				firstErr = &callError{keys: setOf(keys), err: script.Describe(ctx, "batchlock: "+step, where, errElsewhere)}
+			}
+			break
+		}
+		c.runner.Refresh(ctx)
+	}
+	return firstErr
+}
+
+// share is what one call of perMaster carries.
+type share struct{ keys, marks []string }
+
+// byMaster splits keys and marks by the master that serves them, or by slot.
+func (c *Client) byMaster(ctx context.Context, keys, marks []string, perSlot bool) []share {
+	var out []share
+	at := map[string]int{}
+	where := func(k string) string {
+		if perSlot {
+			return strconv.Itoa(hashtag.Slot(k))
+		}
+		addr, err := c.runner.Master(ctx, k)
+		if err != nil {
+			return "unknown:" + strconv.Itoa(hashtag.Slot(k))
+		}
+		return addr
+	}
+	add := func(k string, mark bool) {
+		w := where(k)
+		i, ok := at[w]
+		if !ok {
+			i = len(out)
+			at[w] = i
+			out = append(out, share{})
+		}
+		if mark {
+			out[i].marks = append(out[i].marks, k)
+		} else {
+			out[i].keys = append(out[i].keys, k)
+		}
+	}
+	for _, m := range marks {
+		add(m, true)
+	}
+	for _, k := range keys {
+		add(k, false)
+	}
+	return out
+}
+
+func setOf(keys []string) map[string]bool {
+	out := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		out[k] = true
+	}
+	return out
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // userKeys strips the prefix from lock keys.

@@ -8,14 +8,15 @@ import (
 	"github.com/batchlock/batchlock/hashtag"
 )
 
-// The data layout in Redis, in one place (doc.go describes it; the scripts
-// in scripts/ write it): a lock key is prefix+key, a hash of the owner, the
-// fencing token of the ownership and one field per hold, whose value is the
-// server time in milliseconds at which that hold's lease ends. Per slot, a
-// fencing counter and the cancel marks of holds live under reserved names.
+// The data layout in Redis, in one place on the Go side (doc.go describes
+// it; scripts/layout.lua reads and writes it for the scripts): a lock key is
+// prefix+key, a string "<token> <flag> <holds> <owner>" (the fencing token
+// of the ownership, "w" when a refused call waits for the key or "-", the
+// holds as "<hold>=<ends>" comma-separated with the server time in
+// milliseconds at which each lease ends, and the owner id), expiring with
+// its longest hold. Per slot, a fencing counter and the cancel marks of
+// holds live under reserved names.
 const (
-	fieldOwner = "owner"
-	fieldFence = "fence"
 	holdPrefix = "h:"
 
 	// Reserved names under the prefix, one set per slot.
@@ -42,27 +43,27 @@ func (c *Client) cancelKeys(slot int) string {
 // newHold returns a fresh hold field.
 func newHold() string { return holdPrefix + randomID(8) }
 
-// lockState is what a lock key holds, read as a flat list of hash fields and
-// values, at the server time now.
+// lockState is what a lock key holds, at the server time now.
 type lockState struct {
 	owner string
 	token int64
 	holds int // holds whose lease has not ended at now
 }
 
-// parseLock reads the fields of a lock key; ok is false for a hash that is
-// not one (no owner).
-func parseLock(fields map[string]string, now time.Time) (s lockState, ok bool) {
-	s.owner, ok = fields[fieldOwner]
-	if !ok {
-		return s, false
+// parseLock reads the value of a lock key; ok is false for a value that is
+// not one.
+func parseLock(value string, now time.Time) (s lockState, ok bool) {
+	token, rest, ok1 := strings.Cut(value, " ")
+	_, rest, ok2 := strings.Cut(rest, " ") // the flag
+	holds, owner, ok3 := strings.Cut(rest, " ")
+	var err error
+	if s.token, err = strconv.ParseInt(token, 10, 64); err != nil || !ok1 || !ok2 || !ok3 {
+		return lockState{}, false
 	}
-	s.token, _ = strconv.ParseInt(fields[fieldFence], 10, 64)
-	for f, v := range fields {
-		if !strings.HasPrefix(f, holdPrefix) {
-			continue
-		}
-		if ends, err := strconv.ParseInt(v, 10, 64); err == nil && time.UnixMilli(ends).After(now) {
+	s.owner = owner
+	for h := range strings.SplitSeq(holds, ",") {
+		_, ends, _ := strings.Cut(h, "=")
+		if ms, err := strconv.ParseInt(ends, 10, 64); err == nil && time.UnixMilli(ms).After(now) {
 			s.holds++
 		}
 	}

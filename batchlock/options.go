@@ -14,10 +14,12 @@ const DefaultPrefix = "batchlock:"
 // Defaults, in one place.
 const (
 	defaultLease = 30 * time.Second
-	// maxGroupKeys bounds the keys one script call handles, so that a call on
-	// a huge single-slot batch neither blocks a master for long nor meets
-	// Lua's stack limit.
+	// maxGroupKeys bounds the keys of one group: a huge single-slot batch is
+	// cut into groups, which are taken in order like slots.
 	maxGroupKeys = 512
+	// maxCallKeys bounds the keys of one acquire call, so that a call on a
+	// huge batch does not block a master for long.
+	maxCallKeys = 1024
 	// rollbackTimeout bounds the releases made after a failed call, whose own
 	// context may already be done: long enough to ride out a failover.
 	rollbackTimeout = 5 * time.Second

@@ -6,7 +6,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Every script is the shebang that lets it touch the keys of every slot its
+// master serves (one declared key routes the call; the others come as
+// arguments), then layout.lua, the one definition of a lock key's value,
+// then its own body.
+const shebang = "#!lua flags=allow-cross-slot-keys\n"
+
 var (
+	//go:embed scripts/layout.lua
+	layoutSource string
 	//go:embed scripts/acquire.lua
 	acquireSource string
 	//go:embed scripts/release.lua
@@ -16,15 +24,20 @@ var (
 	//go:embed scripts/force.lua
 	forceSource string
 
-	acquireScript = redis.NewScript(acquireSource)
-	releaseScript = redis.NewScript(releaseSource)
-	extendScript  = redis.NewScript(extendSource)
-	forceScript   = redis.NewScript(forceSource)
+	acquireScript = newScript(acquireSource)
+	releaseScript = newScript(releaseSource)
+	extendScript  = newScript(extendSource)
+	forceScript   = newScript(forceSource)
 )
 
-// Replies of acquire.lua; any other (-1: the hold was cancelled) leaves the
-// group's outcome unknown.
+func newScript(body string) *redis.Script {
+	return redis.NewScript(shebang + layoutSource + body)
+}
+
+// Replies of acquire.lua.
 const (
-	acquireGranted = 1
-	acquireRefused = 0
+	acquireGranted   = 1
+	acquireRefused   = 0
+	acquireCancelled = -1 // a rollback overtook the call: its outcome is unknown
+	acquireElsewhere = -2 // a slot is not served by the master: nothing changed
 )

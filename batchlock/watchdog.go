@@ -110,29 +110,23 @@ func (wd *watchdog) renew(ctx context.Context) {
 	wg.Wait()
 }
 
+// renewBatch renews locks with one call per master for all of them; a loss
+// ends only the lock it belongs to.
 func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ack) {
 	ms := lease.Millis(wd.c.cfg.lease)
-	var calls []*script.Call
-	first := make([]int, len(locks)+1) // calls of locks[i] are calls[first[i]:first[i+1]]
+	holds := make([]holdKeys, len(locks))
 	for i, l := range locks {
-		first[i] = len(calls)
-		for _, g := range l.groups {
-			calls = append(calls, &script.Call{Slot: g.slot, Keys: g.keys, Args: []any{l.hold, ms}})
-		}
+		holds[i] = holdKeys{hold: l.hold, lease: ms, keys: l.lockKeys()}
 	}
-	first[len(locks)] = len(calls)
-
 	start := time.Now()
-	wd.c.runner.Run(ctx, extendScript, calls, ack)
+	lost, errs := wd.c.extendAll(ctx, holds, ack)
 	for i, l := range locks {
-		mine := calls[first[i]:first[i+1]]
-		lost, err := collectKeys(ctx, mine, "renew")
 		switch {
-		case len(lost) > 0 && wd.watching(l):
+		case len(lost[i]) > 0 && wd.watching(l):
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
-			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost), len(l.keys), wd.c.userKeys(lost)[0]))
-		case err == nil && checkAcks(mine, ack) == nil:
+			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost[i]), len(l.keys), wd.c.userKeys(lost[i])[0]))
+		case errs[i] == nil:
 			l.confirm(start.Add(wd.c.cfg.lease))
 			wd.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
 		}

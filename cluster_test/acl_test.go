@@ -31,12 +31,10 @@ var aclCommands = []string{
 	// batchlock: scripts by digest, by source after NOSCRIPT (a restarted or
 	// promoted master), WithReplicas, and waiting for releases
 	"+evalsha", "+eval", "+wait", "+ssubscribe", "+sunsubscribe",
-	// called inside acquire.lua, release.lua and extend.lua; SET only when
-	// a rollback cancels an acquire of unknown outcome
-	"+time", "+hmget", "+hget", "+hgetall", "+hset", "+hdel", "+pexpire",
-	"+pexpireat", "+pttl", "+incrby", "+exists", "+set", "+del", "+spublish",
-	// the admin API's Held reads with SCAN, HGETALL, PTTL and TIME
-	"+scan", "+hgetall",
+	// called inside acquire.lua, release.lua, extend.lua and force.lua
+	"+time", "+exists", "+get", "+set", "+getdel", "+del", "+pttl", "+incrby", "+spublish",
+	// the admin API's Held scans
+	"+scan",
 }
 
 // Every feature works for a user limited to the prefix's keys and channels

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
+
 	"sync"
 	"testing"
 	"time"
@@ -189,9 +189,7 @@ func TestWaitingLockKeepsTheKeysItTook(t *testing.T) {
 	require.NoError(t, blocker.Unlock(ctx))
 	r := <-got
 	require.NoError(t, r.err)
-	owner, err := rdb.HGet(ctx, prefix+first, "owner").Result()
-	assert.NoError(t, err)
-	assert.Equal(t, r.l.Owner(), owner, "the waiter, now holding both keys, holds %s in Redis", first)
+	assert.Equal(t, r.l.Owner(), holderOf(t, waiter, first).Owner, "the waiter, now holding both keys, holds %s in Redis", first)
 	assert.NoError(t, r.l.Unlock(ctx), "the waiter's unlock finds every key still held")
 }
 
@@ -284,7 +282,7 @@ func newFaultLoad(t *testing.T, cl *localcluster.Cluster, extra ...string) *faul
 func (o *faultLoad) work(w int) {
 	defer o.wg.Done()
 	rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
-	lk, rdb := o.lks[w%len(o.lks)], o.rdbs[w%len(o.rdbs)]
+	lk := o.lks[w%len(o.lks)]
 	for n := 0; ; n++ {
 		select {
 		case <-o.stop:
@@ -321,7 +319,7 @@ func (o *faultLoad) work(w int) {
 				}
 			})
 			defer stopWatch()
-			tokens := o.tokens(ctx, rdb, owner, basket)
+			tokens := o.tokens(ctx, lk, owner, basket)
 			t := time.NewTimer(hold)
 			select {
 			case <-t.C:
@@ -362,26 +360,18 @@ func (o *faultLoad) basket(rng *rand.Rand, n int) []string {
 	return out
 }
 
-// tokens reads the fencing token of each key from Redis, keeping only those
-// the key's owner field shows to be this holder's: a read that failed, or
+// tokens reads the fencing token of each key from Redis, through the admin
+// API, keeping only those of keys held by this holder: a read that failed, or
 // that reached a stale master during the fault, proves nothing.
-func (o *faultLoad) tokens(ctx context.Context, rdb *redis.ClusterClient, owner string, keys []string) map[string]int64 {
-	cmds := make([]*redis.SliceCmd, len(keys))
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			cmds[i] = p.HMGet(ctx, o.prefix+k, "owner", "fence")
-		}
-		return nil
-	})
+func (o *faultLoad) tokens(ctx context.Context, lk *batchlock.Client, owner string, keys []string) map[string]int64 {
 	out := make(map[string]int64, len(keys))
-	for i, cmd := range cmds {
-		v, err := cmd.Result()
-		if err != nil || len(v) != 2 || v[0] != owner {
-			continue
-		}
-		s, _ := v[1].(string)
-		if tok, err := strconv.ParseInt(s, 10, 64); err == nil {
-			out[keys[i]] = tok
+	held, err := lk.Inspect(ctx, keys...)
+	if err != nil {
+		return out
+	}
+	for _, h := range held {
+		if h.Owner == owner {
+			out[h.Key] = h.Token
 		}
 	}
 	return out

@@ -100,3 +100,11 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// holderOf says who holds key (without the prefix), through the admin API.
+func holderOf(t testing.TB, c *batchlock.Client, key string) batchlock.HeldKey {
+	t.Helper()
+	held, err := c.Inspect(ctxTimeout(t, 10*time.Second), key)
+	require.NoError(t, err)
+	return held[0]
+}

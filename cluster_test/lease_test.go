@@ -81,16 +81,19 @@ func TestExtendPushesFixedLease(t *testing.T) {
 func TestLossIsReported(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		steal func(ctx context.Context, rdb *redis.ClusterClient, key string) error
+		// steal takes key (without the prefix) from its holder: thief is
+		// another Client on the same keys.
+		steal func(ctx context.Context, rdb *redis.ClusterClient, thief *batchlock.Client, prefix, key string) error
 	}{
-		{"key deleted", func(ctx context.Context, rdb *redis.ClusterClient, key string) error {
-			return rdb.Del(ctx, key).Err()
+		{"key deleted", func(ctx context.Context, rdb *redis.ClusterClient, _ *batchlock.Client, prefix, key string) error {
+			return rdb.Del(ctx, prefix+key).Err()
 		}},
-		{"key taken by another owner", func(ctx context.Context, rdb *redis.ClusterClient, key string) error {
-			if err := rdb.Del(ctx, key).Err(); err != nil {
+		{"key taken by another owner", func(ctx context.Context, rdb *redis.ClusterClient, thief *batchlock.Client, prefix, key string) error {
+			if err := rdb.Del(ctx, prefix+key).Err(); err != nil {
 				return err
 			}
-			return rdb.HSet(ctx, key, "owner", "thief", "fence", 1, "h:thief", 1).Err()
+			_, err := thief.TryLock(ctx, []string{key}, batchlock.WithTTL(time.Minute))
+			return err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,17 +107,20 @@ func TestLossIsReported(t *testing.T) {
 			}))
 			ctx := ctxTimeout(t, 30*time.Second)
 			keys := spread(20, "loss")
+			thief, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = thief.Close() })
 
 			cause := make(chan error, 1)
 			started := make(chan struct{})
 			var stolenAt time.Time
 			var mu sync.Mutex
-			err := c.Do(ctx, keys, func(ctx context.Context) error {
+			err = c.Do(ctx, keys, func(ctx context.Context) error {
 				close(started)
 				mu.Lock()
 				stolenAt = time.Now()
 				mu.Unlock()
-				if err := tc.steal(ctx, rdb, prefix+keys[7]); err != nil {
+				if err := tc.steal(ctx, rdb, thief, prefix, keys[7]); err != nil {
 					return err
 				}
 				<-ctx.Done()

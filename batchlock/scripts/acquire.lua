@@ -1,77 +1,164 @@
--- acquire.lua: take every lock key of one slot group for one hold of an
--- owner, or none.
+-- acquire.lua: take, for one hold of an owner, the lock keys of a run of
+-- consecutive slots (in the global order) that this master serves.
 --
--- KEYS[1]     the slot's fencing counter (a string that never expires)
--- KEYS[2]     this hold's cancel mark in the slot (see release.lua)
--- KEYS[3..n]  lock keys, all in the same slot as KEYS[1]
--- ARGV[1]     owner id
--- ARGV[2]     hold field, "h:" .. hold id
--- ARGV[3]     lease in milliseconds
+-- KEYS[1]   the first slot's fencing counter, which routes the call
+-- ARGV[1]   owner id
+-- ARGV[2]   hold field, "h:" .. hold id
+-- ARGV[3]   lease in milliseconds
+-- ARGV[4]   "try": every key of the call or none; "wait": the slots in
+--           order up to the first one with a key another owner holds, which
+--           are kept, and the keys of that slot held by others are marked
+--           as waited for
+-- ARGV[5]   this hold's cancel mark (in the first slot; see release.lua)
+-- ARGV[6..] per slot: its fencing counter, the number n of its lock keys,
+--           then those n lock keys
 --
--- A lock key is a hash: owner, fence (the token of the ownership) and one
--- field per hold whose value is the server time, in milliseconds, at which
--- the hold's lease ends. The key itself expires with its longest hold.
+-- A key taken afresh gets the next token of its slot's counter; a key the
+-- owner already holds keeps its token, gains the hold, and its lease is never
+-- shortened. A call that cannot finish changes nothing: what it wrote is
+-- undone.
 --
--- Returns {1, token, ...}: every lock key is now held by the owner, with one
--- fencing token per lock key in KEYS order. A key the owner already held keeps
--- its token and gains the hold (its expired holds are dropped); its lease is
--- never shortened.
--- Returns {0, wait, key, ...}: another owner holds the keys listed; nothing was
--- changed; wait is the longest remaining lease among them in milliseconds.
--- Returns {-1}: this hold was cancelled by a rollback that overtook this call;
--- nothing was changed.
-local owner, hold, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- Returns {1, {token, ...}}: every key is held, one token per key in order.
+-- Returns {0, held, wait, {key, ...}, {token, ...}}: a slot has keys held by
+-- another owner (listed: those of that slot in "wait", of every slot in
+-- "try"); held is the number of slots now held, before it ("wait"; 0 in
+-- "try"), with their tokens; wait is the longest remaining lease of those
+-- keys, in milliseconds.
+-- Returns {-1}: this hold was cancelled by a rollback that overtook this
+-- call; nothing was changed.
+-- Returns {-2, slot}: slot number slot (from 0) is not served here, or in
+-- migration; nothing was changed.
+local owner, hold, lease, mode, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 
-if redis.call('EXISTS', KEYS[2]) == 1 then
+local cancelled = redis.pcall('EXISTS', mark)
+if moved(cancelled) then
+  return {-2, 0}
+elseif failed(cancelled) then
+  return cancelled
+elseif cancelled == 1 then
   return {-1}
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local ends = now + lease
 
--- Every read before the first write.
-local found, fresh = {}, 0
-local refused = {0, 0}
-for i = 3, #KEYS do
-  local f = redis.call('HMGET', KEYS[i], 'owner', 'fence')
-  found[i] = f
-  if not f[1] then
-    fresh = fresh + 1
-  elseif f[1] ~= owner then
-    refused[#refused + 1] = KEYS[i]
-    local left = redis.call('PTTL', KEYS[i])
-    if left > refused[2] then
-      refused[2] = left
+-- written lists what this call wrote, to undo: {key, old value or false,
+-- old expiry}.
+local written = {}
+local function undo(from)
+  for i = #written, from, -1 do
+    local w = written[i]
+    if w[2] then
+      redis.call('SET', w[1], w[2], 'PXAT', w[3])
+    else
+      redis.call('DEL', w[1])
     end
+    written[i] = nil
   end
-end
-if #refused > 2 then
-  return refused
 end
 
-local token = 0
-if fresh > 0 then
-  token = redis.call('INCRBY', KEYS[1], fresh) - fresh
+-- take tries key for the hold; it returns the key's token, or false and the
+-- remaining lease of another owner's key, or nil and the error of a key not
+-- served here (moved) or of any other failure.
+local function take(key, token)
+  local r = redis.pcall('SET', key, fresh(token, hold, ends, owner), 'NX', 'PXAT', ends)
+  if failed(r) then
+    return nil, r
+  end
+  if r then
+    written[#written + 1] = {key, false, 0}
+    return token
+  end
+  local v = redis.pcall('GET', key)
+  local s = parse(v)
+  if not s or s.owner ~= owner then
+    return false, redis.call('PTTL', key)
+  end
+  local latest = live(s, now)
+  s.holds[hold] = ends
+  redis.call('SET', key, format(s), 'PXAT', math.max(latest, ends))
+  written[#written + 1] = {key, v, math.max(latest, now + 1)}
+  return s.token
 end
-local granted = {1}
-for i = 3, #KEYS do
-  local key = KEYS[i]
-  if not found[i][1] then
-    token = token + 1
-    redis.call('HSET', key, 'owner', owner, 'fence', token, hold, ends)
-    redis.call('PEXPIRE', key, lease)
-    granted[#granted + 1] = token
-  else
-    local fields = redis.call('HGETALL', key)
-    for j = 1, #fields, 2 do
-      local name = fields[j]
-      if string.sub(name, 1, 2) == 'h:' and name ~= hold and tonumber(fields[j + 1]) <= now then
-        redis.call('HDEL', key, name)
-      end
-    end
-    redis.call('HSET', key, hold, ends)
-    redis.call('PEXPIRE', key, lease, 'GT')
-    granted[#granted + 1] = tonumber(found[i][2])
+
+-- mark flags another owner's key as waited for, so that its release is
+-- announced.
+local function mark_waited(key)
+  local s = parse(redis.pcall('GET', key))
+  if s and not s.waited then
+    s.waited = true
+    redis.call('SET', key, format(s), 'KEEPTTL')
   end
 end
-return granted
+
+local tokens, conflicts = {}, {}
+local wait, held, slot = 0, 0, 0
+local i = 6
+while i <= #ARGV do
+  local fence, n = ARGV[i], tonumber(ARGV[i + 1])
+  local first = i + 2
+  local base = 0
+  if #conflicts == 0 then
+    -- A token per key, some of them unused (keys joined or refused): gaps
+    -- do not matter, a key's tokens only have to grow.
+    base = redis.pcall('INCRBY', fence, n)
+    if failed(base) then
+      undo(1)
+      if moved(base) then
+        return {-2, slot}
+      end
+      return base
+    end
+    base = base - n
+  end
+  local before, slotTokens = #written, #tokens
+  local refused = false
+  for j = 0, n - 1 do
+    local key = ARGV[first + j]
+    local token, left
+    if #conflicts == 0 then
+      token, left = take(key, base + j + 1)
+    else
+      -- Refused already ("try"): only look for the other conflicts.
+      local s = parse(redis.pcall('GET', key))
+      if s and s.owner ~= owner then
+        token, left = false, redis.call('PTTL', key)
+      else
+        token = 0
+      end
+    end
+    if token == nil then
+      undo(1)
+      if moved(left) then
+        return {-2, slot}
+      end
+      return left
+    elseif token == false then
+      refused = true
+      conflicts[#conflicts + 1] = key
+      wait = math.max(wait, left)
+    elseif #conflicts == 0 then
+      tokens[#tokens + 1] = token
+    end
+  end
+  if refused then
+    if mode == 'wait' then
+      undo(before + 1)
+      for t = #tokens, slotTokens + 1, -1 do
+        tokens[t] = nil
+      end
+      for _, key in ipairs(conflicts) do
+        mark_waited(key)
+      end
+      return {0, held, wait, conflicts, tokens}
+    end
+    undo(1)
+  elseif #conflicts == 0 then
+    held = held + 1
+  end
+  slot = slot + 1
+  i = first + n
+end
+if #conflicts > 0 then
+  return {0, 0, wait, conflicts, {}}
+end
+return {1, tokens}

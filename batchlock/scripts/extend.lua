@@ -1,33 +1,50 @@
--- extend.lua: make the lease of one hold on every lock key of one slot group
--- run for at least a given time from now.
+-- extend.lua: make the leases of holds on lock keys that this master serves
+-- run for at least a given time from now; one call serves several locks.
 --
--- KEYS[1..n]  lock keys, all in one slot
--- ARGV[1]     hold field, "h:" .. hold id
--- ARGV[2]     lease in milliseconds
+-- KEYS[1]   a key in the slot of the first lock key, which routes the call
+-- ARGV[1..] per lock: its hold field, the lease in milliseconds, the number
+--           n of its keys, then those n lock keys
 --
--- A hold whose lease runs longer already keeps it; the key's own expiry is
--- never shortened (another hold of the same owner may run longer). A hold
--- whose lease has ended is not revived: it is dropped, and its key reported.
--- Returns the lock keys that no longer carry a live hold: the lock on them is
--- lost.
-local hold, lease = ARGV[1], tonumber(ARGV[2])
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
-local lost = {}
-for i = 1, #KEYS do
-  local key = KEYS[i]
-  local ends = tonumber(redis.call('HGET', key, hold))
-  if ends and ends > now then
-    if now + lease > ends then
-      redis.call('HSET', key, hold, now + lease)
+-- A hold whose lease runs longer already keeps it; a key's expiry is never
+-- shortened (another hold of the same owner may run longer). A hold whose
+-- lease has ended is not revived: it is dropped, and its key reported.
+--
+-- Returns {{key, ...}, ..., {key, ...}}: per lock in order, the keys that no
+-- longer carry a live hold of it (the lock on them is lost); then the keys
+-- this master does not serve (moved, or in migration), left as they were.
+local now = now_ms()
+local out, away = {}, {}
+local i = 1
+while i <= #ARGV do
+  local hold, lease, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local lost = {}
+  for j = i + 3, i + 2 + n do
+    local key = ARGV[j]
+    local v = redis.pcall('GET', key)
+    if elsewhere(v) then
+      away[#away + 1] = key
+    else
+      local s = parse(v)
+      local ends = s and s.holds[hold]
+      if ends and ends > now then
+        s.holds[hold] = math.max(ends, now + lease)
+        redis.call('SET', key, format(s), 'PXAT', live(s, now))
+      else
+        if ends then
+          s.holds[hold] = nil
+          local latest = live(s, now)
+          if latest > 0 then
+            redis.call('SET', key, format(s), 'PXAT', latest)
+          else
+            redis.call('DEL', key)
+          end
+        end
+        lost[#lost + 1] = key
+      end
     end
-    redis.call('PEXPIRE', key, lease, 'GT')
-  else
-    if ends then
-      redis.call('HDEL', key, hold)
-    end
-    lost[#lost + 1] = key
   end
+  out[#out + 1] = lost
+  i = i + 3 + n
 end
-return lost
+out[#out + 1] = away
+return out

@@ -1,20 +1,19 @@
--- force.lua: release one lock key whoever holds it, for an operator.
+-- force.lua: release lock keys that this master serves, whoever holds them,
+-- for an operator.
 --
--- KEYS[1]  a lock key
+-- KEYS[1]   a key in the slot of the first lock key, which routes the call
+-- ARGV[1..] lock keys
 --
--- Deletes the key and announces the release as release.lua does (SPUBLISH
--- on a channel named like the key), so that waiters are woken.
--- Returns {now, field, value, ...}: the server time in milliseconds, and the
--- key's fields and values before it was deleted; {now} alone when it was not
--- held.
-local time = redis.call('TIME')
-local reply = {tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)}
-local fields = redis.call('HGETALL', KEYS[1])
-if #fields > 0 then
-  redis.call('DEL', KEYS[1])
-  redis.call('SPUBLISH', KEYS[1], 'released')
-end
-for i = 1, #fields do
-  reply[#reply + 1] = fields[i]
+-- Deletes each key and announces the release as release.lua does, so that
+-- waiters are woken.
+-- Returns {now, value or false, ...}: the server time in milliseconds, and per
+-- key the value it had before it was deleted, false when it was not held.
+local reply = {now_ms()}
+for i = 1, #ARGV do
+  local v = redis.call('GETDEL', ARGV[i])
+  reply[#reply + 1] = v
+  if v then
+    redis.call('SPUBLISH', ARGV[i], 'released')
+  end
 end
 return reply

@@ -2,6 +2,7 @@ package script
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,7 @@ type Sender interface {
 // Runner runs scripts through a Sender, with retries.
 type Runner struct {
 	sender Sender
+	master func(ctx context.Context, key string) (string, error)
 	reload func(context.Context) // refreshes the cluster's map of slots; nil for one node
 }
 
@@ -35,16 +37,39 @@ type Runner struct {
 func New(rdb redis.UniversalClient) (*Runner, error) {
 	switch r := rdb.(type) {
 	case *redis.ClusterClient:
-		return &Runner{sender: masters{r}, reload: func(ctx context.Context) { r.ReloadState(ctx) }}, nil
+		return &Runner{
+			sender: masters{r},
+			master: func(ctx context.Context, key string) (string, error) {
+				node, err := r.MasterForKey(ctx, key)
+				if err != nil {
+					return "", fmt.Errorf("%w: %w", errUnrouted, err)
+				}
+				return node.Options().Addr, nil
+			},
+			reload: func(ctx context.Context) { r.ReloadState(ctx) },
+		}, nil
 	case *redis.Client:
-		return &Runner{sender: single{r}}, nil
+		return &Runner{sender: single{r}, master: oneNode}, nil
 	}
 	return nil, errUnsupported(rdb)
 }
 
-// NewWith returns a Runner on sender, which tests fake; reload may be nil.
-func NewWith(sender Sender, reload func(context.Context)) *Runner {
-	return &Runner{sender: sender, reload: reload}
+func oneNode(context.Context, string) (string, error) { return "", nil }
+
+// NewWith returns a Runner on sender, which tests fake. master says which
+// master serves a key (nil: one node); reload may be nil.
+func NewWith(sender Sender, master func(ctx context.Context, key string) (string, error), reload func(context.Context)) *Runner {
+	if master == nil {
+		master = oneNode
+	}
+	return &Runner{sender: sender, master: master, reload: reload}
+}
+
+// Master returns the address of the master that serves key's slot, as the
+// cluster client's map of slots has it ("" for one node): calls to one
+// master go in one pipeline.
+func (r *Runner) Master(ctx context.Context, key string) (string, error) {
+	return r.master(ctx, key)
 }
 
 // Refresh asks for the cluster's map of slots to be reloaded, after a call
