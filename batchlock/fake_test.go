@@ -33,8 +33,8 @@ type fakeRedis struct {
 	// elsewhere, when set, makes a call find its slots not served here (a
 	// slot moved, or in migration): nothing is changed.
 	elsewhere func(name string, c *script.Call) bool
-	log   []string // name and first lock key of every call, in order
-	wakes int      // releases that freed a key
+	log       []string // name and first lock key of every call, in order
+	wakes     int      // releases that freed a key
 }
 
 type fakeKey struct {

@@ -80,7 +80,7 @@ func TestExtendPushesFixedLease(t *testing.T) {
 
 func TestLossIsReported(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name string
 		// steal takes key (without the prefix) from its holder: thief is
 		// another Client on the same keys.
 		steal func(ctx context.Context, rdb *redis.ClusterClient, thief *batchlock.Client, prefix, key string) error
