@@ -9,15 +9,23 @@
 // holding every key, or return an error having released every hold the call
 // took (after any failure — a conflict, a network error, a timeout, a
 // cancelled context — no key is left held that was not held before the call).
-// What one script call takes is atomic on its node: the keys of one slot, up
-// to 512 of them. Across calls, another observer may briefly see part of a
+// What one script call takes is atomic on its node: the keys of a run of
+// slots on one master, up to 1024 of them; a call that cannot finish undoes
+// what it wrote. Across calls, another observer may briefly see part of a
 // batch held while it is being taken or rolled back.
 //
-// Keys are taken slot by slot in one global order, by every client alike, so
-// waiting callers cannot deadlock each other. Reentrancy is by owner id: calls
-// with the same owner (WithOwner, ContextWithOwner, or inside Do) may hold the
-// same keys at once; each Lock releases only its own holds, each hold ends
-// with its own lease, and a key is freed when its last live hold goes.
+// No deadlock. Keys are taken in one global order, by every client alike:
+// by slot, then by key. An atomic unit is a run of consecutive slots of that
+// order served by one master (one script call). A waiting Lock takes, in
+// each call, its slots in order up to the first one another owner holds,
+// keeps what it took, gives back what later calls took, and waits for that
+// slot: it holds only keys before the position it waits for. Along any chain
+// of callers each waiting for a key the next one holds, the waited-for
+// position therefore strictly grows, so the chain cannot close into a cycle.
+// Reentrancy is by owner id: calls with the same owner (WithOwner,
+// ContextWithOwner, or inside Do) may hold the same keys at once; each Lock
+// releases only its own holds, each hold ends with its own lease, and a key
+// is freed when its last live hold goes.
 //
 // Every lock has a lease, counted from before the first request that granted
 // or lengthened it was sent. A call hands a lock out only with at least half
@@ -69,21 +77,28 @@
 //
 // # Cost
 //
-// A batch costs one script call per slot it touches (chunked at 512 keys),
-// sent in one pipeline per master, to all masters in parallel: about one
-// round trip per master touched, whatever the number of keys.
+// A batch costs one script call per master to take it (per run of
+// consecutive slots on a master, at most 1024 keys each) and one to release
+// it, sent to all masters in parallel: one round trip per master, whatever
+// the number of keys. Inside, a key taken afresh costs one SET, a release one
+// GETDEL, and each slot one INCRBY of its fencing counter; a release is
+// announced (SPUBLISH) only when a refused caller waits for the key. When a
+// call finds a slot elsewhere (moved, or in migration) it changes nothing,
+// and its slots are tried again one call each.
 //
 // # Data in Redis
 //
-// Each lock key is prefix+key (default prefix "batchlock:"), a hash with the
-// fields owner, fence (the fencing token of the ownership) and one h:<hold
-// id> per hold, whose value is the server time in milliseconds at which that
-// hold's lease ends; the key expires with its longest hold. Per slot,
-// prefix+"fence:{" + tag + "}" counts fencing tokens (it never expires), and
-// prefix+"cancel:{" + tag + "}:" + hold marks a hold cancelled by a
-// rollback, for one lease. Keys starting with "fence:{" or "cancel:{" are
-// therefore refused. A release is announced with SPUBLISH on a channel named
-// like the lock key.
+// Each lock key is prefix+key (default prefix "batchlock:"), a string
+// "<token> <flag> <holds> <owner>": the fencing token of the ownership, "w"
+// once a refused call waits for the key (else "-"), its holds as
+// "<hold>=<ends>" comma-separated (ends: the server time in milliseconds at
+// which that hold's lease ends), and the owner id. The key expires with its
+// longest hold. Per slot, prefix+"fence:{" + tag + "}" counts fencing tokens
+// (it never expires), and prefix+"cancel:{" + tag + "}:" + hold marks a hold
+// cancelled by a rollback, for one lease. Keys starting with "fence:{" or
+// "cancel:{" are therefore refused. A release is announced with SPUBLISH on
+// a channel named like the lock key. Held, Inspect and ForceUnlock read and
+// change this layout for tools; nothing else needs to know it.
 //
 // # Client settings
 //

@@ -312,9 +312,11 @@ func (r Report) cost(name string, keys int) (CostResult, bool) {
 	return CostResult{}, false
 }
 
-// whereTimeGoes compares batchlock on keys spread over the slots with the
-// same number of keys in one slot, at the largest size measured: the only
-// difference is the number of script calls.
+// whereTimeGoes compares, at the largest size measured, batchlock on keys
+// spread over the slots, batchlock on the same number of keys in one slot,
+// and the floor: the three make the same number of script calls (one per
+// master to lock, one to release), so what separates them is the work per
+// key inside the scripts.
 func (r Report) whereTimeGoes(p func(string, ...any)) {
 	sizes := r.sizes()
 	if len(sizes) == 0 {
@@ -323,18 +325,20 @@ func (r Report) whereTimeGoes(p func(string, ...any)) {
 	n := slices.Max(sizes)
 	spread, ok1 := r.cost(NameBatchlock, n)
 	one, ok2 := r.cost(NameOneSlot, n)
-	ls, ok3 := r.latency(NameBatchlock, n)
-	lo, ok4 := r.latency(NameOneSlot, n)
-	if !ok1 || !ok2 || !ok3 || !ok4 || spread.Calls == 0 || one.Calls == 0 {
+	floor, ok3 := r.cost(NameFloor, n)
+	if !ok1 || !ok2 || !ok3 || spread.Calls == 0 || one.Calls == 0 || floor.Calls == 0 {
 		return
 	}
 	su, sc := spread.PerKey()
 	ou, oc := one.PerKey()
+	fu, fc := floor.PerKey()
 	p("\n## Where batchlock's time goes\n\n")
-	p("batchlock sends one script call per slot a batch touches (at most 512 keys each), to lock and again to release; keys without a hash tag touch about as many slots as there are keys. ")
-	p("At N=%d, spread over the slots, it made %.0f script calls per lock and unlock, each %.1f µs of Redis time on average (commandstats): %.1f µs per key, and %.1f µs of the masters' CPU per key. ", n, spread.CallsPerLock(), float64(spread.Usec)/float64(spread.Calls), su, sc)
-	p("The same %d keys in one slot take %.0f calls, %.1f µs of Redis time and %.1f µs of CPU per key, and lock and unlock in %s ms (median) instead of %s ms, although one master then does all the work. ", n, one.CallsPerLock(), ou, oc, Millis(lo.Median), Millis(ls.Median))
-	p("The difference is the cost of the extra script calls.\n")
+	p("batchlock sends one script call per master to lock (per run of consecutive slots on a master, at most 1024 keys) and one to release, as the floor does. ")
+	p("At N=%d, per key locked and released: the floor %.1f µs of Redis time (commandstats) and %.1f µs of the masters' CPU; ", n, fu, fc)
+	p("batchlock with the keys in one slot %.1f µs and %.1f µs; batchlock with the keys spread over the slots %.1f µs and %.1f µs. ", ou, oc, su, sc)
+	p("The first step is what a lock value costs beyond `SET PX` and `DEL`: the value carries the owner, the fencing token and the hold with its lease end, the release reads it back (`GETDEL`) to check the owner, and every call checks its cancel mark and reads the server's `TIME`. ")
+	p("The second step is the fencing counter: one per slot, so a batch spread over N slots makes N `INCRBY` calls where one slot makes one. ")
+	p("Both are the contract (owner-checked holds, fencing tokens per slot that move with their slot), not overhead of the protocol.\n")
 }
 
 // throughputRatio says how a throughput compares with batchlock's.
