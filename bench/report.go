@@ -318,11 +318,14 @@ func (r Report) cost(name string, keys int) (CostResult, bool) {
 // master to lock, one to release), so what separates them is the work per
 // key inside the scripts.
 func (r Report) whereTimeGoes(p func(string, ...any)) {
-	sizes := r.sizes()
-	if len(sizes) == 0 {
-		return
+	n := 0
+	for _, c := range r.Cost {
+		_, one := r.cost(NameOneSlot, c.Keys)
+		_, floor := r.cost(NameFloor, c.Keys)
+		if c.Library == NameBatchlock && one && floor {
+			n = max(n, c.Keys)
+		}
 	}
-	n := slices.Max(sizes)
 	spread, ok1 := r.cost(NameBatchlock, n)
 	one, ok2 := r.cost(NameOneSlot, n)
 	floor, ok3 := r.cost(NameFloor, n)
