@@ -188,16 +188,23 @@ func masters(keys []string) int {
 	return len(seen)
 }
 
-// A waiting Lock keeps the groups before the one it waits for, gives back
-// those after, asks for the refused group alone until it is free, then for
-// the rest, and restarts every lease once all are held.
-func TestLockWaitsInOrder(t *testing.T) {
+// newCountingConflicts returns a faked Client that counts the conflicts its
+// calls meet, for tests to know when a call waits.
+func newCountingConflicts(t *testing.T) (*Client, *fakeRedis, *atomic.Int64) {
 	var conflicts atomic.Int64
 	c, f := newFaked(t, WithObserver(func(e Event) {
 		if e.Kind == EventConflict {
 			conflicts.Add(1)
 		}
 	}))
+	return c, f, &conflicts
+}
+
+// A waiting Lock keeps the groups before the one it waits for, gives back
+// those after, asks for the refused group alone until it is free, then for
+// the rest, and restarts every lease once all are held.
+func TestLockWaitsInOrder(t *testing.T) {
+	c, f, conflicts := newCountingConflicts(t)
 	order := bySlot(basket)
 	f.hold("other", time.Minute, order[3])
 
@@ -245,12 +252,7 @@ func TestLockWaitEnds(t *testing.T) {
 		{"with Close", func(c *Client, _ context.CancelFunc) { _ = c.Close() }, ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var conflicts atomic.Int64
-			c, f := newFaked(t, WithObserver(func(e Event) {
-				if e.Kind == EventConflict {
-					conflicts.Add(1)
-				}
-			}))
+			c, f, conflicts := newCountingConflicts(t)
 			f.hold("other", time.Minute, order[4])
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -271,12 +273,7 @@ func TestLockWaitEnds(t *testing.T) {
 }
 
 func TestLockRestartNeedsAcknowledgement(t *testing.T) {
-	var conflicts atomic.Int64
-	c, f := newFaked(t, WithObserver(func(e Event) {
-		if e.Kind == EventConflict {
-			conflicts.Add(1)
-		}
-	}))
+	c, f, conflicts := newCountingConflicts(t)
 	order := bySlot(basket)
 	f.hold("other", time.Minute, order[2])
 	got := make(chan error, 1)
