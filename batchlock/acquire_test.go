@@ -516,3 +516,27 @@ func TestSlotFoundElsewhere(t *testing.T) {
 		require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
 	})
 }
+
+// Two renewed locks of one owner on a shared key (a lock taken inside Do, on
+// keys Do holds) are each renewed on it: when the inner one is released, the
+// outer one still holds the key, and nobody else can take it.
+func TestWatchdogRenewsEveryHoldOfASharedKey(t *testing.T) {
+	const leaseLen = 150 * time.Millisecond
+	var renewed atomic.Int64
+	c, f := newFaked(t, WithLease(leaseLen), WithObserver(func(e Event) {
+		if e.Kind == EventRenewed {
+			renewed.Add(1)
+		}
+	}))
+	outer, err := c.Lock(t.Context(), basket, WithOwner("order-1"))
+	require.NoError(t, err)
+	inner, err := c.Lock(t.Context(), basket[:2], WithOwner("order-1"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return renewed.Load() >= 12 }, 5*time.Second, time.Millisecond, "renewed over several leases")
+	require.NoError(t, inner.Unlock(t.Context()))
+	assert.Equal(t, ownedBy("order-1", lockKeys(basket)...), f.held(), "the outer lock still holds every key")
+	_, err = c.TryLock(t.Context(), basket[:1], WithOwner("other"))
+	assert.ErrorIs(t, err, ErrNotObtained, "and nobody else can take the shared ones")
+	assert.NoError(t, outer.Err())
+	require.NoError(t, outer.Unlock(t.Context()))
+}

@@ -191,10 +191,10 @@ func (f *fakeRedis) run(name string, c *script.Call) []any {
 				}
 				k.holds[hold] = maxTime(k.holds[hold], now.Add(ttl))
 			}
-			out = append(out, lost)
+			out = append(out, lost, []any{})
 			i += 3 + n
 		}
-		return append(out, []any{})
+		return out
 	case "force":
 		reply := []any{now.UnixMilli()}
 		for _, a := range c.Args {
@@ -226,14 +226,12 @@ func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 		return []any{[]any{}, c.Args[4+c.Args[3].(int):]}
 	case "extend":
 		var out []any
-		var all []any
 		for i := 0; i < len(c.Args); {
 			n := c.Args[i+2].(int)
-			out = append(out, []any{})
-			all = append(all, c.Args[i+3:i+3+n]...)
+			out = append(out, []any{}, c.Args[i+3:i+3+n])
 			i += 3 + n
 		}
-		return append(out, all)
+		return out
 	}
 	panic("no elsewhere reply for " + name)
 }

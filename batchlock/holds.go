@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/backoff"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
 )
@@ -105,23 +104,15 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, wait bool
 		if len(elsewhere) == 0 {
 			return out
 		}
-		left := script.RetryWindow - time.Since(began)
-		if left <= 0 || ctx.Err() != nil || backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) != nil {
+		if !c.runner.Wait(ctx, began, attempt) {
 			if out.err == nil {
 				out.err = script.Describe(ctx, "batchlock: acquire", where, errElsewhere)
 			}
 			return out
 		}
-		c.runner.Refresh(ctx)
 		pending = elsewhere
 	}
 }
-
-// Backoff between attempts at slots found elsewhere.
-const (
-	retryBase = 5 * time.Millisecond
-	retryMax  = 500 * time.Millisecond
-)
 
 // errElsewhere says that a slot was not served where the map of slots said:
 // it moved, or it is being migrated.
@@ -181,7 +172,10 @@ func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, gro
 			out.unknown = append(out.unknown, at...)
 			out.unknownRuns = append(out.unknownRuns, groups[at[0]].cancelKey(l.hold))
 		}
-		if err == nil {
+		switch {
+		case err == nil && status == acquireCancelled:
+			err = errors.New("a rollback overtook it")
+		case err == nil:
 			err = fmt.Errorf("unexpected reply %v", vals)
 		}
 		if out.err == nil {
@@ -299,14 +293,14 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 	}
 	remember := lease.Millis(l.lease)
 	var taken []string
-	err := c.perMaster(ctx, "release", keys, marks, func(cl *script.Call, keys, marks []string) {
+	errs := c.perMaster(ctx, "release", keys, marks, func(cl *script.Call, at []int, marks []string) {
 		cl.Args = append([]any{l.owner, l.hold, remember, len(marks)}, anys(marks)...)
-		cl.Args = append(cl.Args, anys(keys)...)
-	}, func(cl *script.Call, vals []any) []string {
+		cl.Args = append(cl.Args, keysAt(keys, at)...)
+	}, func(cl *script.Call, at []int, vals []any) []int {
 		taken = append(taken, stringsOf(vals[0])...)
-		return stringsOf(vals[1])
+		return indicesOf(keys, at, stringsOf(vals[1]))
 	}, releaseScript, script.Ack{})
-	return taken, err
+	return taken, firstError(errs)
 }
 
 // holdKeys is one lock's share of an extension: its hold, the lease and its
@@ -332,99 +326,85 @@ func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.D
 
 // extendAll extends the holds of several locks, one call per master for all
 // of them (the watchdog's round), and returns per lock the keys lost and its
-// error: the first call error among its masters, or ErrNoReplicas.
+// error: the first error among its keys, or ErrNoReplicas. Locks of one owner
+// may share keys: every hold is extended on its own.
 func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack) ([][]string, []error) {
 	lost := make([][]string, len(locks))
 	errs := make([]error, len(locks))
-	owner := map[string]int{} // key -> lock
 	var keys []string
+	var lockOf []int // the lock of keys[i]
 	for i, h := range locks {
-		for _, k := range h.keys {
-			owner[k] = i
-			keys = append(keys, k)
+		keys = append(keys, h.keys...)
+		for range h.keys {
+			lockOf = append(lockOf, i)
 		}
 	}
-	var segs = map[*script.Call][]int{} // locks of each call, in order
-	err := c.perMaster(ctx, "extend", keys, nil, func(cl *script.Call, keys, _ []string) {
-		var order []int
-		byLock := map[int][]string{}
-		for _, k := range keys {
-			i := owner[k]
-			if byLock[i] == nil {
-				order = append(order, i)
+	segs := map[*script.Call][][]int{} // per call, the key indices of each lock it carries
+	keyErrs := c.perMaster(ctx, "extend", keys, nil, func(cl *script.Call, at []int, _ []string) {
+		var bySeg [][]int
+		seg := map[int]int{}
+		for _, j := range at {
+			n, ok := seg[lockOf[j]]
+			if !ok {
+				n = len(bySeg)
+				seg[lockOf[j]] = n
+				bySeg = append(bySeg, nil)
 			}
-			byLock[i] = append(byLock[i], k)
+			bySeg[n] = append(bySeg[n], j)
 		}
-		for _, i := range order {
-			cl.Args = append(cl.Args, locks[i].hold, locks[i].lease, len(byLock[i]))
-			cl.Args = append(cl.Args, anys(byLock[i])...)
+		for _, at := range bySeg {
+			h := locks[lockOf[at[0]]]
+			cl.Args = append(cl.Args, h.hold, h.lease, len(at))
+			cl.Args = append(cl.Args, keysAt(keys, at)...)
 		}
-		segs[cl] = order
-	}, func(cl *script.Call, vals []any) []string {
-		order := segs[cl]
-		for j, i := range order {
-			if j < len(vals)-1 {
-				lost[i] = append(lost[i], stringsOf(vals[j])...)
+		segs[cl] = bySeg
+	}, func(cl *script.Call, _ []int, vals []any) []int {
+		var again []int
+		for n, at := range segs[cl] {
+			i := lockOf[at[0]]
+			if 2*n+1 < len(vals) {
+				lost[i] = append(lost[i], stringsOf(vals[2*n])...)
+				again = append(again, indicesOf(keys, at, stringsOf(vals[2*n+1]))...)
 			}
 			if !ack.Acknowledged(cl) && errs[i] == nil {
 				errs[i] = unacknowledged(cl, ack)
 			}
 		}
-		return stringsOf(vals[len(vals)-1])
+		return again
 	}, extendScript, ack)
-	if err != nil {
-		for i := range errs {
-			if errs[i] == nil && c.touched(err, locks[i].keys) {
-				errs[i] = err
-			}
+	for j, err := range keyErrs {
+		if err != nil && errs[lockOf[j]] == nil {
+			errs[lockOf[j]] = err
 		}
 	}
 	return lost, errs
 }
 
-// callError is the error of a call of perMaster, with the keys it carried.
-type callError struct {
-	keys map[string]bool
-	err  error
-}
-
-func (e *callError) Error() string { return e.err.Error() }
-func (e *callError) Unwrap() error { return e.err }
-
-// touched reports whether err, from perMaster, concerns one of keys.
-func (c *Client) touched(err error, keys []string) bool {
-	var ce *callError
-	if !errors.As(err, &ce) {
-		return true
-	}
-	for _, k := range keys {
-		if ce.keys[k] {
-			return true
-		}
-	}
-	return false
-}
-
-// perMaster runs s over keys (and cancel marks), one call per master,
-// routed by the first of them: fill gives a call its arguments, read takes
-// its reply and returns the keys it found elsewhere. Those are sent again,
-// one call per slot, after the map of slots is refreshed, within ctx and
-// script.RetryWindow. It returns the first error, as a *callError.
+// perMaster runs s over keys (and cancel marks), one call per master: fill
+// gives a call its arguments for the keys at the indices given, read takes
+// its reply and returns the indices of the keys it found elsewhere. Those
+// are sent again, one call per slot, after the map of slots is refreshed,
+// within ctx and script.RetryWindow. It returns the error of each key, nil
+// for those that went through.
 func (c *Client) perMaster(ctx context.Context, step string, keys, marks []string,
-	fill func(cl *script.Call, keys, marks []string), read func(cl *script.Call, vals []any) []string,
-	s *redis.Script, ack script.Ack) error {
+	fill func(cl *script.Call, at []int, marks []string), read func(cl *script.Call, at []int, vals []any) []int,
+	s *redis.Script, ack script.Ack) []error {
+	errs := make([]error, len(keys))
+	pending := make([]int, len(keys))
+	for i := range pending {
+		pending[i] = i
+	}
 	began := time.Now()
-	var firstErr error
-	for attempt := 0; len(keys)+len(marks) > 0; attempt++ {
-		parts := c.byMaster(ctx, keys, marks, attempt > 0)
+	for attempt := 0; len(pending)+len(marks) > 0; attempt++ {
+		parts := c.byMaster(ctx, keys, pending, marks, attempt > 0)
 		calls := make([]*script.Call, len(parts))
 		for i, p := range parts {
-			route := append(append([]string(nil), p.marks...), p.keys...)[0]
+			route := p.route(keys)
 			calls[i] = &script.Call{Slot: hashtag.Slot(route), Keys: []string{route}}
-			fill(calls[i], p.keys, p.marks)
+			fill(calls[i], p.at, p.marks)
 		}
 		c.runner.Run(ctx, s, calls, ack)
-		keys, marks = nil, nil
+		pending, marks = nil, nil
 		var where *script.Call
 		for i, cl := range calls {
 			vals, err := cl.Reply.Slice()
@@ -432,76 +412,117 @@ func (c *Client) perMaster(ctx context.Context, step string, keys, marks []strin
 				err = fmt.Errorf("unexpected reply %v", vals)
 			}
 			if err != nil {
-				if firstErr == nil {
-					firstErr = &callError{keys: setOf(parts[i].keys), err: script.Describe(ctx, "batchlock: "+step, cl, err)}
+				err = script.Describe(ctx, "batchlock: "+step, cl, err)
+				for _, j := range parts[i].at {
+					errs[j] = err
 				}
 				continue
 			}
-			if again := read(cl, vals); len(again) > 0 {
-				keys, where = append(keys, again...), cl
+			if again := read(cl, parts[i].at, vals); len(again) > 0 {
+				pending, where = append(pending, again...), cl
 			}
 		}
-		if len(keys) == 0 {
-			break
-		}
-		left := script.RetryWindow - time.Since(began)
-		if left <= 0 || ctx.Err() != nil || backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) != nil {
-			if firstErr == nil {
-				firstErr = &callError{keys: setOf(keys), err: script.Describe(ctx, "batchlock: "+step, where, errElsewhere)}
+		if len(pending) > 0 && !c.runner.Wait(ctx, began, attempt) {
+			err := script.Describe(ctx, "batchlock: "+step, where, errElsewhere)
+			for _, j := range pending {
+				errs[j] = err
 			}
 			break
 		}
-		c.runner.Refresh(ctx)
 	}
-	return firstErr
+	return errs
 }
 
-// share is what one call of perMaster carries.
-type share struct{ keys, marks []string }
+// share is what one call of perMaster carries: indices of keys, and marks.
+type share struct {
+	at    []int
+	marks []string
+}
 
-// byMaster splits keys and marks by the master that serves them, or by slot.
-func (c *Client) byMaster(ctx context.Context, keys, marks []string, perSlot bool) []share {
+// route is the key that routes the call: a key of its master.
+func (p share) route(keys []string) string {
+	if len(p.marks) > 0 {
+		return p.marks[0]
+	}
+	return keys[p.at[0]]
+}
+
+// byMaster splits the keys at the indices given, and marks, by the master
+// that serves them (asked once per slot), or by slot.
+func (c *Client) byMaster(ctx context.Context, keys []string, at []int, marks []string, perSlot bool) []share {
 	var out []share
-	at := map[string]int{}
+	byWhere := map[string]int{}
+	masterOf := map[int]string{}
 	where := func(k string) string {
+		slot := hashtag.Slot(k)
 		if perSlot {
-			return strconv.Itoa(hashtag.Slot(k))
+			return strconv.Itoa(slot)
 		}
-		addr, err := c.runner.Master(ctx, k)
-		if err != nil {
-			return "unknown:" + strconv.Itoa(hashtag.Slot(k))
+		addr, ok := masterOf[slot]
+		if !ok {
+			var err error
+			if addr, err = c.runner.Master(ctx, k); err != nil {
+				addr = "unknown:" + strconv.Itoa(slot)
+			}
+			masterOf[slot] = addr
 		}
 		return addr
 	}
-	add := func(k string, mark bool) {
+	part := func(k string) *share {
 		w := where(k)
-		i, ok := at[w]
+		i, ok := byWhere[w]
 		if !ok {
 			i = len(out)
-			at[w] = i
+			byWhere[w] = i
 			out = append(out, share{})
 		}
-		if mark {
-			out[i].marks = append(out[i].marks, k)
-		} else {
-			out[i].keys = append(out[i].keys, k)
-		}
+		return &out[i]
 	}
 	for _, m := range marks {
-		add(m, true)
+		p := part(m)
+		p.marks = append(p.marks, m)
 	}
-	for _, k := range keys {
-		add(k, false)
+	for _, j := range at {
+		p := part(keys[j])
+		p.at = append(p.at, j)
 	}
 	return out
 }
 
-func setOf(keys []string) map[string]bool {
-	out := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		out[k] = true
+// keysAt returns the keys at the indices given, as arguments.
+func keysAt(keys []string, at []int) []any {
+	out := make([]any, len(at))
+	for i, j := range at {
+		out[i] = keys[j]
 	}
 	return out
+}
+
+// indicesOf returns the indices, among at, of the keys named.
+func indicesOf(keys []string, at []int, named []string) []int {
+	if len(named) == 0 {
+		return nil
+	}
+	want := make(map[string]bool, len(named))
+	for _, k := range named {
+		want[k] = true
+	}
+	var out []int
+	for _, j := range at {
+		if want[keys[j]] {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func anys(ss []string) []any {

@@ -9,15 +9,15 @@
 -- shortened (another hold of the same owner may run longer). A hold whose
 -- lease has ended is not revived: it is dropped, and its key reported.
 --
--- Returns {{key, ...}, ..., {key, ...}}: per lock in order, the keys that no
--- longer carry a live hold of it (the lock on them is lost); then the keys
+-- Returns {lost, away, lost, away, ...}: per lock in order, the keys that
+-- no longer carry a live hold of it (the lock on them is lost), and the keys
 -- this master does not serve (moved, or in migration), left as they were.
 local now = now_ms()
-local out, away = {}, {}
+local out = {}
 local i = 1
 while i <= #ARGV do
   local hold, lease, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local lost = {}
+  local lost, away = {}, {}
   for j = i + 3, i + 2 + n do
     local key = ARGV[j]
     local v = redis.pcall('GET', key)
@@ -28,23 +28,18 @@ while i <= #ARGV do
       local ends = s and s.holds[hold]
       if ends and ends > now then
         s.holds[hold] = math.max(ends, now + lease)
-        redis.call('SET', key, format(s), 'PXAT', live(s, now))
+        rewrite(key, s, now)
       else
         if ends then
           s.holds[hold] = nil
-          local latest = live(s, now)
-          if latest > 0 then
-            redis.call('SET', key, format(s), 'PXAT', latest)
-          else
-            redis.call('DEL', key)
-          end
+          rewrite(key, s, now)
         end
         lost[#lost + 1] = key
       end
     end
   end
   out[#out + 1] = lost
+  out[#out + 1] = away
   i = i + 3 + n
 end
-out[#out + 1] = away
 return out

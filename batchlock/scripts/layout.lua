@@ -57,6 +57,18 @@ local function format(s)
   return string.format('%d', s.token) .. ' ' .. flag .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
 end
 
+-- rewrite stores s as key's value, expiring with its longest live hold, or
+-- deletes the key when no live hold is left; it reports whether it deleted.
+local function rewrite(key, s, now)
+  local latest = live(s, now)
+  if latest > 0 then
+    redis.call('SET', key, format(s), 'PXAT', latest)
+    return false
+  end
+  redis.call('DEL', key)
+  return true
+end
+
 -- fresh is the value of a key taken afresh by one hold.
 local function fresh(token, hold, ends, owner)
   return string.format('%d', token) .. ' - ' .. hold .. '=' .. string.format('%d', ends) .. ' ' .. owner

@@ -52,10 +52,7 @@ for i = 5 + m, #ARGV do
       if s then
         local mine = s.holds[hold] ~= nil
         s.holds[hold] = nil
-        local latest = live(s, now)
-        if latest > 0 then
-          redis.call('SET', key, format(s), 'PXAT', latest)
-        elseif s.waited then
+        if rewrite(key, s, now) and s.waited then
           redis.call('SPUBLISH', key, 'released')
         end
         if not mine and s.owner ~= owner then

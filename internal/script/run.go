@@ -103,14 +103,23 @@ func (r *Runner) Run(ctx context.Context, s *redis.Script, calls []*Call, ack Ac
 				again = append(again, c)
 			}
 		}
-		left := RetryWindow - time.Since(began)
-		if len(again) == 0 || left <= 0 || ctx.Err() != nil {
-			return
-		}
-		r.Refresh(ctx)
-		if backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) != nil {
+		if len(again) == 0 || !r.Wait(ctx, began, attempt) {
 			return
 		}
 		pending = again
 	}
+}
+
+// Wait is the pause before attempt number attempt+1 of a round that began
+// at began, for Run and for callers that plan their calls again (a slot
+// found elsewhere): it refreshes the map of slots and sleeps a jittered
+// backoff. It reports false, at once, when ctx is done or RetryWindow has
+// passed since began.
+func (r *Runner) Wait(ctx context.Context, began time.Time, attempt int) bool {
+	left := RetryWindow - time.Since(began)
+	if left <= 0 || ctx.Err() != nil {
+		return false
+	}
+	r.Refresh(ctx)
+	return backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) == nil
 }
