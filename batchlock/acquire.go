@@ -82,11 +82,11 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 			err = ErrClosed
 		case context.Cause(ctx) != nil:
 			err = context.Cause(ctx)
-		case !c.watchdog.add(l):
-			err = ErrClosed
 		}
 		if err != nil {
 			c.rollback(ctx, l, len(l.groups), acquireOutcome{})
+		} else {
+			c.watchdog.add(l)
 		}
 	}
 	if err != nil {

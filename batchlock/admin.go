@@ -90,31 +90,22 @@ func (c *Client) heldOn(ctx context.Context, node *redis.Client, pattern string)
 	return out, flush()
 }
 
-// readHeld reads lock keys of one master in one pipeline, with the server's
-// time to tell live holds. Keys released since the scan are left out.
+// readHeld reads lock keys of one master in one pipeline. Keys released
+// since the scan are left out.
 func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string) ([]HeldKey, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	pipe := node.Pipeline()
-	now := pipe.Time(ctx)
-	values := make([]*redis.StringCmd, len(keys))
-	leases := make([]*redis.DurationCmd, len(keys))
-	for i, k := range keys {
-		values[i] = pipe.Get(ctx, k)
-		leases[i] = pipe.PTTL(ctx, k)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	read, err := c.readLocks(ctx, node, keys)
+	if err != nil {
 		return nil, fmt.Errorf("reading held keys on %s: %w", node.Options().Addr, err)
 	}
 	var out []HeldKey
-	for i, k := range keys {
-		s, ok := parseLock(values[i].Val(), now.Val())
-		if !ok {
-			continue
+	for _, h := range read {
+		if h.Owner != "" {
+			h.Master = node.Options().Addr
+			out = append(out, h)
 		}
-		out = append(out, HeldKey{Key: k[len(c.cfg.prefix):], Owner: s.owner, Holds: s.holds,
-			Lease: max(leases[i].Val(), 0), Token: s.token, Master: node.Options().Addr})
 	}
 	return out, nil
 }
@@ -124,27 +115,40 @@ func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string
 // Held it scans nothing: one pipeline, one round trip per master. It reads,
 // and changes nothing.
 func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error) {
-	for _, k := range keys {
+	lockKeys := make([]string, len(keys))
+	for i, k := range keys {
 		if k == "" || reserved(k) {
 			return nil, invalid("key %q is not a lock key", k)
 		}
+		lockKeys[i] = c.cfg.prefix + k
 	}
-	pipe := c.rdb.Pipeline()
-	now := pipe.Time(ctx)
-	values := make([]*redis.StringCmd, len(keys))
-	leases := make([]*redis.DurationCmd, len(keys))
-	for i, k := range keys {
-		values[i] = pipe.Get(ctx, c.cfg.prefix+k)
-		leases[i] = pipe.PTTL(ctx, c.cfg.prefix+k)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	out, err := c.readLocks(ctx, c.rdb, lockKeys)
+	if err != nil {
 		return nil, fmt.Errorf("batchlock: inspecting %d keys: %w", len(keys), err)
 	}
-	out := make([]HeldKey, len(keys))
-	for i, k := range keys {
-		out[i].Key = k
+	return out, nil
+}
+
+// readLocks reads lock keys in one pipeline of p, with the server's time to
+// tell live holds, and returns what each holds: an empty Owner for a key not
+// held.
+func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []string) ([]HeldKey, error) {
+	pipe := p.Pipeline()
+	now := pipe.Time(ctx)
+	values := make([]*redis.StringCmd, len(lockKeys))
+	leases := make([]*redis.DurationCmd, len(lockKeys))
+	for i, k := range lockKeys {
+		values[i] = pipe.Get(ctx, k)
+		leases[i] = pipe.PTTL(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]HeldKey, len(lockKeys))
+	for i, k := range lockKeys {
+		out[i].Key = k[len(c.cfg.prefix):]
 		if s, ok := parseLock(values[i].Val(), now.Val()); ok {
-			out[i] = HeldKey{Key: k, Owner: s.owner, Holds: s.holds, Lease: max(leases[i].Val(), 0), Token: s.token}
+			out[i] = HeldKey{Key: out[i].Key, Owner: s.owner, Holds: s.holds, Lease: max(leases[i].Val(), 0), Token: s.token}
 		}
 	}
 	return out, nil
@@ -184,7 +188,6 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 	if len(keys) == 0 {
 		return nil, invalid("no keys")
 	}
-	at := make(map[string]int, len(keys))
 	lockKeys := make([]string, len(keys))
 	out := make([]Released, len(keys))
 	for i, k := range keys {
@@ -192,33 +195,25 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 			return nil, invalid("key %q is not a lock key", k)
 		}
 		lockKeys[i] = c.cfg.prefix + k
-		at[lockKeys[i]] = i
 		out[i].Key = k
 	}
-	sent := map[*script.Call][]string{}
-	err := c.perMaster(ctx, "force unlock", lockKeys, nil, func(cl *script.Call, keys, _ []string) {
-		cl.Args = anys(keys)
-		sent[cl] = keys
-	}, func(cl *script.Call, vals []any) []string {
+	errs := c.perMaster(ctx, "force unlock", lockKeys, nil, func(cl *script.Call, at []int, _ []string) {
+		cl.Args = keysAt(lockKeys, at)
+	}, func(cl *script.Call, at []int, vals []any) []int {
 		now, _ := vals[0].(int64)
-		for j, k := range sent[cl] {
-			if j+1 >= len(vals) {
+		for n, i := range at {
+			if n+1 >= len(vals) {
 				break
 			}
-			v, _ := vals[j+1].(string)
+			v, _ := vals[n+1].(string)
 			if s, ok := parseLock(v, time.UnixMilli(now)); ok {
-				out[at[k]] = Released{Key: out[at[k]].Key, Held: true, Owner: s.owner, Holds: s.holds, Token: s.token}
+				out[i] = Released{Key: keys[i], Held: true, Owner: s.owner, Holds: s.holds, Token: s.token}
 			}
 		}
 		return nil
 	}, forceScript, script.Ack{})
-	if err != nil {
-		var ce *callError
-		for i, k := range lockKeys {
-			if !errors.As(err, &ce) || ce.keys[k] {
-				out[i].Err = err
-			}
-		}
+	for i, err := range errs {
+		out[i].Err = err
 	}
-	return out, err
+	return out, firstError(errs)
 }

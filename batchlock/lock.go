@@ -16,7 +16,7 @@ import (
 type Lock struct {
 	c      *Client
 	owner  string
-	hold   string // hash field of this handle's hold: "h:" + random id
+	hold   string // this handle's hold in the values of its keys: "h:" + random id
 	keys   []string
 	groups []group
 	lease  time.Duration

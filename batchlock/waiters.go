@@ -15,8 +15,8 @@ import (
 const confirmTimeout = time.Second
 
 // waiters lets waiting calls hear of releases. Channels (one per lock key, as
-// release.lua announces them) are reference-counted and shared by every
-// waiter of the Client, on one sharded pub/sub connection per slot: after a
+// release.lua announces them) are shared by every waiter of the Client and
+// kept while one listens, on one sharded pub/sub connection per slot: after a
 // reconnect go-redis subscribes again to all the channels of a connection in
 // one SSUBSCRIBE, which the server refuses unless they share a slot. A waiter
 // listens to the keys of one group, so to one slot, at a time.
@@ -43,8 +43,9 @@ type listener struct {
 	dropped bool // taken out of use; guarded by waiters.mu
 }
 
+// channel is one lock key's release channel, wanted while it has
+// subscriptions.
 type channel struct {
-	refs      int
 	confirmed chan struct{} // closed once the server confirmed the subscription
 	subs      map[*subscription]struct{}
 }
@@ -93,7 +94,6 @@ func (ws *waiters) subscribe(ctx context.Context, keys []string) *subscription {
 			ch = &channel{confirmed: make(chan struct{}), subs: make(map[*subscription]struct{})}
 			ln.channels[key] = ch
 		}
-		ch.refs++
 		ch.subs[s] = struct{}{}
 		s.joined = append(s.joined, ln)
 		pending = append(pending, ch.confirmed)
@@ -321,7 +321,7 @@ func (s *subscription) close() {
 			continue
 		}
 		delete(ch.subs, s)
-		if ch.refs--; ch.refs == 0 {
+		if len(ch.subs) == 0 {
 			delete(ln.channels, key)
 			touched[ln] = true
 		}

@@ -12,16 +12,15 @@ import (
 
 // watchdog renews the leases of a Client's locks taken without WithTTL: one
 // goroutine, started with the first such lock, renews every lock every
-// lease/3 in one pipelined round (one script call per group, one round trip
-// per master). Loss is detected apart from it, by each lock's expiry timer,
-// so a round stuck on a frozen master cannot delay it.
+// lease/3 in one round (one script call per master for all the locks of an
+// acknowledgement setting). Loss is detected apart from it, by each lock's
+// expiry timer, so a round stuck on a frozen master cannot delay it.
 type watchdog struct {
 	c *Client
 
 	mu      sync.Mutex
 	locks   map[*Lock]struct{}
 	running bool
-	closed  bool
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -31,24 +30,20 @@ func newWatchdog(c *Client) *watchdog {
 }
 
 // add starts watching a freshly taken lock: its expiry timer, and for a
-// renewed lock, renewal. It reports false, and watches nothing, once the
-// Client is closing.
-func (wd *watchdog) add(l *Lock) bool {
-	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	if wd.closed {
-		return false
-	}
+// renewed lock, renewal. It is called from a call the Client counts, so Close
+// has not stopped the watchdog yet.
+func (wd *watchdog) add(l *Lock) {
 	l.arm()
 	if !l.renew {
-		return true
+		return
 	}
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
 	wd.locks[l] = struct{}{}
 	if !wd.running {
 		wd.running = true
 		go wd.loop()
 	}
-	return true
 }
 
 func (wd *watchdog) remove(l *Lock) {
@@ -137,7 +132,6 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ac
 // keeps it alive any more.
 func (wd *watchdog) close() {
 	wd.mu.Lock()
-	wd.closed = true
 	running := wd.running
 	locks := wd.locks
 	wd.locks = make(map[*Lock]struct{})

@@ -14,8 +14,7 @@ type Lifetime struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu    sync.Mutex
-	ended bool
+	mu sync.Mutex // makes End's check and cancel one step
 }
 
 // New starts a lifetime. It keeps parent's values (an owner, a trace) but
@@ -45,15 +44,14 @@ func (l *Lifetime) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// End ends the lifetime with err (not nil) and reports whether this call ended it: only
-// the first End counts.
+// End ends the lifetime with err (not nil) and reports whether this call
+// ended it: only the first End counts.
 func (l *Lifetime) End(err error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
+	if l.ctx.Err() != nil {
 		return false
 	}
-	l.ended = true
 	l.cancel(err)
 	return true
 }
