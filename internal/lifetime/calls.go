@@ -39,12 +39,5 @@ func (c *Calls) Close() bool {
 	return true
 }
 
-// Closed reports whether Close was called.
-func (c *Calls) Closed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
 // Wait waits until every call and piece of work counted has left.
 func (c *Calls) Wait() { c.wg.Wait() }
