@@ -84,7 +84,11 @@
 // GETDEL, and each slot one INCRBY of its fencing counter; a release is
 // announced (SPUBLISH) only when a refused caller waits for the key. When a
 // call finds a slot elsewhere (moved, or in migration) it changes nothing,
-// and its slots are tried again one call each.
+// and its slots are tried again one call each. Measured with Redis's own
+// statistics (docs/bench.md), a key locked and released costs about 2.5x
+// the Redis time of a bare SET PX and DEL when keys are spread over the
+// slots, and about 1.9x when they share one: the difference is the fencing
+// counter's INCRBY, one per slot.
 //
 // # Data in Redis
 //

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,22 +17,26 @@ import (
 type OrderConfig struct {
 	SKUs      int // distinct SKUs, spread over every master
 	MaxBasket int
-	Workers   int
+	Workers   []int // the numbers of workers, each a contention level of its own
 	Stock     int64 // initial units of every SKU
-	Rounds    int   // turns each library gets, alternating
+	Rounds    int   // turns each library gets per number of workers, alternating
 	Slice     time.Duration
 }
 
-// DefaultOrders: baskets of up to 10 of 500 SKUs, 32 workers; every library
-// gets three 4-second turns.
-var DefaultOrders = OrderConfig{SKUs: 500, MaxBasket: 10, Workers: 32, Stock: 1_000_000, Rounds: 3, Slice: 4 * time.Second}
+// DefaultOrders: baskets of up to 40 of 2000 SKUs, with 1, 4, 16 and 32
+// workers; every library gets two 3-second turns at each.
+var DefaultOrders = OrderConfig{SKUs: 2000, MaxBasket: 40, Workers: []int{1, 4, 16, 32}, Stock: 1_000_000, Rounds: 2, Slice: 3 * time.Second}
 
-// OrderResult is what one library achieved over all its turns.
+// OrderResult is what one library achieved with one number of workers over
+// all its turns.
 type OrderResult struct {
 	Library string
+	Workers int
 	Orders  int64 // processed: accepted or rejected for want of stock
 	GaveUp  int64 // lock not obtained within the library's own retry limits
-	Elapsed time.Duration
+	// LockWait is the time from asking for a basket's lock to holding it.
+	LockWait Summary
+	Elapsed  time.Duration
 	// Oversold counts units sold beyond a SKU's stock, or written by two
 	// holders at once, as the orders audit finds them. Must be 0.
 	Oversold int64
@@ -53,6 +58,9 @@ func (p *peerProcessor) Process(ctx context.Context, o orders.Order) (orders.Out
 	for i, k := range keys {
 		keys[i] = "lock:" + k
 	}
+	// Sorted, as Locker asks: the per-key peers and the ceiling take them
+	// in this order, which is what keeps them from deadlock.
+	slices.Sort(keys)
 	asked := time.Now()
 	h, err := p.l.Lock(ctx, keys)
 	if err != nil {
@@ -67,12 +75,17 @@ func (p *peerProcessor) Process(ctx context.Context, o orders.Order) (orders.Out
 	return out, err
 }
 
-// RunOrders runs the order workload for every library in turns (the order
-// rotating every round), each on stock of its own, then audits every
-// library's stock against the orders it accepted.
+// orderTimeout bounds one order, lock wait included: an order under way
+// when its processor's turn ends still finishes, and redsync's retries could
+// otherwise hold a turn up for minutes. An order past it gives up.
+const orderTimeout = 10 * time.Second
+
+// RunOrders runs the order workload for every number of workers and every
+// library in turns (the order rotating every round), each library on stock of
+// its own, then audits every library's stock against the orders it accepted.
+// Results come by number of workers, then library.
 func RunOrders(ctx context.Context, rdb redis.UniversalClient, lockers []Locker, cfg OrderConfig) ([]OrderResult, error) {
 	procs := make([]*peerProcessor, len(lockers))
-	results := make([]OrderResult, len(lockers))
 	sold := make([]map[string]int64, len(lockers))
 	for i, l := range lockers {
 		stock := orders.NewStock(rdb, "bench:"+l.Name()+":", orders.Catalogue(cfg.SKUs), cfg.Stock)
@@ -80,28 +93,65 @@ func RunOrders(ctx context.Context, rdb redis.UniversalClient, lockers []Locker,
 			return nil, err
 		}
 		procs[i] = &peerProcessor{l: l, stock: stock}
-		results[i].Library = l.Name()
 		sold[i] = map[string]int64{}
+	}
+	var out []OrderResult
+	for level, workers := range cfg.Workers {
+		results, err := runOrderLevel(ctx, procs, sold, cfg, workers, level)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, results...)
+	}
+	for i, p := range procs {
+		audit, err := p.stock.Audit(ctx, sold[i])
+		if err != nil {
+			return nil, err
+		}
+		if !audit.OnlyOversell() {
+			return nil, fmt.Errorf("%s: the audit found %v", lockers[i].Name(), audit.Problems)
+		}
+		for j := range out {
+			if out[j].Library == lockers[i].Name() {
+				out[j].Oversold = audit.OversoldUnits
+			}
+		}
+		if err := p.stock.Cleanup(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// runOrderLevel gives every processor cfg.Rounds turns with workers
+// workers, and adds what they sold to sold. level numbers the order lists
+// apart from the other levels'.
+func runOrderLevel(ctx context.Context, procs []*peerProcessor, sold []map[string]int64, cfg OrderConfig, workers, level int) ([]OrderResult, error) {
+	results := make([]OrderResult, len(procs))
+	waits := make([][]time.Duration, len(procs))
+	for i, p := range procs {
+		results[i].Library, results[i].Workers = p.l.Name(), workers
 	}
 	for round := range cfg.Rounds {
 		// Enough orders for any turn: a turn ends by time.
-		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 200_000, MaxBasket: cfg.MaxBasket, MaxQty: 1, Seed: uint64(round)})
+		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 200_000, MaxBasket: cfg.MaxBasket, MaxQty: 1, Seed: uint64(level*cfg.Rounds + round)})
 		if err != nil {
 			return nil, err
 		}
 		// Ids unique across rounds: a write is applied once per order id.
 		for i := range list {
-			list[i].ID = fmt.Sprintf("r%d-%s", round, list[i].ID)
+			list[i].ID = fmt.Sprintf("w%d-r%d-%s", workers, round, list[i].ID)
 		}
 		for j := range procs {
 			i := (j + round) % len(procs)
 			stop := make(chan struct{})
 			t := time.AfterFunc(cfg.Slice, func() { close(stop) })
-			res := orders.Run(ctx, procs[i], list, orders.RunConfig{Workers: cfg.Workers, Attempts: 1, OrderTimeout: time.Minute, Stop: stop})
+			res := orders.Run(ctx, procs[i], list, orders.RunConfig{Workers: workers, Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
 			t.Stop()
 			if res.Unknown > 0 {
-				return nil, fmt.Errorf("%s: %d orders failed half-written: %v", lockers[i].Name(), res.Unknown, res.FirstErrors)
+				return nil, fmt.Errorf("%s: %d orders failed half-written: %v", procs[i].l.Name(), res.Unknown, res.FirstErrors)
 			}
+			waits[i] = append(waits[i], res.LockWaits...)
 			results[i].Orders += int64(res.Accepted + res.Rejected)
 			results[i].GaveUp += int64(res.Errors)
 			results[i].Elapsed += res.Elapsed
@@ -110,18 +160,8 @@ func RunOrders(ctx context.Context, rdb redis.UniversalClient, lockers []Locker,
 			}
 		}
 	}
-	for i, p := range procs {
-		audit, err := p.stock.Audit(ctx, sold[i])
-		if err != nil {
-			return nil, err
-		}
-		results[i].Oversold = audit.OversoldUnits
-		if !audit.OnlyOversell() {
-			return nil, fmt.Errorf("%s: the audit found %v", lockers[i].Name(), audit.Problems)
-		}
-		if err := p.stock.Cleanup(ctx); err != nil {
-			return nil, err
-		}
+	for i := range results {
+		results[i].LockWait = Summarize(waits[i])
 	}
 	return results, nil
 }

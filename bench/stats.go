@@ -12,13 +12,14 @@ type Summary struct {
 	Samples int
 	Median  time.Duration
 	P99     time.Duration
+	Max     time.Duration
 }
 
 // Summarize sorts a copy of samples and takes its median and 99th percentile.
 func Summarize(samples []time.Duration) Summary {
 	s := slices.Clone(samples)
 	slices.Sort(s)
-	return Summary{Samples: len(s), Median: Percentile(s, 50), P99: Percentile(s, 99)}
+	return Summary{Samples: len(s), Median: Percentile(s, 50), P99: Percentile(s, 99), Max: Percentile(s, 100)}
 }
 
 // Percentile returns the p-th percentile (0 < p <= 100) of sorted samples by

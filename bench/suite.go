@@ -17,6 +17,7 @@ const (
 	NameRedislockPar  = "redislock-par"
 	NameOneSlot       = NameBatchlock + "-one-slot"
 	NameFloor         = "floor"
+	NameCeiling       = "ceiling"
 )
 
 var labels = map[string]string{
@@ -28,6 +29,7 @@ var labels = map[string]string{
 	NameRedislockPar:  "redislock goroutine per key",
 	NameOneSlot:       "batchlock, all keys in one slot",
 	NameFloor:         "floor: SET PX per key, then DEL, one script call per master",
+	NameCeiling:       "ceiling: a sorted sync.Mutex per SKU, in process",
 }
 
 // Label is the name a reader of the report sees.
@@ -46,7 +48,8 @@ type Suite struct {
 	Lockers []Locker
 	// Handoff: waiters with pub/sub, polling, and the peers' retries.
 	Handoff []HandoffPair
-	// Orders: batchlock and the redsync-based processor.
+	// Orders: batchlock, the in-process ceiling and the redsync-based
+	// processor.
 	Orders []Locker
 
 	closers []func() error
@@ -86,7 +89,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		NewRedislock(NameRedislockPar, client(), true),
 		OneSlot{bl},
 	}
-	s.Orders = []Locker{s.Lockers[0], s.Lockers[2]}
+	s.Orders = []Locker{s.Lockers[0], NewCeiling(), s.Lockers[2]}
 
 	waiter, err := newBatchlock(NameBatchlock)
 	if err != nil {

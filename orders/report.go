@@ -64,6 +64,9 @@ type Report struct {
 	Retries      int      `json:"retries"`
 	Elapsed      Duration `json:"elapsed_ms"`
 	OrdersPerSec float64  `json:"orders_per_second"`
+	// MeanCycle is workers / OrdersPerSec: the mean time from one order
+	// of a worker to its next, the scale a lock wait compares with.
+	MeanCycle Duration `json:"mean_order_cycle_ms"`
 	// LockWait is nil when orders were not locked.
 	LockWait     *Waits   `json:"lock_wait,omitempty"`
 	Conflicts    int64    `json:"conflicts"`
@@ -124,6 +127,9 @@ func NewReport(mode string, workers int, res Result, counters *Counters, audit A
 	if res.Elapsed > 0 {
 		r.OrdersPerSec = float64(res.Orders) / res.Elapsed.Seconds()
 	}
+	if res.Orders > 0 {
+		r.MeanCycle = Duration(time.Duration(workers) * res.Elapsed / time.Duration(res.Orders))
+	}
 	if counters != nil {
 		r.Conflicts, r.LocksLost = counters.Conflicts(), counters.Lost()
 		r.FirstLost = counters.LostReasons()
@@ -168,6 +174,10 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	if r.LockWait != nil {
 		row("lock wait", "p50 %v, p99 %v, max %v (%d locks)", r.LockWait.P50, r.LockWait.P99, r.LockWait.Max, r.LockWait.Count)
+		if r.MeanCycle > 0 {
+			row("order cycle", "mean %v (workers / orders per second): the longest lock wait is %.1fx it",
+				r.MeanCycle, float64(r.LockWait.Max)/float64(r.MeanCycle))
+		}
 		row("conflicts", "%d", r.Conflicts)
 		row("locks lost", "%d", r.LocksLost)
 	}

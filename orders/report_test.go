@@ -40,6 +40,7 @@ func TestReportText(t *testing.T) {
 	assert.Equal(t, Duration(50*time.Millisecond), r.LockWait.P50)
 	assert.Equal(t, Duration(99*time.Millisecond), r.LockWait.P99)
 	assert.Equal(t, Duration(100*time.Millisecond), r.LockWait.Max)
+	assert.Equal(t, Duration(160*time.Millisecond), r.MeanCycle, "8 workers at 50 orders/s")
 
 	var b strings.Builder
 	require.NoError(t, r.WriteText(&b))
@@ -51,6 +52,7 @@ func TestReportText(t *testing.T) {
 		"rejected         39 (short of stock)\n",
 		"errors           1 (nothing written) after 3 retries\n",
 		"lock wait        p50 50ms, p99 99ms, max 100ms (100 locks)\n",
+		"order cycle      mean 160ms (workers / orders per second): the longest lock wait is 0.6x it\n",
 		"conflicts        2\n",
 		"locks lost       1\n",
 		"stock            1 SKUs: 10 units, 6 sold, 4 left\n",

@@ -41,31 +41,35 @@ end
 local now = now_ms()
 local ends = now + lease
 
--- written lists what this call wrote, to undo: {key, old value or false,
--- old expiry}.
-local written = {}
-local function undo(from)
-  for i = #written, from, -1 do
-    local w = written[i]
-    if w[2] then
-      redis.call('SET', w[1], w[2], 'PXAT', w[3])
-    else
-      redis.call('DEL', w[1])
-    end
-    written[i] = nil
+-- What this call wrote, to undo: the keys it created, and the keys it
+-- joined with their old value and expiry.
+local created, joined = {}, {}
+local function undo(created_from, joined_from)
+  for i = #joined, joined_from, -1 do
+    local j = joined[i]
+    redis.call('SET', j[1], j[2], 'PXAT', j[3])
+    joined[i] = nil
+  end
+  for i = #created, created_from, -1 do
+    redis.call('DEL', created[i])
+    created[i] = nil
   end
 end
+
+-- Every key taken afresh by this call gets the same value but for its token.
+local ends_ms = string.format('%d', ends)
+local value = fresh(hold, ends_ms, owner)
 
 -- take tries key for the hold; it returns the key's token, or false and the
 -- remaining lease of another owner's key, or nil and the error of a key not
 -- served here (moved) or of any other failure.
 local function take(key, token)
-  local r = redis.pcall('SET', key, fresh(token, hold, ends, owner), 'NX', 'PXAT', ends)
+  local r = redis.pcall('SET', key, value(token), 'NX', 'PXAT', ends_ms)
   if failed(r) then
     return nil, r
   end
   if r then
-    written[#written + 1] = {key, false, 0}
+    created[#created + 1] = key
     return token
   end
   local v = redis.pcall('GET', key)
@@ -76,7 +80,7 @@ local function take(key, token)
   local latest = live(s, now)
   s.holds[hold] = ends
   redis.call('SET', key, format(s), 'PXAT', math.max(latest, ends))
-  written[#written + 1] = {key, v, math.max(latest, now + 1)}
+  joined[#joined + 1] = {key, v, math.max(latest, now + 1)}
   return s.token
 end
 
@@ -92,17 +96,19 @@ end
 
 local tokens, conflicts = {}, {}
 local wait, held, slot = 0, 0, 0
+-- clear: no key of the call is held by another owner so far.
+local clear = true
 local i = 6
 while i <= #ARGV do
   local fence, n = ARGV[i], tonumber(ARGV[i + 1])
   local first = i + 2
   local base = 0
-  if #conflicts == 0 then
+  if clear then
     -- A token per key, some of them unused (keys joined or refused): gaps
     -- do not matter, a key's tokens only have to grow.
     base = redis.pcall('INCRBY', fence, n)
     if failed(base) then
-      undo(1)
+      undo(1, 1)
       if moved(base) then
         return {-2, slot}
       end
@@ -110,12 +116,12 @@ while i <= #ARGV do
     end
     base = base - n
   end
-  local before, slotTokens = #written, #tokens
+  local created_before, joined_before, slot_tokens = #created, #joined, #tokens
   local refused = false
   for j = 0, n - 1 do
     local key = ARGV[first + j]
     local token, left
-    if #conflicts == 0 then
+    if clear then
       token, left = take(key, base + j + 1)
     else
       -- Refused already ("try"): only look for the other conflicts.
@@ -127,23 +133,23 @@ while i <= #ARGV do
       end
     end
     if token == nil then
-      undo(1)
+      undo(1, 1)
       if moved(left) then
         return {-2, slot}
       end
       return left
     elseif token == false then
-      refused = true
+      refused, clear = true, false
       conflicts[#conflicts + 1] = key
       wait = math.max(wait, left)
-    elseif #conflicts == 0 then
+    elseif clear then
       tokens[#tokens + 1] = token
     end
   end
   if refused then
     if mode == 'wait' then
-      undo(before + 1)
-      for t = #tokens, slotTokens + 1, -1 do
+      undo(created_before + 1, joined_before + 1)
+      for t = #tokens, slot_tokens + 1, -1 do
         tokens[t] = nil
       end
       for _, key in ipairs(conflicts) do
@@ -151,14 +157,14 @@ while i <= #ARGV do
       end
       return {0, held, wait, conflicts, tokens}
     end
-    undo(1)
-  elseif #conflicts == 0 then
+    undo(1, 1)
+  elseif clear then
     held = held + 1
   end
   slot = slot + 1
   i = first + n
 end
-if #conflicts > 0 then
+if not clear then
   return {0, 0, wait, conflicts, {}}
 end
 return {1, tokens}

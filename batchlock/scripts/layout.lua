@@ -69,9 +69,13 @@ local function rewrite(key, s, now)
   return true
 end
 
--- fresh is the value of a key taken afresh by one hold.
-local function fresh(token, hold, ends, owner)
-  return string.format('%d', token) .. ' - ' .. hold .. '=' .. string.format('%d', ends) .. ' ' .. owner
+-- fresh returns the value, by fencing token, of a key taken afresh by one
+-- hold whose lease ends at ends (decimal milliseconds).
+local function fresh(hold, ends, owner)
+  local rest = ' - ' .. hold .. '=' .. ends .. ' ' .. owner
+  return function(token)
+    return string.format('%d', token) .. rest
+  end
 end
 
 -- failed reports a reply of redis.pcall that is an error.

@@ -32,7 +32,6 @@ for i = 5, 4 + m do
   elsewhere(redis.pcall('SET', ARGV[i], '1', 'PX', remember))
 end
 
-local now = now_ms()
 local taken, away = {}, {}
 local single = '^%d+ (%S) ' .. string.gsub(hold, '%p', '%%%0') .. '=%d+ '
 for i = 5 + m, #ARGV do
@@ -52,7 +51,7 @@ for i = 5 + m, #ARGV do
       if s then
         local mine = s.holds[hold] ~= nil
         s.holds[hold] = nil
-        if rewrite(key, s, now) and s.waited then
+        if rewrite(key, s, now_ms()) and s.waited then
           redis.call('SPUBLISH', key, 'released')
         end
         if not mine and s.owner ~= owner then
