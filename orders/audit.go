@@ -71,21 +71,26 @@ func (a Audit) OnlyOversell() bool {
 	return true
 }
 
+// Add counts a problem of kind with sku, and keeps it among the first
+// MaxProblems. Stores that check more than Check does (the database's own
+// records of orders, say) add their findings with it.
+func (a *Audit) Add(kind ProblemKind, sku, format string, args ...any) {
+	if a.Counts == nil {
+		a.Counts = make(map[ProblemKind]int)
+	}
+	a.Counts[kind]++
+	if len(a.Problems) < MaxProblems {
+		a.Problems = append(a.Problems, Problem{Kind: kind, SKU: sku, Detail: fmt.Sprintf(format, args...)})
+	}
+}
+
 // Check audits stock states against the units of accepted orders per SKU.
 // A SKU passes when its stock is not below zero, initial == remaining +
 // sold, Redis's sold equals the accepted units, and those do not exceed
 // the initial stock.
 func Check(states []SKUState, accepted map[string]int64) Audit {
 	a := Audit{SKUs: len(states)}
-	add := func(kind ProblemKind, sku, format string, args ...any) {
-		if a.Counts == nil {
-			a.Counts = make(map[ProblemKind]int)
-		}
-		a.Counts[kind]++
-		if len(a.Problems) < MaxProblems {
-			a.Problems = append(a.Problems, Problem{Kind: kind, SKU: sku, Detail: fmt.Sprintf(format, args...)})
-		}
-	}
+	add := a.Add
 	known := make(map[string]bool, len(states))
 	for _, s := range states {
 		known[s.SKU] = true

@@ -1,0 +1,61 @@
+package pgorders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/batchlock/batchlock/orders"
+)
+
+// ErrFenced means a stock row refused a write: a newer fencing token had
+// written it, so the writer's lock had been lost to another owner.
+var ErrFenced = errors.New("pgorders: refused a stale fencing token")
+
+// takeLine decrements one stock row and records the line, in one statement,
+// only when no newer token than the writer's ($4) has written the row. A
+// stale token updates no row, and so inserts no line.
+const takeLine = `
+WITH w AS (
+	UPDATE stock SET units = units - $3, fence = $4, writes = writes + 1
+	WHERE sku = $2 AND fence <= $4
+	RETURNING writes
+)
+INSERT INTO order_lines (order_id, sku, qty, token, write_seq)
+SELECT $1, $2, $3, $4, writes FROM w`
+
+// WriteOrder records order o in tx and takes the units of every line, each
+// stock row's write fenced by its line's token (tokens[i] for o.Lines[i]),
+// in one round trip. It checks no stock level: that is the caller's, under
+// its lock. When a row refuses its token, the error wraps ErrFenced and tx
+// must be rolled back.
+func WriteOrder(ctx context.Context, tx pgx.Tx, o orders.Order, tokens []int64) error {
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO orders (id, lines) VALUES ($1, $2)`, o.ID, len(o.Lines))
+	for i, l := range o.Lines {
+		b.Queue(takeLine, o.ID, l.SKU, l.Qty, tokens[i])
+	}
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		return errors.Join(fmt.Errorf("recording order %s: %w", o.ID, err), br.Close())
+	}
+	var fenced []string
+	for _, l := range o.Lines {
+		tag, err := br.Exec()
+		if err != nil {
+			return errors.Join(fmt.Errorf("writing %s: %w", l.SKU, err), br.Close())
+		}
+		if tag.RowsAffected() == 0 {
+			fenced = append(fenced, l.SKU)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("writing order %s: %w", o.ID, err)
+	}
+	if len(fenced) > 0 {
+		return fmt.Errorf("%w: order %s, SKUs %v written by a newer token", ErrFenced, o.ID, fenced)
+	}
+	return nil
+}
