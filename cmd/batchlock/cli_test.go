@@ -53,6 +53,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"demo", "--hot", "30", "--skus", "20"}, "--hot 30: want 0 to --skus (20)"},
 		{[]string{"demo", "--think", "-1s"}, "--think -1s must not be negative"},
 		{[]string{"demo", "leftover"}, `unexpected argument "leftover"`},
+		{[]string{"demo", "--store", "mysql"}, `--store "mysql": want redis or postgres`},
+		{[]string{"demo", "--store", "postgres", "--no-lock"}, "--no-lock runs on --store=redis only"},
 		{[]string{"demo", "--chaos", "--addrs", "127.0.0.1:7000"}, "--chaos needs the throwaway cluster"},
 		{[]string{"demo", "--addrs", "nonsense"}, `bad address "nonsense": want host:port`},
 		{[]string{"demo", "--addrs", ":7000"}, `bad address ":7000": no host`},

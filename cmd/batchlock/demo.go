@@ -20,6 +20,7 @@ import (
 
 type demoOptions struct {
 	addrs     string
+	store     string
 	skus      int
 	orders    int
 	workers   int
@@ -42,8 +43,8 @@ const hotShare = 0.1
 func demoCommand() command {
 	return command{
 		name: "demo",
-		summary: `Usage: batchlock demo [--addrs host:port,...] [--skus 2000] [--orders 5000] [--workers 32]
-                      [--max-basket 200] [--no-lock] [--chaos] [--seed N] [--json] [flags]
+		summary: `Usage: batchlock demo [--addrs host:port,...] [--store redis|postgres] [--skus 2000] [--orders 5000]
+                      [--workers 32] [--max-basket 200] [--no-lock] [--chaos] [--seed N] [--json] [flags]
 
 Processes SKU orders on a Redis Cluster: each order locks its whole basket
 (1 to --max-basket SKUs, spread over every master) with batchlock, reads
@@ -55,6 +56,14 @@ Without --addrs (or $BATCHLOCK_CLUSTER_ADDRS) the demo starts a throwaway
 six-node cluster (docker, or redis-server processes) and removes it
 afterwards, also on Ctrl-C. With either, it runs on that cluster (loopback
 only), under keys demo:<run>:, which it deletes afterwards.
+
+--store=postgres keeps the stock in a throwaway PostgreSQL server (started
+from the installed server binaries on a free loopback port, removed
+afterwards) instead of Redis hashes: each order locks its basket, then
+runs one transaction in the lock's context whose every stock write carries
+the key's fencing token (UPDATE ... WHERE fence <= token), and commits only
+while the lock holds. The audit reads the database: nothing oversold, every
+accepted order with all its lines, no row written by a stale token.
 
 --no-lock runs the same read, check and write without a lock: orders that
 read a SKU at the same time both sell the same units, and the audit shows
@@ -69,6 +78,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 		flags: func(fs *flag.FlagSet) any {
 			o := &demoOptions{}
 			fs.StringVar(&o.addrs, "addrs", "", "seeds of a running cluster, comma-separated (default $BATCHLOCK_CLUSTER_ADDRS, else a throwaway cluster)")
+			fs.StringVar(&o.store, "store", storeRedis, "where the stock lives: redis (hashes in the cluster) or postgres (a throwaway PostgreSQL)")
 			fs.IntVar(&o.skus, "skus", 2000, "SKUs in the catalogue")
 			fs.IntVar(&o.orders, "orders", 5000, "orders to process")
 			fs.IntVar(&o.workers, "workers", 32, "orders processed at once")
@@ -76,7 +86,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.Int64Var(&o.maxQty, "max-qty", 3, "most units of one SKU in one order")
 			fs.Int64Var(&o.stock, "stock", 100, "initial units of each SKU")
 			fs.IntVar(&o.hot, "hot", 20, "hot SKUs, which a tenth of all lines pick")
-			fs.DurationVar(&o.think, "think", 0, "pause between reading stock and writing it, as a real processor's work")
+			fs.DurationVar(&o.think, "think", 0, "pause in each order, as a real processor's work: between reading stock and writing it (redis), before the commit (postgres)")
 			fs.IntVar(&o.replicas, "replicas", -1, "replicas that must acknowledge every lock and write (WAIT) (default 0, or 1 with --chaos)")
 			fs.Uint64Var(&o.seed, "seed", 1, "seed of the order stream: same seed, same orders")
 			fs.BoolVar(&o.noLock, "no-lock", false, "process orders without locking: shows the oversell batchlock prevents")
@@ -95,6 +105,10 @@ func (o *demoOptions) validate(args []string) error {
 	switch {
 	case len(args) > 0:
 		return usagef("unexpected argument %q", args[0])
+	case o.store != storeRedis && o.store != storePostgres:
+		return usagef("--store %q: want %s or %s", o.store, storeRedis, storePostgres)
+	case o.noLock && o.store != storeRedis:
+		return usagef("--no-lock runs on --store=%s only: its oversell is that of the Redis read-then-write", storeRedis)
 	case o.skus < 1:
 		return usagef("--skus %d: need at least 1", o.skus)
 	case o.orders < 1:
@@ -165,18 +179,15 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		}
 	}()
 
-	stock := orders.NewStock(t.rdb, "demo:"+runID()+":", orders.Catalogue(o.skus), o.stock)
-	if o.replicas > 0 {
-		stock.RequireReplicas(o.replicas, replicaTimeout)
-	}
-	if err := stock.Setup(ctx); err != nil {
+	stock, err := openStore(ctx, e.stderr, o, t.rdb, "demo:"+runID()+":")
+	if err != nil {
 		return err
 	}
 	// Clean up also after Ctrl-C, when ctx is done.
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if err := stock.Cleanup(cctx); err != nil {
+		if err := stock.close(cctx); err != nil {
 			fmt.Fprintf(e.stderr, "batchlock demo: %v\n", err)
 		}
 	}()
@@ -206,12 +217,13 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 	// for the cluster to settle.
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	audit, err := stock.Audit(actx, res.SoldBySKU)
+	audit, err := stock.audit(actx, res)
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
 	r := demoReport{
 		Cluster:     t.addrs,
+		Store:       stock.describe(),
 		Throwaway:   t.cluster != nil,
 		SKUs:        o.skus,
 		StockPerSKU: o.stock,
@@ -223,6 +235,9 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		Chaos:       chaosRes,
 	}
 	r.Verdict, r.Passed = judge(o.noLock, audit)
+	if r.Passed && o.store == storePostgres {
+		r.Verdict = "PASSED: no unit oversold, every accepted order fully applied, no row written by a stale token, stock consistent"
+	}
 	if chaosRes != nil && chaosRes.Err != "" {
 		r.Verdict, r.Passed = "FAILED: the failover did not complete, so the run shows nothing about one", false
 	}
@@ -242,9 +257,10 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 
 // newProcessor returns the processor --no-lock asks for, the counters of
 // its lock events (nil without locks), and what to close after the run.
-func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock *orders.Stock) (orders.Processor, *orders.Counters, func(), error) {
+func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (orders.Processor, *orders.Counters, func(), error) {
 	if o.noLock {
-		return &orders.Unlocked{Stock: stock, Think: o.think}, nil, func() {}, nil
+		// validate allows --no-lock on Redis only.
+		return &orders.Unlocked{Stock: stock.(*redisStore).stock, Think: o.think}, nil, func() {}, nil
 	}
 	counters := &orders.Counters{}
 	opts := []batchlock.Option{batchlock.WithObserver(counters.Observe)}
@@ -255,7 +271,7 @@ func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock *orders.Stock)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return &orders.Locked{Locker: locker, Stock: stock, Think: o.think}, counters, func() { _ = locker.Close() }, nil
+	return stock.locked(locker), counters, func() { _ = locker.Close() }, nil
 }
 
 func mode(noLock bool) string {

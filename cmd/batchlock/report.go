@@ -13,6 +13,7 @@ import (
 type demoReport struct {
 	Cluster     []string        `json:"cluster"`
 	Throwaway   bool            `json:"throwaway"`
+	Store       string          `json:"store"`
 	SKUs        int             `json:"skus"`
 	StockPerSKU int64           `json:"stock_per_sku"`
 	MaxBasket   int             `json:"max_basket"`
@@ -65,6 +66,7 @@ func (r demoReport) writeText(w io.Writer) error {
 		kind = "throwaway"
 	}
 	row("cluster", "%s (%s)", strings.Join(r.Cluster, ","), kind)
+	row("stock in", "%s", r.Store)
 	row("workload", "%d SKUs of %d units, baskets of 1 to %d SKUs, seed %d, think %v",
 		r.SKUs, r.StockPerSKU, r.MaxBasket, r.Seed, r.Think)
 	if r.Replicas > 0 {

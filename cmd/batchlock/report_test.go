@@ -41,7 +41,7 @@ func sampleReport() demoReport {
 	audit := orders.Check([]orders.SKUState{{SKU: "a", Initial: 5, Remaining: 2, Sold: 3}}, map[string]int64{"a": 3})
 	res := orders.Result{Orders: 10, Accepted: 1, Rejected: 9, Elapsed: time.Second, LockWaits: []time.Duration{time.Millisecond}}
 	r := demoReport{
-		Cluster: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Throwaway: true,
+		Cluster: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Throwaway: true, Store: "postgresql 15.18: a row per SKU",
 		SKUs: 1, StockPerSKU: 5, MaxBasket: 3, Seed: 9, Replicas: 1,
 		Run:   orders.NewReport("batchlock", 4, res, &orders.Counters{}, audit),
 		Chaos: &chaosResult{Master: "127.0.0.1:7000", Promoted: "127.0.0.1:7003", AtOrder: 3, Took: orders.Duration(1500 * time.Millisecond)},
@@ -56,6 +56,7 @@ func TestDemoReportText(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"cluster          127.0.0.1:7000,127.0.0.1:7001 (throwaway)\n",
+		"stock in         postgresql 15.18: a row per SKU\n",
 		"workload         1 SKUs of 5 units, baskets of 1 to 3 SKUs, seed 9, think 0s\n",
 		"durability       every lock and write acknowledged by 1 replica(s)\n",
 		"mode             batchlock, 4 workers\n",

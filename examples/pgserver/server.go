@@ -143,13 +143,16 @@ func (s *Server) waitReady(ctx context.Context) error {
 	}
 }
 
+// Addr returns the server's host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
 // URL returns the connection string of the server's postgres database, as
 // the superuser postgres.
 func (s *Server) URL() string { return s.DatabaseURL("postgres") }
 
 // DatabaseURL returns the connection string of database name.
 func (s *Server) DatabaseURL(name string) string {
-	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
+	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: s.Addr(),
 		Path: "/" + name, RawQuery: "sslmode=disable"}
 	return u.String()
 }
