@@ -1,6 +1,6 @@
 # make test runs everything CI runs: deps, go vet and staticcheck on every
 # module, unit tests, the integration suite on the docker backend and on the
-# process backend, then a short soak.
+# process backend, the PostgreSQL order processor's tests, then a short soak.
 SHELL := bash
 GO    ?= go
 
@@ -30,7 +30,7 @@ COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "doc
 COMPOSE_RUN  = $(COMPOSE) -f docker/docker-compose.yml -p batchlock-dev
 DEV_ADDRS    = 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
 
-.PHONY: deps lint test test-unit test-docker test-process test-external test-soak soak image bench demo \
+.PHONY: deps lint test test-unit test-docker test-process test-postgres test-external test-soak soak image bench demo \
         cluster-up cluster-down clean-containers
 
 deps:
@@ -51,6 +51,7 @@ test: deps
 	$(MAKE) test-unit
 	$(MAKE) test-docker
 	$(MAKE) test-process
+	$(MAKE) test-postgres
 	$(MAKE) test-soak
 
 test-unit:
@@ -67,6 +68,12 @@ test-docker:
 
 test-process:
 	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=process $(CLUSTER_TEST)
+
+# The order processor on PostgreSQL (examples/): a throwaway PostgreSQL
+# server and a six-node cluster on the process backend. Under CI=true a
+# server that cannot start fails the tests; elsewhere they skip loudly.
+test-postgres: deps
+	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=process $(GO) -C examples test -race -count=1 -timeout 10m ./...
 
 # A short soak on one backend, as part of make test.
 test-soak:
@@ -105,7 +112,8 @@ clean-containers:
 	if [ -n "$$ids" ]; then docker rm -f $$ids; else echo "clean-containers: none"; fi
 
 # The main job: a batch order processor on a throwaway six-node cluster,
-# audited for oversell. DEMO_FLAGS passes more, e.g. DEMO_FLAGS=--no-lock.
+# audited for oversell. DEMO_FLAGS passes more, e.g. DEMO_FLAGS=--no-lock,
+# or DEMO_FLAGS=--store=postgres for stock in a throwaway PostgreSQL.
 demo: deps
 	@$(GO) -C cmd/batchlock run . demo $(DEMO_FLAGS)
 
