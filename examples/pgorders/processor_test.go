@@ -95,6 +95,7 @@ func TestPausedHolderCannotCommit(t *testing.T) {
 	require.Less(t, staleTokens[1], newTokens[1])
 	tx, err := f.db.Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // the pool's Close waits for its connection
 	err = pgorders.WriteOrder(ctx, tx, first, staleTokens)
 	require.ErrorIs(t, err, pgorders.ErrFenced)
 	require.NoError(t, tx.Rollback(ctx))
@@ -237,6 +238,7 @@ func TestAuditFindsStaleWritesAndOversell(t *testing.T) {
 	write := func(o orders.Order, toks ...int64) {
 		tx, err := f.db.Begin(ctx)
 		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }() // the pool's Close waits for its connection
 		require.NoError(t, pgorders.WriteOrder(ctx, tx, o, toks))
 		require.NoError(t, tx.Commit(ctx))
 	}
