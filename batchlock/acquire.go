@@ -110,6 +110,10 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		}
 		outcome := c.acquire(ctx, l, groups, wait)
 		if outcome.err != nil {
+			if wt.waited {
+				// Our place in the queue of the group waited for.
+				outcome.queued = append(outcome.queued, 0)
+			}
 			c.rollback(ctx, l, wt.held, outcome)
 			return outcome.err
 		}
@@ -133,27 +137,33 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			return conflict
 		}
 
-		// Keep the groups before the first refused one; give back those
-		// after it, so that the next attempt takes them in order again.
+		// Keep the groups before the first refused one, and the keys of
+		// that one before the key refused, which holds our place in its
+		// queue; give back what other runs took or queued after it, so
+		// that the next attempt takes it in order again.
 		failed := wt.held + outcome.refused
 		var after []group
-		for _, i := range outcome.granted {
+		for _, i := range append(outcome.granted, outcome.queued...) {
 			if wt.held+i > failed {
 				after = append(after, l.groups[wt.held+i])
 			}
 		}
 		if _, err := c.release(ctx, l, after, nil); err != nil {
-			c.rollback(ctx, l, wt.held, outcome)
+			c.rollback(ctx, l, failed+1, acquireOutcome{})
 			return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
 		}
-		if wt.held == 0 && failed > 0 {
+		if wt.held == 0 && failed+outcome.part > 0 {
 			wt.since = start
+		}
+		if outcome.part > 0 {
+			l.split(failed, outcome.part)
+			failed++
 		}
 		wt.held = failed
 		wt.waited = true
 		// Until the refused group is granted, attempts ask for it alone:
 		// asking for all the rest again and giving most of it back would
-		// load the servers and wake other waiters for nothing.
+		// load the servers for nothing.
 		wt.focus = true
 
 		// Listen for the blockers' release before trying again, so that a
@@ -163,11 +173,13 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		blockers := outcome.groupConflicts
 		if !wt.sub.covers(blockers) {
 			wt.sub.close()
-			wt.sub = c.waiters.subscribe(ctx, blockers)
+			wt.sub = c.waiters.subscribe(ctx, l.hold, blockers)
 			continue
 		}
 		if err := c.pause(ctx, l, wt, outcome.wait); err != nil {
-			c.rollback(ctx, l, wt.held, acquireOutcome{})
+			// The group waited for goes too: our place in its queue, and
+			// the key itself if it was handed to us meanwhile.
+			c.rollback(ctx, l, wt.held+1, acquireOutcome{})
 			return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
 		}
 		wt.attempt++
@@ -198,6 +210,11 @@ func (c *Client) hand(ctx context.Context, l *Lock, waited bool, start time.Time
 	}
 	return nil
 }
+
+// place is how long a waiting call's place in a key's queue lasts unless it
+// asks again: a few of its polls, which renew it, so that the place of a
+// waiter that died lapses soon.
+func (c *Client) place() time.Duration { return max(3*c.cfg.pollMax, 2*time.Second) }
 
 // waiting is the state of a Lock call that waits for some of its groups.
 type waiting struct {

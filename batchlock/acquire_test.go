@@ -482,7 +482,7 @@ func TestForceUnlock(t *testing.T) {
 // then a count, then keys).
 func groupsIn(c *script.Call) int {
 	n := 0
-	for i := 5; i < len(c.Args); i += 2 + c.Args[i+1].(int) {
+	for i := 6; i < len(c.Args); i += 2 + c.Args[i+1].(int) {
 		n++
 	}
 	return n

@@ -19,12 +19,15 @@ import (
 
 // HeldKey is one key held, as Held finds it.
 type HeldKey struct {
-	Key    string        // without the prefix
-	Owner  string        // the owner id
-	Holds  int           // holds whose lease has not ended
-	Lease  time.Duration // what is left of the key's lease
-	Token  int64         // the fencing token of the ownership
-	Master string        // the address of the master that serves the key (Held only)
+	Key   string // without the prefix
+	Owner string // the owner id
+	Holds int    // holds whose lease has not ended
+	// Waiting counts the calls queued for the key whose place has not
+	// lapsed; a release hands the key to the first of them.
+	Waiting int
+	Lease   time.Duration // what is left of the key's lease
+	Token   int64         // the fencing token of the ownership
+	Master  string        // the address of the master that serves the key (Held only)
 }
 
 // Held lists the keys held under the Client's prefix whose name (without the
@@ -148,7 +151,7 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 	for i, k := range lockKeys {
 		out[i].Key = k[len(c.cfg.prefix):]
 		if s, ok := parseLock(values[i].Val(), now.Val()); ok {
-			out[i] = HeldKey{Key: out[i].Key, Owner: s.owner, Holds: s.holds, Lease: max(leases[i].Val(), 0), Token: s.token}
+			out[i] = HeldKey{Key: out[i].Key, Owner: s.owner, Holds: s.holds, Waiting: s.waiting, Lease: max(leases[i].Val(), 0), Token: s.token}
 		}
 	}
 	return out, nil

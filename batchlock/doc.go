@@ -17,11 +17,28 @@
 // No deadlock. Keys are taken in one global order, by every client alike:
 // by slot, then by key. An atomic unit is a run of consecutive slots of that
 // order served by one master (one script call). A waiting Lock takes, in
-// each call, its slots in order up to the first one another owner holds,
+// each call, its keys in order up to the first one another owner holds,
 // keeps what it took, gives back what later calls took, and waits for that
-// slot: it holds only keys before the position it waits for. Along any chain
+// key: it holds only keys before the position it waits for. Along any chain
 // of callers each waiting for a key the next one holds, the waited-for
 // position therefore strictly grows, so the chain cannot close into a cycle.
+// (Waiting at a slot instead, holding a key of it handed over while waiting
+// for another key of it, could deadlock two waiters queued in different
+// orders on the two keys.)
+//
+// Waiters queue. The call that finds a key held records its place in the
+// key's queue, in arrival order; the release that frees the key hands it to
+// the first waiter whose place has not lapsed, as a claim on it for 3s, and
+// tells only that waiter, which then takes the key with a fresh fencing
+// token and goes on with the rest of its batch. No other waiter is woken. A
+// waiter that gives up (its context ends, its Client closes) leaves the
+// queue, and gives the key on if it had been handed it meanwhile. A place
+// lasts three poll intervals (WithPollInterval), at least 2s, and each
+// attempt of a waiter renews it, so the place of a waiter that died lapses
+// soon, and so does the claim of one handed a key after it died. When a
+// key's lease runs out while others wait for it (its holder died), its queue
+// goes with it: the waiters notice when that lease ends and take it in
+// whatever order they come, then queue again behind whoever got it.
 // Reentrancy is by owner id: calls with the same owner (WithOwner,
 // ContextWithOwner, or inside Do) may hold the same keys at once; each Lock
 // releases only its own holds, each hold ends with its own lease, and a key
@@ -81,8 +98,8 @@
 // consecutive slots on a master, at most 1024 keys each) and one to release
 // it, sent to all masters in parallel: one round trip per master, whatever
 // the number of keys. Inside, a key taken afresh costs one SET, a release one
-// GETDEL, and each slot one INCRBY of its fencing counter; a release is
-// announced (SPUBLISH) only when a refused caller waits for the key. When a
+// GETDEL, and each slot one INCRBY of its fencing counter; a release sends a
+// message (SPUBLISH) only when it hands the key to a waiter. When a
 // call finds a slot elsewhere (moved, or in migration) it changes nothing,
 // and its slots are tried again one call each. Measured with Redis's own
 // statistics (docs/bench.md), a key locked and released costs about 2.5x
@@ -93,15 +110,18 @@
 // # Data in Redis
 //
 // Each lock key is prefix+key (default prefix "batchlock:"), a string
-// "<token> <flag> <holds> <owner>": the fencing token of the ownership, "w"
-// once a refused call waits for the key (else "-"), its holds as
-// "<hold>=<ends>" comma-separated (ends: the server time in milliseconds at
-// which that hold's lease ends), and the owner id. The key expires with its
+// "<token> <queue> <holds> <owner>": the fencing token of the ownership, the
+// waiters' places as "<hold>@<ends>" comma-separated in arrival order (else
+// "-"), its holds as "<hold>=<ends>" comma-separated (ends: the server time
+// in milliseconds at which that place or hold's lease ends), and the owner
+// id, empty while the key is a waiter's claim. The key expires with its
 // longest hold. Per slot, prefix+"fence:{" + tag + "}" counts fencing tokens
 // (it never expires), and prefix+"cancel:{" + tag + "}:" + hold marks a hold
 // cancelled by a rollback, for one lease. Keys starting with "fence:{" or
-// "cancel:{" are therefore refused. A release is announced with SPUBLISH on
-// a channel named like the lock key. Held, Inspect and ForceUnlock read and
+// "cancel:{" are therefore refused. A hand-off is announced with SPUBLISH on
+// a channel named like the lock key, its message the hold field of the
+// waiter it is for ("released" when a key is freed with no live place left
+// in its queue, or by ForceUnlock: every waiter then tries again). Held, Inspect and ForceUnlock read and
 // change this layout for tools; nothing else needs to know it.
 //
 // # Client settings

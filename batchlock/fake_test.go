@@ -113,7 +113,7 @@ func (f *fakeRedis) Send(ctx context.Context, s *redis.Script, calls []*script.C
 func (f *fakeRedis) firstLockKey(name string, c *script.Call) string {
 	switch name {
 	case "acquire":
-		return c.Args[7].(string)
+		return c.Args[8].(string)
 	case "release":
 		return c.Args[4+c.Args[3].(int)].(string)
 	case "extend":
@@ -236,8 +236,8 @@ func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 	panic("no elsewhere reply for " + name)
 }
 
-// acquire is acquire.lua's logic: the groups of a run in order, all or none
-// ("try") or up to the first refused one ("wait").
+// acquire is acquire.lua's logic but for queues: the groups of a run in
+// order, all or none ("try") or up to the first refused key ("wait").
 func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 	owner, hold, lease, mode, mark := c.Args[0].(string), c.Args[1].(string), ms(c.Args[2]), c.Args[3].(string), c.Args[4].(string)
 	if until, ok := f.marks[mark]; ok && until.After(now) {
@@ -248,7 +248,7 @@ func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 		keys  []string
 	}
 	var slots []slot
-	for i := 5; i < len(c.Args); {
+	for i := 6; i < len(c.Args); {
 		n := c.Args[i+1].(int)
 		sl := slot{fence: c.Args[i].(string)}
 		for _, a := range c.Args[i+2 : i+2+n] {
@@ -270,44 +270,51 @@ func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 	}
 	conflicts := []any{}
 	var wait int64
-	held := 0
+	held, part := 0, 0
 	for _, sl := range slots {
-		var mine []any
-		for _, key := range sl.keys {
+		first := -1
+		for i, key := range sl.keys {
 			if refused, left := refusedBy(key); refused {
-				mine = append(mine, key)
+				if first < 0 {
+					first = i
+				}
+				conflicts = append(conflicts, key)
 				wait = max(wait, left)
+				if mode == "wait" {
+					break
+				}
 			}
 		}
-		if len(mine) > 0 {
-			conflicts = append(conflicts, mine...)
-			if mode == "wait" {
-				break
-			}
-			continue
+		if first >= 0 && mode == "wait" {
+			part = first
+			break
 		}
 		if len(conflicts) == 0 {
 			held++
 		}
 	}
 	if len(conflicts) > 0 && mode == "try" {
-		return []any{int64(0), int64(0), wait, conflicts, []any{}}
+		return []any{int64(0), int64(0), wait, conflicts, []any{}, int64(0)}
 	}
 	tokens := []any{}
-	for _, sl := range slots[:held] {
-		for _, key := range sl.keys {
+	take := func(fence string, keys []string) {
+		for _, key := range keys {
 			k := f.live(key, now)
 			if k == nil {
-				f.fences[sl.fence]++
-				k = &fakeKey{owner: owner, fence: f.fences[sl.fence], holds: map[string]time.Time{}}
+				f.fences[fence]++
+				k = &fakeKey{owner: owner, fence: f.fences[fence], holds: map[string]time.Time{}}
 				f.keys[key] = k
 			}
 			k.holds[hold] = now.Add(lease)
 			tokens = append(tokens, k.fence)
 		}
 	}
+	for _, sl := range slots[:held] {
+		take(sl.fence, sl.keys)
+	}
 	if len(conflicts) > 0 {
-		return []any{int64(0), int64(held), wait, conflicts, tokens}
+		take(slots[held].fence, slots[held].keys[:part])
+		return []any{int64(0), int64(held), wait, conflicts, tokens, int64(part)}
 	}
 	return []any{int64(1), tokens}
 }

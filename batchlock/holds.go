@@ -52,6 +52,8 @@ func (c *Client) runs(ctx context.Context, groups []group, perSlot bool) []run {
 // acquireOutcome is what one attempt at some groups found.
 type acquireOutcome struct {
 	refused        int      // index of the first refused group, -1 when none was
+	part           int      // keys of the first refused group now held (waiting)
+	queued         []int    // refused groups whose first conflict queues this hold (waiting)
 	granted        []int    // groups now held
 	conflicts      []string // lock keys held by other owners
 	groupConflicts []string // those of the first refused group
@@ -120,7 +122,7 @@ var errElsewhere = errors.New("the slot is being migrated or has moved")
 
 func acquireCall(l *Lock, r run, leaseMs int64, mode string) *script.Call {
 	first := r.groups[0]
-	args := []any{l.owner, l.hold, leaseMs, mode, first.cancelKey(l.hold)}
+	args := []any{l.owner, l.hold, leaseMs, mode, first.cancelKey(l.hold), lease.Millis(l.c.place())}
 	for _, g := range r.groups {
 		args = append(args, g.fenceKey, len(g.keys))
 		for _, k := range g.keys {
@@ -144,21 +146,28 @@ func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, gro
 		if !l.ack.Acknowledged(cl) && out.err == nil {
 			out.err = fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
-	case err == nil && status == acquireRefused && len(vals) == 5:
+	case err == nil && status == acquireRefused && len(vals) == 6:
 		held, _ := vals[1].(int64)
 		waitMs, _ := vals[2].(int64)
 		conflicts := stringsOf(vals[3])
+		part, _ := vals[5].(int64)
+		held = min(held, int64(len(at)-1))
 		c.granted(l, out, groups, at[:held], vals[4])
-		if held > 0 && !l.ack.Acknowledged(cl) && out.err == nil {
+		if held+part > 0 && !l.ack.Acknowledged(cl) && out.err == nil {
 			out.err = fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
-		refused := at[min(int(held), len(at)-1)]
+		refused := at[held]
 		if held == 0 && len(conflicts) > 0 {
 			refused = groupOf(groups, at, conflicts[0])
 		}
 		out.conflicts = append(out.conflicts, conflicts...)
+		if mode(cl) == "wait" {
+			out.queued = append(out.queued, refused)
+			c.partTokens(l, groups[refused], int(part), vals[4])
+		}
 		if out.refused < 0 || refused < out.refused {
 			out.refused = refused
+			out.part = int(part)
 			out.groupConflicts = inGroup(groups[refused], conflicts)
 			out.wait = time.Duration(waitMs) * time.Millisecond
 		}
@@ -200,6 +209,27 @@ func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int,
 			}
 			n++
 		}
+	}
+}
+
+// mode is the mode an acquire call was made in.
+func mode(cl *script.Call) string {
+	m, _ := cl.Args[3].(string)
+	return m
+}
+
+// partTokens records the tokens of the first part keys of g: the last of
+// tokens, after those of the groups held before it.
+func (c *Client) partTokens(l *Lock, g group, part int, tokens any) {
+	toks, _ := tokens.([]any)
+	skip := len(toks) - part
+	if part == 0 || skip < 0 || part > len(g.keys) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, k := range g.keys[:part] {
+		l.tokens[k], _ = toks[skip+i].(int64)
 	}
 }
 
@@ -246,8 +276,9 @@ func unacknowledged(cl *script.Call, ack script.Ack) error {
 }
 
 // rollback releases every hold the call may have taken: groups[:held], and
-// the groups of the last attempt (which started at held) that were granted
-// or whose outcome is unknown. Releases are idempotent; the hold of a call
+// the groups of the last attempt (which started at held) that were granted,
+// queued for (their first keys held, a place in a queue) or whose outcome is
+// unknown. Releases are idempotent; the hold of a call
 // whose outcome is unknown is also marked cancelled, so that the call,
 // should it still be in flight (a frozen master), cannot take anything.
 //
@@ -261,6 +292,9 @@ func (c *Client) rollback(ctx context.Context, l *Lock, held int, last acquireOu
 		groups = append(groups, l.groups[held+i])
 	}
 	for _, i := range last.unknown {
+		groups = append(groups, l.groups[held+i])
+	}
+	for _, i := range last.queued {
 		groups = append(groups, l.groups[held+i])
 	}
 	if len(groups) == 0 {

@@ -10,11 +10,12 @@ import (
 
 // The data layout in Redis, in one place on the Go side (doc.go describes
 // it; scripts/layout.lua reads and writes it for the scripts): a lock key is
-// prefix+key, a string "<token> <flag> <holds> <owner>" (the fencing token
-// of the ownership, "w" when a refused call waits for the key or "-", the
-// holds as "<hold>=<ends>" comma-separated with the server time in
-// milliseconds at which each lease ends, and the owner id), expiring with
-// its longest hold. Per slot, a fencing counter and the cancel marks of
+// prefix+key, a string "<token> <queue> <holds> <owner>" (the fencing token
+// of the ownership, the waiters as "<hold>@<ends>" comma-separated in
+// arrival order or "-", the holds as "<hold>=<ends>" comma-separated, ends
+// being the server time in milliseconds at which a place or a lease ends,
+// and the owner id, empty while the key is handed to a waiter), expiring
+// with its longest hold. Per slot, a fencing counter and the cancel marks of
 // holds live under reserved names.
 const (
 	holdPrefix = "h:"
@@ -45,27 +46,37 @@ func newHold() string { return holdPrefix + randomID(8) }
 
 // lockState is what a lock key holds, at the server time now.
 type lockState struct {
-	owner string
-	token int64
-	holds int // holds whose lease has not ended at now
+	owner   string
+	token   int64
+	holds   int // holds whose lease has not ended at now
+	waiting int // waiters whose place has not lapsed at now
 }
 
 // parseLock reads the value of a lock key; ok is false for a value that is
 // not one.
 func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	token, rest, ok1 := strings.Cut(value, " ")
-	_, rest, ok2 := strings.Cut(rest, " ") // the flag
+	queue, rest, ok2 := strings.Cut(rest, " ")
 	holds, owner, ok3 := strings.Cut(rest, " ")
 	var err error
 	if s.token, err = strconv.ParseInt(token, 10, 64); err != nil || !ok1 || !ok2 || !ok3 {
 		return lockState{}, false
 	}
 	s.owner = owner
-	for h := range strings.SplitSeq(holds, ",") {
-		_, ends, _ := strings.Cut(h, "=")
+	s.holds = liveEntries(holds, "=", now)
+	s.waiting = liveEntries(queue, "@", now)
+	return s, true
+}
+
+// liveEntries counts the entries of list ("<id><sep><ends>", comma-separated)
+// that end after now.
+func liveEntries(list, sep string, now time.Time) int {
+	n := 0
+	for e := range strings.SplitSeq(list, ",") {
+		_, ends, _ := strings.Cut(e, sep)
 		if ms, err := strconv.ParseInt(ends, 10, 64); err == nil && time.UnixMilli(ms).After(now) {
-			s.holds++
+			n++
 		}
 	}
-	return s, true
+	return n
 }

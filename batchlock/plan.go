@@ -61,3 +61,14 @@ func (c *Client) plan(keys []string) ([]string, []group, error) {
 	sort.Strings(userKeys)
 	return userKeys, groups, nil
 }
+
+// split cuts l.groups[i] after its first n keys into two groups of the same
+// slot: a waiting call holds the first, and waits at the first key of the
+// second. l is not yet shared with the watchdog.
+func (l *Lock) split(i, n int) {
+	g := l.groups[i]
+	head, tail := g, g
+	head.keys, tail.keys = g.keys[:n:n], g.keys[n:]
+	l.groups = slices.Insert(l.groups, i+1, tail)
+	l.groups[i] = head
+}

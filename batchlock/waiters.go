@@ -10,6 +10,10 @@ import (
 	"github.com/batchlock/batchlock/hashtag"
 )
 
+// releasedMessage is what the scripts publish on a lock key's channel when
+// they free it without handing it to a waiter (layout.lua, force.lua).
+const releasedMessage = "released"
+
 // confirmTimeout bounds the wait for a subscription to be confirmed; past it
 // a waiter still polls, so a slow confirmation costs latency, not safety.
 const confirmTimeout = time.Second
@@ -53,6 +57,7 @@ type channel struct {
 // subscription is one waiter's interest in the release of some lock keys.
 type subscription struct {
 	ws        *waiters
+	hold      string // the waiter's hold field, which a hand-off names
 	keys      []string
 	joined    []*listener // by key, in keys order
 	woken     chan struct{}
@@ -64,11 +69,12 @@ func newWaiters(c *Client) *waiters {
 	return &waiters{c: c, listeners: make(map[int]*listener)}
 }
 
-// subscribe listens for the release of keys (lock keys), and returns once the
-// servers confirmed it, or after confirmTimeout, or when ctx is done. Without
-// pub/sub it returns a subscription that is never woken: its waiter polls.
-func (ws *waiters) subscribe(ctx context.Context, keys []string) *subscription {
-	s := &subscription{ws: ws, keys: keys, woken: make(chan struct{}, 1)}
+// subscribe listens, for the waiting hold, for the hand-off or release of
+// keys (lock keys), and returns once the servers confirmed it, or after
+// confirmTimeout, or when ctx is done. Without pub/sub it returns a
+// subscription that is never woken: its waiter polls.
+func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *subscription {
+	s := &subscription{ws: ws, hold: hold, keys: keys, woken: make(chan struct{}, 1)}
 	if !ws.c.cfg.pubsub {
 		return s
 	}
@@ -216,9 +222,13 @@ func (ws *waiters) listen(ln *listener) {
 				ws.drop(ln)
 			}
 		case *redis.Message:
+			// A hand-off names the one waiter it is for; a release that
+			// handed nothing on wakes every waiter of the key.
 			if ch := ln.channels[m.Channel]; ch != nil {
 				for s := range ch.subs {
-					s.wake()
+					if m.Payload == s.hold || m.Payload == releasedMessage {
+						s.wake()
+					}
 				}
 			}
 		}

@@ -5,30 +5,34 @@
 -- ARGV[1]   owner id
 -- ARGV[2]   hold field, "h:" .. hold id
 -- ARGV[3]   lease in milliseconds
--- ARGV[4]   "try": every key of the call or none; "wait": the slots in
---           order up to the first one with a key another owner holds, which
---           are kept, and the keys of that slot held by others are marked
---           as waited for
+-- ARGV[4]   "try": every key of the call or none; "wait": the keys in order
+--           up to the first one another owner holds, which are kept, and a
+--           place in that key's queue
 -- ARGV[5]   this hold's cancel mark (in the first slot; see release.lua)
--- ARGV[6..] per slot: its fencing counter, the number n of its lock keys,
+-- ARGV[6]   how long a place in a queue lasts unless renewed, in milliseconds
+-- ARGV[7..] per slot: its fencing counter, the number n of its lock keys,
 --           then those n lock keys
 --
--- A key taken afresh gets the next token of its slot's counter; a key the
--- owner already holds keeps its token, gains the hold, and its lease is never
--- shortened. A call that cannot finish changes nothing: what it wrote is
+-- A key taken afresh gets the next token of its slot's counter, and so does
+-- a key handed to this hold by a release (its claim); a key the owner
+-- already holds keeps its token, gains the hold, and its lease is never
+-- shortened. A waiting call that asks again keeps its place in the queue,
+-- renewed. A call that cannot finish changes nothing: what it wrote is
 -- undone.
 --
 -- Returns {1, {token, ...}}: every key is held, one token per key in order.
--- Returns {0, held, wait, {key, ...}, {token, ...}}: a slot has keys held by
--- another owner (listed: those of that slot in "wait", of every slot in
--- "try"); held is the number of slots now held, before it ("wait"; 0 in
--- "try"), with their tokens; wait is the longest remaining lease of those
--- keys, in milliseconds.
+-- Returns {0, held, wait, {key, ...}, {token, ...}, part}: keys are held by
+-- another owner. "try": all of them are listed, and nothing is held (held
+-- and part are 0). "wait": the first of them is listed and this hold has a
+-- place in its queue; the slots before its slot (held of them) and the first
+-- part keys of its slot are held, with their tokens in order. wait is the
+-- longest remaining lease of the keys listed, in milliseconds.
 -- Returns {-1}: this hold was cancelled by a rollback that overtook this
 -- call; nothing was changed.
 -- Returns {-2, slot}: slot number slot (from 0) is not served here, or in
 -- migration; nothing was changed.
 local owner, hold, lease, mode, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local place = tonumber(ARGV[6])
 
 local cancelled = redis.pcall('EXISTS', mark)
 if moved(cancelled) then
@@ -44,15 +48,13 @@ local ends = now + lease
 -- What this call wrote, to undo: the keys it created, and the keys it
 -- joined with their old value and expiry.
 local created, joined = {}, {}
-local function undo(created_from, joined_from)
-  for i = #joined, joined_from, -1 do
+local function undo()
+  for i = #joined, 1, -1 do
     local j = joined[i]
     redis.call('SET', j[1], j[2], 'PXAT', j[3])
-    joined[i] = nil
   end
-  for i = #created, created_from, -1 do
+  for i = #created, 1, -1 do
     redis.call('DEL', created[i])
-    created[i] = nil
   end
 end
 
@@ -60,9 +62,9 @@ end
 local ends_ms = string.format('%d', ends)
 local value = fresh(hold, ends_ms, owner)
 
--- take tries key for the hold; it returns the key's token, or false and the
--- remaining lease of another owner's key, or nil and the error of a key not
--- served here (moved) or of any other failure.
+-- take tries key for the hold; it returns the key's token, or false, the
+-- remaining lease and the state of another owner's key, or nil and the
+-- error of a key not served here (moved) or of any other failure.
 local function take(key, token)
   local r = redis.pcall('SET', key, value(token), 'NX', 'PXAT', ends_ms)
   if failed(r) then
@@ -74,31 +76,43 @@ local function take(key, token)
   end
   local v = redis.pcall('GET', key)
   local s = parse(v)
-  if not s or s.owner ~= owner then
+  if not s then
     return false, redis.call('PTTL', key)
   end
+  local claim = s.owner == '' and s.holds[hold] ~= nil
+  if s.owner ~= owner and not claim then
+    return false, redis.call('PTTL', key), s
+  end
   local latest = live(s, now)
+  joined[#joined + 1] = {key, v, math.max(latest, now + 1)}
+  if claim then
+    -- Handed to this hold by a release: a new ownership.
+    s.token, s.owner, s.holds = token, owner, {}
+  end
   s.holds[hold] = ends
   redis.call('SET', key, format(s), 'PXAT', math.max(latest, ends))
-  joined[#joined + 1] = {key, v, math.max(latest, now + 1)}
   return s.token
 end
 
--- mark flags another owner's key as waited for, so that its release is
--- announced.
-local function mark_waited(key)
-  local s = parse(redis.pcall('GET', key))
-  if s and not s.waited then
-    s.waited = true
-    redis.call('SET', key, format(s), 'KEEPTTL')
+-- queue gives the hold a place in the queue of key (state s), or renews the
+-- one it has.
+local function queue(key, s)
+  for _, e in ipairs(s.queue) do
+    if e.hold == hold then
+      e.ends = now + place
+      redis.call('SET', key, format(s), 'KEEPTTL')
+      return
+    end
   end
+  s.queue[#s.queue + 1] = {hold = hold, ends = now + place}
+  redis.call('SET', key, format(s), 'KEEPTTL')
 end
 
 local tokens, conflicts = {}, {}
 local wait, held, slot = 0, 0, 0
 -- clear: no key of the call is held by another owner so far.
 local clear = true
-local i = 6
+local i = 7
 while i <= #ARGV do
   local fence, n = ARGV[i], tonumber(ARGV[i + 1])
   local first = i + 2
@@ -108,7 +122,7 @@ while i <= #ARGV do
     -- do not matter, a key's tokens only have to grow.
     base = redis.pcall('INCRBY', fence, n)
     if failed(base) then
-      undo(1, 1)
+      undo()
       if moved(base) then
         return {-2, slot}
       end
@@ -116,55 +130,48 @@ while i <= #ARGV do
     end
     base = base - n
   end
-  local created_before, joined_before, slot_tokens = #created, #joined, #tokens
-  local refused = false
   for j = 0, n - 1 do
     local key = ARGV[first + j]
-    local token, left
+    local token, left, s
     if clear then
-      token, left = take(key, base + j + 1)
+      token, left, s = take(key, base + j + 1)
     else
       -- Refused already ("try"): only look for the other conflicts.
-      local s = parse(redis.pcall('GET', key))
-      if s and s.owner ~= owner then
+      local other = parse(redis.pcall('GET', key))
+      if other and other.owner ~= owner then
         token, left = false, redis.call('PTTL', key)
       else
         token = 0
       end
     end
     if token == nil then
-      undo(1, 1)
+      undo()
       if moved(left) then
         return {-2, slot}
       end
       return left
     elseif token == false then
-      refused, clear = true, false
+      clear = false
       conflicts[#conflicts + 1] = key
       wait = math.max(wait, left)
+      if mode == 'wait' then
+        if s then
+          queue(key, s)
+        end
+        return {0, held, wait, conflicts, tokens, j}
+      end
     elseif clear then
       tokens[#tokens + 1] = token
     end
   end
-  if refused then
-    if mode == 'wait' then
-      undo(created_before + 1, joined_before + 1)
-      for t = #tokens, slot_tokens + 1, -1 do
-        tokens[t] = nil
-      end
-      for _, key in ipairs(conflicts) do
-        mark_waited(key)
-      end
-      return {0, held, wait, conflicts, tokens}
-    end
-    undo(1, 1)
-  elseif clear then
+  if clear then
     held = held + 1
   end
   slot = slot + 1
   i = first + n
 end
 if not clear then
-  return {0, 0, wait, conflicts, {}}
+  undo()
+  return {0, 0, wait, conflicts, {}, 0}
 end
 return {1, tokens}

@@ -1,14 +1,22 @@
 -- layout.lua: the value of a lock key, read and written by every script
 -- (each is this file followed by its own).
 --
--- A lock key is a string "<token> <flag> <holds> <owner>":
+-- A lock key is a string "<token> <queue> <holds> <owner>":
 --   token  the fencing token of the ownership, in decimal
---   flag   "w" once a refused call waits for the key (its release is then
---          announced with SPUBLISH on a channel named like the key), else "-"
+--   queue  the waiters, in arrival order, as "<hold>@<ends>" comma-separated
+--          (each waiting call's hold field, and the server time in
+--          milliseconds at which its place lapses unless renewed), or "-"
 --   holds  "<hold>=<ends>", comma-separated: each hold field ("h:" .. hold
 --          id) and the server time in milliseconds at which its lease ends
---   owner  the owner id, to the end of the value (it may hold spaces)
+--   owner  the owner id, to the end of the value (it may hold spaces); empty
+--          while the key is handed to a waiter (a claim): the one hold is
+--          the waiter's, whose next acquire takes the key with a fresh token
 -- The key expires with its longest hold (PXAT).
+
+-- A key handed to a waiter stays its claim for this long: time enough for
+-- the waiter to hear of it and take it, and the most a waiter gone meanwhile
+-- holds the key up.
+local CLAIM_MS = 3000
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -20,7 +28,7 @@ local function parse(v)
   if type(v) ~= 'string' then
     return nil
   end
-  local token, flag, holds, owner = string.match(v, '^(%d+) (%S) (%S*) (.*)$')
+  local token, queue, holds, owner = string.match(v, '^(%d+) (%S+) (%S*) (.*)$')
   if not token then
     return nil
   end
@@ -28,7 +36,11 @@ local function parse(v)
   for id, ends in string.gmatch(holds, '([^,=]+)=(%d+)') do
     h[id] = tonumber(ends)
   end
-  return {token = tonumber(token), waited = flag == 'w', holds = h, owner = owner}
+  local q = {}
+  for id, ends in string.gmatch(queue, '([^,@]+)@(%d+)') do
+    q[#q + 1] = {hold = id, ends = tonumber(ends)}
+  end
+  return {token = tonumber(token), queue = q, holds = h, owner = owner}
 end
 
 -- live drops the holds of s whose lease ended by now, and returns when the
@@ -50,27 +62,62 @@ local function format(s)
   for id, ends in pairs(s.holds) do
     holds[#holds + 1] = id .. '=' .. string.format('%d', ends)
   end
-  local flag = '-'
-  if s.waited then
-    flag = 'w'
+  local queue = {}
+  for _, e in ipairs(s.queue) do
+    queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends)
   end
-  return string.format('%d', s.token) .. ' ' .. flag .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
+  if #queue == 0 then
+    queue[1] = '-'
+  end
+  return string.format('%d', s.token) .. ' ' .. table.concat(queue, ',') .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
+end
+
+-- leave takes hold's place in the queue of s out, if it has one.
+local function leave(s, hold)
+  for i, e in ipairs(s.queue) do
+    if e.hold == hold then
+      table.remove(s.queue, i)
+      return
+    end
+  end
+end
+
+-- hand gives key, whose holds have all ended, to the first waiter of s whose
+-- place has not lapsed, as its claim, and tells it with one message on the
+-- key's channel (its hold field); with no such waiter the key is deleted,
+-- and the release announced to anyone polling ("released") if some waiter's
+-- place had lapsed.
+local function hand(key, s, now)
+  local lapsed = false
+  while #s.queue > 0 do
+    local first = table.remove(s.queue, 1)
+    if first.ends > now then
+      s.owner, s.holds = '', {[first.hold] = now + CLAIM_MS}
+      redis.call('SET', key, format(s), 'PXAT', now + CLAIM_MS)
+      redis.call('SPUBLISH', key, first.hold)
+      return
+    end
+    lapsed = true
+  end
+  redis.call('DEL', key)
+  if lapsed then
+    redis.call('SPUBLISH', key, 'released')
+  end
 end
 
 -- rewrite stores s as key's value, expiring with its longest live hold, or
--- deletes the key when no live hold is left; it reports whether it deleted.
+-- hands the key on when no live hold is left.
 local function rewrite(key, s, now)
   local latest = live(s, now)
   if latest > 0 then
     redis.call('SET', key, format(s), 'PXAT', latest)
-    return false
+  else
+    hand(key, s, now)
   end
-  redis.call('DEL', key)
-  return true
 end
 
 -- fresh returns the value, by fencing token, of a key taken afresh by one
--- hold whose lease ends at ends (decimal milliseconds).
+-- hold whose lease ends at ends (decimal milliseconds), nobody waiting.
 local function fresh(hold, ends, owner)
   local rest = ' - ' .. hold .. '=' .. ends .. ' ' .. owner
   return function(token)

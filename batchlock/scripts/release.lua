@@ -12,12 +12,12 @@
 -- outcome was unknown to the caller, who gave up) that it must not take
 -- anything: it lives for ARGV[3] milliseconds on its own.
 --
--- Hold ids are random and written only by acquire.lua for the key's owner, so
--- a key carrying the hold belongs to the hold's owner. Holds whose lease
--- ended are dropped too; a key left with no live hold is deleted, and its
--- release announced with SPUBLISH on a channel named like the key when a
--- refused call waits for it. Otherwise the key expires with its longest live
--- hold.
+-- Hold ids are random and written only by acquire.lua for the key's owner (or
+-- by a release, as a claim handed to a waiting hold), so a key carrying the
+-- hold belongs to the hold. Holds whose lease ended are dropped too; a key
+-- left with no live hold is handed to the first waiter in its queue (see
+-- layout.lua), or deleted. Otherwise the key expires with its longest live
+-- hold. The hold also leaves the queue of a key it waits for.
 --
 -- Returns {{key, ...}, {key, ...}}: the keys, among those without the hold,
 -- that another owner holds (the lock on them was lost), and the keys this
@@ -33,30 +33,22 @@ for i = 5, 4 + m do
 end
 
 local taken, away = {}, {}
-local single = '^%d+ (%S) ' .. string.gsub(hold, '%p', '%%%0') .. '=%d+ '
+local single = '^%d+ %- ' .. string.gsub(hold, '%p', '%%%0') .. '=%d+ '
 for i = 5 + m, #ARGV do
   local key = ARGV[i]
   local v = redis.pcall('GETDEL', key)
   if elsewhere(v) then
     away[#away + 1] = key
-  elseif v then
-    -- The usual case, the hold alone: the key is gone.
-    local flag = string.match(v, single)
-    if flag then
-      if flag == 'w' then
-        redis.call('SPUBLISH', key, 'released')
-      end
-    else
-      local s = parse(v)
-      if s then
-        local mine = s.holds[hold] ~= nil
-        s.holds[hold] = nil
-        if rewrite(key, s, now_ms()) and s.waited then
-          redis.call('SPUBLISH', key, 'released')
-        end
-        if not mine and s.owner ~= owner then
-          taken[#taken + 1] = key
-        end
+  elseif v and not string.find(v, single) then
+    -- Not the usual case (the hold alone, nobody waiting: the key is gone).
+    local s = parse(v)
+    if s then
+      local mine = s.holds[hold] ~= nil
+      s.holds[hold] = nil
+      leave(s, hold)
+      rewrite(key, s, now_ms())
+      if not mine and s.owner ~= owner then
+        taken[#taken + 1] = key
       end
     end
   end

@@ -1,0 +1,132 @@
+package cluster_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// queueClient is a Client whose waiters poll once a minute, so that within
+// a test only a hand-off can give them a key, and which counts each owner's
+// refused attempts. It returns its prefix too.
+func queueClient(t *testing.T) (*batchlock.Client, func(owner string) int, string) {
+	var mu sync.Mutex
+	refused := map[string]int{}
+	c, prefix := newLocker(t, newClient(t), batchlock.WithPollInterval(time.Minute), batchlock.WithObserver(func(e batchlock.Event) {
+		if e.Kind == batchlock.EventConflict {
+			mu.Lock()
+			refused[e.Owner]++
+			mu.Unlock()
+		}
+	}))
+	return c, func(owner string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return refused[owner]
+	}, prefix
+}
+
+// waitQueued polls until n calls are queued for key.
+func waitQueued(ctx context.Context, t *testing.T, c *batchlock.Client, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		held, err := c.Inspect(ctx, key)
+		return err == nil && held[0].Waiting == n
+	}, 10*time.Second, 5*time.Millisecond, "%d calls queued for %s", n, key)
+}
+
+// A release hands the key to the first waiter in arrival order, with a
+// fencing token newer than the last; the other waiters are not woken, so
+// none of them tries again for nothing.
+func TestHandOffInArrivalOrder(t *testing.T) {
+	c, refused, prefix := queueClient(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := spread(1, "handoff")
+	holder, err := c.Lock(ctx, key)
+	require.NoError(t, err)
+
+	type grant struct {
+		owner string
+		token int64
+	}
+	grants := make(chan grant, 3)
+	owners := []string{"first", "second", "third"}
+	var done sync.WaitGroup
+	for i, owner := range owners {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			l, err := c.Lock(ctx, key, batchlock.WithOwner(owner))
+			if !assert.NoError(t, err) {
+				grants <- grant{owner: owner}
+				return
+			}
+			grants <- grant{owner, l.Token(key[0])}
+			assert.NoError(t, l.Unlock(ctx))
+		}()
+		waitQueued(ctx, t, c, key[0], i+1)
+	}
+	last := holder.Token(key[0])
+	require.NoError(t, holder.Unlock(ctx))
+	for _, want := range owners {
+		g := <-grants
+		assert.Equal(t, want, g.owner, "the key goes to the waiters in the order they came")
+		assert.Greater(t, g.token, last, "a hand-off is a new ownership: a newer token")
+		last = g.token
+	}
+	done.Wait()
+	for _, owner := range owners {
+		// Refused once, and once more when it had subscribed (so that a
+		// release between the two is not missed): never woken for nothing.
+		assert.LessOrEqual(t, refused(owner), 2, "%s tried again for nothing", owner)
+	}
+	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}
+
+// A waiter that gives up leaves the queue: the key goes to the next one at
+// once, not after the place of the one gone lapses.
+func TestImpatientWaiterLeavesTheQueue(t *testing.T) {
+	c, _, _ := queueClient(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(20, "impatient")
+	holder, err := c.Lock(ctx, keys[5:6])
+	require.NoError(t, err)
+
+	impatient, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(impatient, keys)
+		gaveUp <- err
+	}()
+	waitQueued(ctx, t, c, keys[5], 1)
+	got := make(chan *batchlock.Lock, 1)
+	go func() {
+		l, err := c.Lock(ctx, keys[5:6])
+		assert.NoError(t, err)
+		got <- l
+	}()
+	waitQueued(ctx, t, c, keys[5], 2)
+	cancel()
+	require.ErrorIs(t, <-gaveUp, context.Canceled)
+	waitQueued(ctx, t, c, keys[5], 1)
+
+	require.NoError(t, holder.Unlock(ctx))
+	l := <-got
+	require.NotNil(t, l)
+	held, err := c.Inspect(ctx, keys...)
+	require.NoError(t, err)
+	for i, h := range held {
+		if i == 5 {
+			assert.Equal(t, l.Owner(), h.Owner)
+			continue
+		}
+		assert.Empty(t, h.Owner, "%s is held after the impatient waiter gave up", keys[i])
+	}
+	require.NoError(t, l.Unlock(ctx))
+}
