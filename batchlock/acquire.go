@@ -13,13 +13,13 @@ import (
 // of them, until ctx is done. It returns a held Lock, or an error and no key
 // held that was not held before the call.
 //
-// Groups of keys (one per slot) are taken in a global order that every client
-// shares: the call keeps the groups it holds, waits for the first one it could
-// not get (woken by the holder's release, or by its lease running out) and
-// goes on from there, so no two callers can wait on each other (no deadlock)
-// and a big batch is not starved by small ones. The groups it holds are kept
-// alive while it waits; once the whole batch is held, every lease is restarted,
-// so that a WithTTL lease counts from then.
+// Keys are taken in a global order that every client shares (by slot, then
+// key): the call keeps the keys it holds, queues for the first one it could
+// not get (handed to it by the holder's release, or free once its lease runs
+// out) and goes on from there, so no two callers can wait on each other (no
+// deadlock) and a big batch is not starved by small ones. The keys it holds
+// are kept alive while it waits; once the whole batch is held, every lease is
+// restarted, so that a WithTTL lease counts from then.
 func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	return c.lock(ctx, keys, opts, true)
 }

@@ -59,29 +59,26 @@ func RunCost(ctx context.Context, cl *localcluster.Cluster, lockers []Locker, pl
 		if err := LockUnlock(ctx, l, keys); err != nil {
 			return nil, fmt.Errorf("cost %s: warm-up: %w", l.Name(), err)
 		}
-		cpuBefore := time.Duration(0)
 		for _, m := range masters {
 			if _, err := cl.Do(ctx, m.Addr, "CONFIG", "RESETSTAT"); err != nil {
 				return nil, err
 			}
-			cpu, err := masterCPU(ctx, cl, m.Addr)
-			if err != nil {
-				return nil, err
-			}
-			cpuBefore += cpu
+		}
+		cpuBefore, err := mastersCPU(ctx, cl, masters)
+		if err != nil {
+			return nil, err
 		}
 		for range plan.Iterations {
 			if err := LockUnlock(ctx, l, keys); err != nil {
 				return nil, fmt.Errorf("cost %s: %w", l.Name(), err)
 			}
 		}
-		r := CostResult{Library: l.Name(), Keys: plan.Keys, Iterations: plan.Iterations, CPU: -cpuBefore}
+		cpuAfter, err := mastersCPU(ctx, cl, masters)
+		if err != nil {
+			return nil, err
+		}
+		r := CostResult{Library: l.Name(), Keys: plan.Keys, Iterations: plan.Iterations, CPU: cpuAfter - cpuBefore}
 		for _, m := range masters {
-			cpu, err := masterCPU(ctx, cl, m.Addr)
-			if err != nil {
-				return nil, err
-			}
-			r.CPU += cpu
 			reply, err := cl.Do(ctx, m.Addr, "INFO", "commandstats")
 			if err != nil {
 				return nil, err
@@ -96,6 +93,19 @@ func RunCost(ctx context.Context, cl *localcluster.Cluster, lockers []Locker, pl
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// mastersCPU sums the process CPU (user and system) of masters so far.
+func mastersCPU(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node) (time.Duration, error) {
+	var total time.Duration
+	for _, m := range masters {
+		cpu, err := masterCPU(ctx, cl, m.Addr)
+		if err != nil {
+			return 0, err
+		}
+		total += cpu
+	}
+	return total, nil
 }
 
 func masterCPU(ctx context.Context, cl *localcluster.Cluster, addr string) (time.Duration, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/localcluster"
 	"github.com/batchlock/batchlock/orders"
 )
 
@@ -37,6 +38,9 @@ type OrderResult struct {
 	// LockWait is the time from asking for a basket's lock to holding it.
 	LockWait Summary
 	Elapsed  time.Duration
+	// MastersCPU is the masters' process CPU (INFO cpu) over the library's
+	// turns: its lock's work and the orders' own stock reads and writes.
+	MastersCPU time.Duration
 	// Oversold counts units sold beyond a SKU's stock, or written by two
 	// holders at once, as the orders audit finds them. Must be 0.
 	Oversold int64
@@ -44,6 +48,14 @@ type OrderResult struct {
 
 // PerSecond is the throughput of processed orders.
 func (r OrderResult) PerSecond() float64 { return float64(r.Orders) / r.Elapsed.Seconds() }
+
+// CPUPerOrder is the masters' CPU per order processed.
+func (r OrderResult) CPUPerOrder() time.Duration {
+	if r.Orders == 0 {
+		return 0
+	}
+	return r.MastersCPU / time.Duration(r.Orders)
+}
 
 // peerProcessor processes an order under a lock of a Locker: the basket's
 // lock keys (named apart from the stock keys, which a single-key library
@@ -84,7 +96,7 @@ const orderTimeout = 10 * time.Second
 // library in turns (the order rotating every round), each library on stock of
 // its own, then audits every library's stock against the orders it accepted.
 // Results come by number of workers, then library.
-func RunOrders(ctx context.Context, rdb redis.UniversalClient, lockers []Locker, cfg OrderConfig) ([]OrderResult, error) {
+func RunOrders(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, lockers []Locker, cfg OrderConfig) ([]OrderResult, error) {
 	procs := make([]*peerProcessor, len(lockers))
 	sold := make([]map[string]int64, len(lockers))
 	for i, l := range lockers {
@@ -97,7 +109,7 @@ func RunOrders(ctx context.Context, rdb redis.UniversalClient, lockers []Locker,
 	}
 	var out []OrderResult
 	for level, workers := range cfg.Workers {
-		results, err := runOrderLevel(ctx, procs, sold, cfg, workers, level)
+		results, err := runOrderLevel(ctx, cl, procs, sold, cfg, workers, level)
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +138,11 @@ func RunOrders(ctx context.Context, rdb redis.UniversalClient, lockers []Locker,
 // runOrderLevel gives every processor cfg.Rounds turns with workers
 // workers, and adds what they sold to sold. level numbers the order lists
 // apart from the other levels'.
-func runOrderLevel(ctx context.Context, procs []*peerProcessor, sold []map[string]int64, cfg OrderConfig, workers, level int) ([]OrderResult, error) {
+func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerProcessor, sold []map[string]int64, cfg OrderConfig, workers, level int) ([]OrderResult, error) {
+	masters, err := cl.Masters(ctx)
+	if err != nil {
+		return nil, err
+	}
 	results := make([]OrderResult, len(procs))
 	waits := make([][]time.Duration, len(procs))
 	for i, p := range procs {
@@ -144,6 +160,10 @@ func runOrderLevel(ctx context.Context, procs []*peerProcessor, sold []map[strin
 		}
 		for j := range procs {
 			i := (j + round) % len(procs)
+			before, err := mastersCPU(ctx, cl, masters)
+			if err != nil {
+				return nil, err
+			}
 			stop := make(chan struct{})
 			t := time.AfterFunc(cfg.Slice, func() { close(stop) })
 			res := orders.Run(ctx, procs[i], list, orders.RunConfig{Workers: workers, Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
@@ -152,6 +172,11 @@ func runOrderLevel(ctx context.Context, procs []*peerProcessor, sold []map[strin
 				return nil, fmt.Errorf("%s: %d orders failed half-written: %v", procs[i].l.Name(), res.Unknown, res.FirstErrors)
 			}
 			waits[i] = append(waits[i], res.LockWaits...)
+			after, err := mastersCPU(ctx, cl, masters)
+			if err != nil {
+				return nil, err
+			}
+			results[i].MastersCPU += after - before
 			results[i].Orders += int64(res.Accepted + res.Rejected)
 			results[i].GaveUp += int64(res.Errors)
 			results[i].Elapsed += res.Elapsed

@@ -270,7 +270,7 @@ func (r Report) Markdown(svgName string) string {
 	p("The ceiling does the same with a `sync.Mutex` per SKU in this process, taken in sorted order: ordered locking at no cost, the most a lock that takes keys in a global order can give; its stock is on the same cluster. ")
 	p("The redsync-based processor locks the basket's SKUs one by one in sorted order (no deadlock), with redsync's default retry. ")
 	p("With each number of workers, each processor gets %d turns of %v, alternating. *Lock wait* is the time from asking for the basket's lock to holding it.\n\n", o.Rounds, o.Slice)
-	p("| workers | processor | orders | orders/s | of the ceiling's | lock wait p50 / p99 / max ms | p99 vs the ceiling's | gave up | oversold units |\n|---:|---|---:|---:|---:|---|---|---:|---:|\n")
+	p("| workers | processor | orders | orders/s | of the ceiling's | lock wait p50 / p99 / max ms | p99 vs the ceiling's | masters' CPU per order | gave up | oversold units |\n|---:|---|---:|---:|---:|---|---|---:|---:|---:|\n")
 	for _, w := range r.workerCounts() {
 		oc := r.orders(NameCeiling, w)
 		for _, res := range r.Orders {
@@ -282,9 +282,18 @@ func (r Report) Markdown(svgName string) string {
 				share = fmt.Sprintf("%.0f%%", 100*res.PerSecond()/oc.PerSecond())
 				vs = Ratio(res.LockWait.P99, oc.LockWait.P99)
 			}
-			p("| %d | %s | %d | %.0f | %s | %s / %s / %s | %s | %d | %d |\n", w, Label(res.Library), res.Orders, res.PerSecond(), share,
-				Millis(res.LockWait.Median), Millis(res.LockWait.P99), Millis(res.LockWait.Max), vs, res.GaveUp, res.Oversold)
+			p("| %d | %s | %d | %.0f | %s | %s / %s / %s | %s | %d µs | %d | %d |\n", w, Label(res.Library), res.Orders, res.PerSecond(), share,
+				Millis(res.LockWait.Median), Millis(res.LockWait.P99), Millis(res.LockWait.Max), vs, res.CPUPerOrder().Microseconds(), res.GaveUp, res.Oversold)
 		}
+	}
+	ob, oc := r.orders(NameBatchlock, contentionWorkers), r.orders(NameCeiling, contentionWorkers)
+	if ob.CPUPerOrder() > 0 && oc.CPUPerOrder() > 0 {
+		p("\n*Masters' CPU per order* is the masters' process CPU (`INFO cpu`) over a processor's turns, per order: the ceiling's is the orders' own stock work, batchlock's adds its lock's. ")
+		p("With %d workers batchlock's orders cost the masters %d µs each against the ceiling's %d µs, and the masters were busy %.0f%% of the time against %.0f%% (of one core; client and six servers share %d). ",
+			contentionWorkers, ob.CPUPerOrder().Microseconds(), oc.CPUPerOrder().Microseconds(),
+			100*float64(ob.MastersCPU)/float64(ob.Elapsed), 100*float64(oc.MastersCPU)/float64(oc.Elapsed), r.Machine.Cores)
+		p("Where the servers' CPU is the limit, throughput goes as its inverse: %.0f%% of the ceiling's is what %d µs against %d µs allows.\n",
+			100*float64(oc.CPUPerOrder())/float64(ob.CPUPerOrder()), ob.CPUPerOrder().Microseconds(), oc.CPUPerOrder().Microseconds())
 	}
 
 	p("\n## Cost in Redis\n\n")

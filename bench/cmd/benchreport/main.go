@@ -110,7 +110,7 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	log.Printf("hand-off: %v", time.Since(step).Round(time.Millisecond))
 
 	step = time.Now()
-	if r.Orders, err = bench.RunOrders(ctx, rdb, suite.Orders, r.Order); err != nil {
+	if r.Orders, err = bench.RunOrders(ctx, cl, rdb, suite.Orders, r.Order); err != nil {
 		return err
 	}
 	log.Printf("orders: %v", time.Since(step).Round(time.Millisecond))
