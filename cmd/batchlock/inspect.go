@@ -63,15 +63,17 @@ type heldLock struct {
 	Key   string `json:"key"`
 	Owner string `json:"owner"`
 	Holds int    `json:"holds"`
-	TTLms int64  `json:"ttl_ms"` // the remaining lease in milliseconds
-	Fence int64  `json:"fence"`
-	Node  string `json:"master"`
+	// Waiting counts the calls queued for the key.
+	Waiting int    `json:"waiting"`
+	TTLms   int64  `json:"ttl_ms"` // the remaining lease in milliseconds
+	Fence   int64  `json:"fence"`
+	Node    string `json:"master"`
 }
 
 func asJSON(held []batchlock.HeldKey) []heldLock {
 	out := make([]heldLock, len(held))
 	for i, h := range held {
-		out[i] = heldLock{Key: h.Key, Owner: h.Owner, Holds: h.Holds, TTLms: h.Lease.Milliseconds(), Fence: h.Token, Node: h.Master}
+		out[i] = heldLock{Key: h.Key, Owner: h.Owner, Holds: h.Holds, Waiting: h.Waiting, TTLms: h.Lease.Milliseconds(), Fence: h.Token, Node: h.Master}
 	}
 	return out
 }
@@ -82,9 +84,9 @@ func writeLocks(w io.Writer, locks []batchlock.HeldKey, prefix, pattern string) 
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tHOLDS\tLEASE\tFENCE\tMASTER")
+	fmt.Fprintln(tw, "KEY\tOWNER\tHOLDS\tWAITING\tLEASE\tFENCE\tMASTER")
 	for _, l := range locks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", l.Key, l.Owner, l.Holds, l.Lease.Round(time.Millisecond), l.Token, l.Master)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", l.Key, l.Owner, l.Holds, l.Waiting, l.Lease.Round(time.Millisecond), l.Token, l.Master)
 	}
 	fmt.Fprintf(tw, "%d locks\n", len(locks))
 	return tw.Flush()
