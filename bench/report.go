@@ -386,15 +386,6 @@ func (r Report) whereTimeGoes(p func(string, ...any)) {
 	p("Both are the contract (owner-checked holds, fencing tokens per slot that move with their slot), not overhead of the protocol.\n")
 }
 
-// throughputRatio says how a throughput compares with batchlock's.
-func throughputRatio(v, base float64) string {
-	if v <= 0 {
-		return "none placed"
-	}
-	// A lower throughput is a longer time per order.
-	return Ratio(time.Duration(float64(time.Second)/v), time.Duration(float64(time.Second)/base))
-}
-
 // costRatio says how a cost compares with batchlock's: more costly reads as
 // "slower", which is what it means for the server.
 func costRatio(v, base float64) string {
