@@ -97,8 +97,10 @@
 // A batch costs one script call per master to take it (per run of
 // consecutive slots on a master, at most 1024 keys each) and one to release
 // it, sent to all masters in parallel: one round trip per master, whatever
-// the number of keys. Inside, a key taken afresh costs one SET, a release one
-// GETDEL, and each slot one INCRBY of its fencing counter; a release sends a
+// the number of keys. Inside, a key taken afresh costs one SET, a release a
+// GET and a DEL (read first: in a slot being migrated, a key deleted is no
+// longer local, so nothing may be written after it), and each slot one
+// INCRBY of its fencing counter; a release sends a
 // message (SPUBLISH) only when it hands the key to a waiter. When a
 // call finds a slot elsewhere (moved, or in migration) it changes nothing,
 // and its slots are tried again one call each. Measured with Redis's own

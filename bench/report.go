@@ -381,7 +381,7 @@ func (r Report) whereTimeGoes(p func(string, ...any)) {
 	p("batchlock sends one script call per master to lock (per run of consecutive slots on a master, at most 1024 keys) and one to release, as the floor does. ")
 	p("At N=%d, per key locked and released: the floor %.1f µs of Redis time (commandstats) and %.1f µs of the masters' CPU; ", n, fu, fc)
 	p("batchlock with the keys in one slot %.1f µs and %.1f µs; batchlock with the keys spread over the slots %.1f µs and %.1f µs. ", ou, oc, su, sc)
-	p("The first step is what a lock value costs beyond `SET PX` and `DEL`: the value carries the owner, the fencing token and the hold with its lease end, the release reads it back (`GETDEL`) to check the owner, and every call checks its cancel mark and reads the server's `TIME`. ")
+	p("The first step is what a lock value costs beyond `SET PX` and `DEL`: the value carries the owner, the fencing token and the hold with its lease end, the release reads it back (`GET`, then `DEL`) to check the owner, and every call checks its cancel mark and reads the server's `TIME`. ")
 	p("The second step is the fencing counter: one per slot, so a batch spread over N slots makes N `INCRBY` calls where one slot makes one. ")
 	p("Both are the contract (owner-checked holds, fencing tokens per slot that move with their slot), not overhead of the protocol.\n")
 }

@@ -32,7 +32,7 @@ var aclCommands = []string{
 	// promoted master), WithReplicas, and waiting for releases
 	"+evalsha", "+eval", "+wait", "+ssubscribe", "+sunsubscribe",
 	// called inside acquire.lua, release.lua, extend.lua and force.lua
-	"+time", "+exists", "+get", "+set", "+getdel", "+del", "+pttl", "+incrby", "+spublish",
+	"+time", "+exists", "+get", "+set", "+del", "+pttl", "+incrby", "+spublish",
 	// the admin API's Held scans
 	"+scan",
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/localcluster"
 )
 
 // queueClient is a Client whose waiters poll once a minute, so that within
@@ -129,4 +131,65 @@ func TestImpatientWaiterLeavesTheQueue(t *testing.T) {
 		assert.Empty(t, h.Owner, "%s is held after the impatient waiter gave up", keys[i])
 	}
 	require.NoError(t, l.Unlock(ctx))
+}
+
+// A release that hands its key on, or announces it, in a slot being
+// migrated goes through whole: it reads the key before it writes, because a
+// key it had deleted would no longer be local there, and writing it again
+// would fail half-way, the key gone and the waiter never told.
+func TestHandOffInASlotBeingMigrated(t *testing.T) {
+	cl := newCluster(t)
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	ctx := ctxTimeout(t, time.Minute)
+	key := []string{"{handoff-mig}:1"}
+	slot := hashtag.Slot(prefix + key[0])
+	src, err := cl.MasterOfSlot(ctx, slot)
+	require.NoError(t, err)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	dst := masters[0]
+	if dst.ID == src.ID {
+		dst = masters[1]
+	}
+	holder, err := c.Lock(ctx, key)
+	require.NoError(t, err)
+	got := make(chan *batchlock.Lock, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	waitQueued(ctx, t, c, key[0], 1)
+
+	_, err = cl.Do(ctx, dst.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID)
+	require.NoError(t, err)
+	_, err = cl.Do(ctx, src.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID)
+	require.NoError(t, err)
+	stable := func() {
+		for _, n := range []localcluster.Node{src, dst} {
+			_, err := cl.Do(context.Background(), n.Addr, "CLUSTER", "SETSLOT", slot, "STABLE")
+			assert.NoError(t, err)
+		}
+	}
+	t.Cleanup(stable)
+
+	require.NoError(t, holder.Unlock(ctx), "the key has not moved: its release goes through")
+	held, err := c.Inspect(ctx, key...)
+	require.NoError(t, err)
+	assert.Equal(t, 1, held[0].Holds, "the key is handed to the waiter, not deleted")
+	// Keys of a slot in migration cannot be taken (see the README); the
+	// waiter takes its claim once the slot is stable again, within the
+	// retry window.
+	stable()
+	select {
+	case l := <-got:
+		require.NotNil(t, l)
+		assert.Greater(t, l.Token(key[0]), holder.Token(key[0]))
+		require.NoError(t, l.Unlock(ctx))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter was not handed the key")
+	}
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }

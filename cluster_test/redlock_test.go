@@ -357,7 +357,10 @@ func TestRedlockNeverTwoHoldersAcrossANodeKill(t *testing.T) {
 				}
 				chk.record(s)
 				ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
-				if err := l.Unlock(ctx); err != nil {
+				// A lock granted by exactly a quorum that included the node
+				// killed meanwhile cannot be released by a quorum: as
+				// documented, the rest is freed when its lease runs out.
+				if err := l.Unlock(ctx); err != nil && !strings.Contains(err.Error(), n.addrs[2]) {
 					failures.Store("unlock: "+err.Error(), true)
 				}
 				cancel()

@@ -10,10 +10,13 @@
 -- key the value it had before it was deleted, false when it was not held.
 local reply = {now_ms()}
 for i = 1, #ARGV do
-  local v = redis.call('GETDEL', ARGV[i])
+  -- Announced before it is deleted: in a slot being migrated a key, once
+  -- deleted, is no longer local, and neither is its channel.
+  local v = redis.call('GET', ARGV[i])
   reply[#reply + 1] = v
   if v then
     redis.call('SPUBLISH', ARGV[i], 'released')
+    redis.call('DEL', ARGV[i])
   end
 end
 return reply

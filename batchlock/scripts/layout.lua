@@ -72,14 +72,16 @@ local function format(s)
   return string.format('%d', s.token) .. ' ' .. table.concat(queue, ',') .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
 end
 
--- leave takes hold's place in the queue of s out, if it has one.
+-- leave takes hold's place in the queue of s out, and reports whether it had
+-- one.
 local function leave(s, hold)
   for i, e in ipairs(s.queue) do
     if e.hold == hold then
       table.remove(s.queue, i)
-      return
+      return true
     end
   end
+  return false
 end
 
 -- hand gives key, whose holds have all ended, to the first waiter of s whose
@@ -99,10 +101,12 @@ local function hand(key, s, now)
     end
     lapsed = true
   end
-  redis.call('DEL', key)
+  -- Announced first: in a slot being migrated the key, once deleted, is
+  -- no longer local, and neither is its channel.
   if lapsed then
     redis.call('SPUBLISH', key, 'released')
   end
+  redis.call('DEL', key)
 end
 
 -- rewrite stores s as key's value, expiring with its longest live hold, or

@@ -36,17 +36,23 @@ local taken, away = {}, {}
 local single = '^%d+ %- ' .. string.gsub(hold, '%p', '%%%0') .. '=%d+ '
 for i = 5 + m, #ARGV do
   local key = ARGV[i]
-  local v = redis.pcall('GETDEL', key)
+  -- Read before writing: in a slot being migrated a key this script
+  -- deleted is no longer local, and writing it again would fail half-way.
+  local v = redis.pcall('GET', key)
   if elsewhere(v) then
     away[#away + 1] = key
-  elseif v and not string.find(v, single) then
-    -- Not the usual case (the hold alone, nobody waiting: the key is gone).
+  elseif v and string.find(v, single) then
+    -- The usual case: the hold alone, nobody waiting.
+    redis.call('DEL', key)
+  elseif v then
     local s = parse(v)
     if s then
       local mine = s.holds[hold] ~= nil
-      s.holds[hold] = nil
-      leave(s, hold)
-      rewrite(key, s, now_ms())
+      local queued = leave(s, hold)
+      if mine or queued then
+        s.holds[hold] = nil
+        rewrite(key, s, now_ms())
+      end
       if not mine and s.owner ~= owner then
         taken[#taken + 1] = key
       end
