@@ -11,7 +11,6 @@ import (
 
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/localcluster"
 )
 
 // queueClient is a Client whose waiters poll once a minute, so that within
@@ -144,15 +143,6 @@ func TestHandOffInASlotBeingMigrated(t *testing.T) {
 	c, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
 	ctx := ctxTimeout(t, time.Minute)
 	key := []string{"{handoff-mig}:1"}
-	slot := hashtag.Slot(prefix + key[0])
-	src, err := cl.MasterOfSlot(ctx, slot)
-	require.NoError(t, err)
-	masters, err := cl.Masters(ctx)
-	require.NoError(t, err)
-	dst := masters[0]
-	if dst.ID == src.ID {
-		dst = masters[1]
-	}
 	holder, err := c.Lock(ctx, key)
 	require.NoError(t, err)
 	got := make(chan *batchlock.Lock, 1)
@@ -163,17 +153,7 @@ func TestHandOffInASlotBeingMigrated(t *testing.T) {
 	}()
 	waitQueued(ctx, t, c, key[0], 1)
 
-	_, err = cl.Do(ctx, dst.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID)
-	require.NoError(t, err)
-	_, err = cl.Do(ctx, src.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID)
-	require.NoError(t, err)
-	stable := func() {
-		for _, n := range []localcluster.Node{src, dst} {
-			_, err := cl.Do(context.Background(), n.Addr, "CLUSTER", "SETSLOT", slot, "STABLE")
-			assert.NoError(t, err)
-		}
-	}
-	t.Cleanup(stable)
+	stable := halfMigrate(ctx, t, cl, hashtag.Slot(prefix+key[0]))
 
 	require.NoError(t, holder.Unlock(ctx), "the key has not moved: its release goes through")
 	held, err := c.Inspect(ctx, key...)

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/localcluster"
 )
 
 // testPrefix returns a prefix no other test uses, so tests can share a cluster.
@@ -107,4 +109,31 @@ func holderOf(t testing.TB, c *batchlock.Client, key string) batchlock.HeldKey {
 	held, err := c.Inspect(ctxTimeout(t, 10*time.Second), key)
 	require.NoError(t, err)
 	return held[0]
+}
+
+// halfMigrate leaves slot MIGRATING on its master and IMPORTING on another
+// one, its keys not moved, and returns the function that makes it stable
+// again (also run at the end of the test).
+func halfMigrate(ctx context.Context, t *testing.T, cl *localcluster.Cluster, slot int) (stable func()) {
+	t.Helper()
+	src, err := cl.MasterOfSlot(ctx, slot)
+	require.NoError(t, err)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	dst := masters[0]
+	if dst.ID == src.ID {
+		dst = masters[1]
+	}
+	_, err = cl.Do(ctx, dst.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID)
+	require.NoError(t, err)
+	_, err = cl.Do(ctx, src.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID)
+	require.NoError(t, err)
+	stable = func() {
+		for _, n := range []localcluster.Node{src, dst} {
+			_, err := cl.Do(context.Background(), n.Addr, "CLUSTER", "SETSLOT", slot, "STABLE")
+			assert.NoError(t, err)
+		}
+	}
+	t.Cleanup(stable)
+	return stable
 }

@@ -443,28 +443,9 @@ func TestSlotInMigrationBoundsCalls(t *testing.T) {
 	ctx := ctxTimeout(t, 2*time.Minute)
 	keys := []string{"{mig}:1", "{mig}:2", "{mig}:3"}
 	slot := hashtag.Slot(prefix + keys[0])
-	src, err := cl.MasterOfSlot(ctx, slot)
-	require.NoError(t, err)
-	masters, err := cl.Masters(ctx)
-	require.NoError(t, err)
-	dst := masters[0]
-	if dst.ID == src.ID {
-		dst = masters[1]
-	}
 	held, err := c.TryLock(ctx, keys[:1], batchlock.WithTTL(time.Minute))
 	require.NoError(t, err)
-
-	_, err = cl.Do(ctx, dst.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID)
-	require.NoError(t, err)
-	_, err = cl.Do(ctx, src.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID)
-	require.NoError(t, err)
-	stable := func() {
-		for _, n := range []localcluster.Node{src, dst} {
-			_, err := cl.Do(context.Background(), n.Addr, "CLUSTER", "SETSLOT", slot, "STABLE")
-			assert.NoError(t, err)
-		}
-	}
-	t.Cleanup(stable)
+	stable := halfMigrate(ctx, t, cl, slot)
 
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	began := time.Now()
