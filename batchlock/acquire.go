@@ -3,6 +3,7 @@ package batchlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
@@ -110,8 +111,9 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		}
 		outcome := c.acquire(ctx, l, groups, wait)
 		if outcome.err != nil {
-			if wt.waited {
-				// Our place in the queue of the group waited for.
+			if wt.waited && !slices.Contains(outcome.queued, 0) {
+				// Our place in the queue of the group waited for, which
+				// this attempt may have left as it was.
 				outcome.queued = append(outcome.queued, 0)
 			}
 			c.rollback(ctx, l, wt.held, outcome)

@@ -200,6 +200,18 @@ func newCountingConflicts(t *testing.T) (*Client, *fakeRedis, *atomic.Int64) {
 	return c, f, &conflicts
 }
 
+// newCountingRenewals returns a faked Client with the watchdog lease given,
+// and the count of its renewals.
+func newCountingRenewals(t *testing.T, lease time.Duration) (*Client, *fakeRedis, *atomic.Int64) {
+	var renewed atomic.Int64
+	c, f := newFaked(t, WithLease(lease), WithObserver(func(e Event) {
+		if e.Kind == EventRenewed {
+			renewed.Add(1)
+		}
+	}))
+	return c, f, &renewed
+}
+
 // A waiting Lock keeps the groups before the one it waits for, gives back
 // those after, asks for the refused group alone until it is free, then for
 // the rest, and restarts every lease once all are held.
@@ -391,12 +403,7 @@ func TestFixedLeaseEndsTheLock(t *testing.T) {
 
 func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	const leaseLen = 150 * time.Millisecond
-	var renewed atomic.Int64
-	c, f := newFaked(t, WithLease(leaseLen), WithObserver(func(e Event) {
-		if e.Kind == EventRenewed {
-			renewed.Add(1)
-		}
-	}))
+	c, f, renewed := newCountingRenewals(t, leaseLen)
 	l, err := c.Lock(t.Context(), basket)
 	require.NoError(t, err)
 	plain, err := c.Lock(t.Context(), []string{"other:1"})
@@ -522,12 +529,7 @@ func TestSlotFoundElsewhere(t *testing.T) {
 // outer one still holds the key, and nobody else can take it.
 func TestWatchdogRenewsEveryHoldOfASharedKey(t *testing.T) {
 	const leaseLen = 150 * time.Millisecond
-	var renewed atomic.Int64
-	c, f := newFaked(t, WithLease(leaseLen), WithObserver(func(e Event) {
-		if e.Kind == EventRenewed {
-			renewed.Add(1)
-		}
-	}))
+	c, f, renewed := newCountingRenewals(t, leaseLen)
 	outer, err := c.Lock(t.Context(), basket, WithOwner("order-1"))
 	require.NoError(t, err)
 	inner, err := c.Lock(t.Context(), basket[:2], WithOwner("order-1"))

@@ -99,7 +99,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, wait bool
 			for j := range at {
 				at[j] = pending[runs[i].first+j]
 			}
-			if c.acquired(ctx, l, &out, groups, at, cl) {
+			if c.acquired(ctx, l, &out, groups, at, cl, wait) {
 				elsewhere, where = append(elsewhere, at...), cl
 			}
 		}
@@ -134,7 +134,7 @@ func acquireCall(l *Lock, r run, leaseMs int64, mode string) *script.Call {
 
 // acquired records what the call for groups at (indices into groups) did,
 // and reports whether its slots were elsewhere (nothing was changed).
-func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call) (elsewhere bool) {
+func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call, wait bool) (elsewhere bool) {
 	vals, err := cl.Reply.Slice()
 	status := int64(-3)
 	if err == nil && len(vals) > 0 {
@@ -152,7 +152,6 @@ func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, gro
 		conflicts := stringsOf(vals[3])
 		part, _ := vals[5].(int64)
 		held = min(held, int64(len(at)-1))
-		c.granted(l, out, groups, at[:held], vals[4])
 		if held+part > 0 && !l.ack.Acknowledged(cl) && out.err == nil {
 			out.err = fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
@@ -161,9 +160,13 @@ func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, gro
 			refused = groupOf(groups, at, conflicts[0])
 		}
 		out.conflicts = append(out.conflicts, conflicts...)
-		if mode(cl) == "wait" {
+		c.granted(l, out, groups, at[:held], vals[4])
+		// The part keys' tokens come last, after those of the held groups.
+		if toks, _ := vals[4].([]any); part > 0 && int(part) <= min(len(toks), len(groups[refused].keys)) {
+			l.setTokens(groups[refused].keys[:part], toks[len(toks)-int(part):])
+		}
+		if wait {
 			out.queued = append(out.queued, refused)
-			c.partTokens(l, groups[refused], int(part), vals[4])
 		}
 		if out.refused < 0 || refused < out.refused {
 			out.refused = refused
@@ -197,39 +200,22 @@ func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, gro
 // granted records groups at (indices into groups) as held, with the tokens
 // of their keys in order.
 func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens any) {
-	toks, _ := tokens.([]any)
-	n := 0
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	var keys []string
 	for _, gi := range at {
 		out.granted = append(out.granted, gi)
-		for _, k := range groups[gi].keys {
-			if n < len(toks) {
-				l.tokens[k], _ = toks[n].(int64)
-			}
-			n++
-		}
+		keys = append(keys, groups[gi].keys...)
 	}
-}
-
-// mode is the mode an acquire call was made in.
-func mode(cl *script.Call) string {
-	m, _ := cl.Args[3].(string)
-	return m
-}
-
-// partTokens records the tokens of the first part keys of g: the last of
-// tokens, after those of the groups held before it.
-func (c *Client) partTokens(l *Lock, g group, part int, tokens any) {
 	toks, _ := tokens.([]any)
-	skip := len(toks) - part
-	if part == 0 || skip < 0 || part > len(g.keys) {
-		return
-	}
+	l.setTokens(keys, toks)
+}
+
+// setTokens records the fencing tokens of keys, in order, as far as tokens
+// go.
+func (l *Lock) setTokens(keys []string, tokens []any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i, k := range g.keys[:part] {
-		l.tokens[k], _ = toks[skip+i].(int64)
+	for i, k := range keys[:min(len(keys), len(tokens))] {
+		l.tokens[k], _ = tokens[i].(int64)
 	}
 }
 

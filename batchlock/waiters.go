@@ -11,7 +11,7 @@ import (
 )
 
 // releasedMessage is what the scripts publish on a lock key's channel when
-// they free it without handing it to a waiter (layout.lua, force.lua).
+// they free it without handing it to a waiter (RELEASED in layout.lua).
 const releasedMessage = "released"
 
 // confirmTimeout bounds the wait for a subscription to be confirmed; past it

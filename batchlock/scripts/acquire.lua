@@ -97,14 +97,17 @@ end
 -- queue gives the hold a place in the queue of key (state s), or renews the
 -- one it has.
 local function queue(key, s)
+  local mine
   for _, e in ipairs(s.queue) do
     if e.hold == hold then
-      e.ends = now + place
-      redis.call('SET', key, format(s), 'KEEPTTL')
-      return
+      mine = e
     end
   end
-  s.queue[#s.queue + 1] = {hold = hold, ends = now + place}
+  if not mine then
+    mine = {hold = hold}
+    s.queue[#s.queue + 1] = mine
+  end
+  mine.ends = now + place
   redis.call('SET', key, format(s), 'KEEPTTL')
 end
 

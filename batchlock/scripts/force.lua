@@ -15,7 +15,7 @@ for i = 1, #ARGV do
   local v = redis.call('GET', ARGV[i])
   reply[#reply + 1] = v
   if v then
-    redis.call('SPUBLISH', ARGV[i], 'released')
+    redis.call('SPUBLISH', ARGV[i], RELEASED)
     redis.call('DEL', ARGV[i])
   end
 end

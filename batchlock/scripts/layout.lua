@@ -18,6 +18,10 @@
 -- holds the key up.
 local CLAIM_MS = 3000
 
+-- RELEASED is the message of a key freed with nobody to hand it to: every
+-- waiter of the key tries again (a hand-off's message is the waiter's hold).
+local RELEASED = 'released'
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -104,7 +108,7 @@ local function hand(key, s, now)
   -- Announced first: in a slot being migrated the key, once deleted, is
   -- no longer local, and neither is its channel.
   if lapsed then
-    redis.call('SPUBLISH', key, 'released')
+    redis.call('SPUBLISH', key, RELEASED)
   end
   redis.call('DEL', key)
 end
