@@ -40,7 +40,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err := lc.validate(); err != nil {
 		return nil, err
 	}
-	userKeys, groups, err := c.plan(keys)
+	userKeys, groups, err := c.plan(keys, lc.shared)
 	if err != nil {
 		return nil, err
 	}

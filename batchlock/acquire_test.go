@@ -472,7 +472,7 @@ func TestForceUnlock(t *testing.T) {
 	released, err := c.ForceUnlock(t.Context(), basket[0], "free")
 	require.NoError(t, err)
 	assert.Equal(t, []Released{
-		{Key: basket[0], Held: true, Owner: "stuck", Holds: 1, Token: l.Token(basket[0])},
+		{Key: basket[0], Held: true, Owner: "stuck", Holders: []string{"stuck"}, Holds: 1, Token: l.Token(basket[0])},
 		{Key: "free"},
 	}, released)
 	assert.Equal(t, ownedBy("stuck", DefaultPrefix+basket[1]), f.held())
@@ -486,10 +486,10 @@ func TestForceUnlock(t *testing.T) {
 }
 
 // groupsIn counts the slots of an acquire call (each is a fencing counter,
-// then a count, then keys).
+// then a count, modes, then keys).
 func groupsIn(c *script.Call) int {
 	n := 0
-	for i := 6; i < len(c.Args); i += 2 + c.Args[i+1].(int) {
+	for i := 6; i < len(c.Args); i += 3 + c.Args[i+1].(int) {
 		n++
 	}
 	return n
@@ -541,4 +541,21 @@ func TestWatchdogRenewsEveryHoldOfASharedKey(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNotObtained, "and nobody else can take the shared ones")
 	assert.NoError(t, outer.Err())
 	require.NoError(t, outer.Unlock(t.Context()))
+}
+
+// Bad shared keys are refused like bad keys, by every call, before anything
+// is sent.
+func TestBadSharedKeysSendNothing(t *testing.T) {
+	c, f := newFaked(t)
+	for _, bad := range [][]string{{""}, {"ok", ""}, {"fence:{x}"}} {
+		_, err := c.TryLock(t.Context(), basket[:1], WithShared(bad...))
+		assert.ErrorIs(t, err, ErrInvalid, "TryLock %q", bad)
+		_, err = c.Lock(t.Context(), nil, WithShared(bad...))
+		assert.ErrorIs(t, err, ErrInvalid, "Lock %q", bad)
+		err = c.Do(t.Context(), nil, func(context.Context) error { return nil }, WithShared(bad...))
+		assert.ErrorIs(t, err, ErrInvalid, "Do %q", bad)
+	}
+	_, err := c.Lock(t.Context(), nil, WithShared())
+	assert.ErrorIs(t, err, ErrInvalid, "no keys either way")
+	assert.Empty(t, f.log, "nothing sent")
 }

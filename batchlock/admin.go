@@ -20,8 +20,14 @@ import (
 // HeldKey is one key held, as Held finds it.
 type HeldKey struct {
 	Key   string // without the prefix
-	Owner string // the owner id
-	Holds int    // holds whose lease has not ended
+	Owner string // the owner id; of a key held shared, the first of Holders
+	// Shared says the key is held shared (WithShared): by every owner in
+	// Holders.
+	Shared bool
+	// Holders are the owners with a live hold on the key, sorted: one for a
+	// key held exclusively, any number for a key held shared.
+	Holders []string
+	Holds   int // holds whose lease has not ended
 	// Waiting counts the calls queued for the key whose place has not
 	// lapsed; a release hands the key to the first of them.
 	Waiting int
@@ -151,7 +157,8 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 	for i, k := range lockKeys {
 		out[i].Key = k[len(c.cfg.prefix):]
 		if s, ok := parseLock(values[i].Val(), now.Val()); ok {
-			out[i] = HeldKey{Key: out[i].Key, Owner: s.owner, Holds: s.holds, Waiting: s.waiting, Lease: max(leases[i].Val(), 0), Token: s.token}
+			out[i] = HeldKey{Key: out[i].Key, Owner: s.firstHolder(), Shared: s.shared, Holders: s.holders,
+				Holds: s.holds, Waiting: s.waiting, Lease: max(leases[i].Val(), 0), Token: s.token}
 		}
 	}
 	return out, nil
@@ -173,10 +180,12 @@ func escapeGlob(s string) string {
 type Released struct {
 	Key   string // without the prefix
 	Held  bool   // the key was held, and is now released
-	Owner string // who held it
-	Holds int    // its holds whose lease had not ended
-	Token int64  // the fencing token of the ownership released
-	Err   error  // why the key could not be released; the others are all the same
+	Owner string // who held it; of a key held shared, the first of its holders
+	// Holders are the owners that had a live hold on it, sorted.
+	Holders []string
+	Holds   int   // its holds whose lease had not ended
+	Token   int64 // the fencing token of the ownership released
+	Err     error // why the key could not be released; the others are all the same
 }
 
 // ForceUnlock releases keys whoever holds them, and wakes their waiters as
@@ -210,7 +219,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 			}
 			v, _ := vals[n+1].(string)
 			if s, ok := parseLock(v, time.UnixMilli(now)); ok {
-				out[i] = Released{Key: keys[i], Held: true, Owner: s.owner, Holds: s.holds, Token: s.token}
+				out[i] = Released{Key: keys[i], Held: true, Owner: s.firstHolder(), Holders: s.holders, Holds: s.holds, Token: s.token}
 			}
 		}
 		return nil

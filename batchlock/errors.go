@@ -28,6 +28,12 @@ var (
 	// acknowledged an acquire in time; the lock was rolled back.
 	ErrNoReplicas = errors.New("batchlock: not acknowledged by enough replicas")
 
+	// ErrUpgrade means the call asked for a key exclusively that its owner
+	// holds shared (see WithShared). Such a call fails at once, with
+	// ErrNotObtained, rather than wait: two owners doing it would each wait
+	// for the other's shared hold to go.
+	ErrUpgrade = errors.New("batchlock: held shared by this owner, asked for exclusively")
+
 	// ErrClosed is returned by calls on a closed Client, and is the reason a
 	// renewed lock is reported lost when its Client is closed.
 	ErrClosed = errors.New("batchlock: client closed")

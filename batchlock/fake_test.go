@@ -113,7 +113,7 @@ func (f *fakeRedis) Send(ctx context.Context, s *redis.Script, calls []*script.C
 func (f *fakeRedis) firstLockKey(name string, c *script.Call) string {
 	switch name {
 	case "acquire":
-		return c.Args[8].(string)
+		return c.Args[9].(string)
 	case "release":
 		return c.Args[4+c.Args[3].(int)].(string)
 	case "extend":
@@ -236,7 +236,8 @@ func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 	panic("no elsewhere reply for " + name)
 }
 
-// acquire is acquire.lua's logic but for queues: the groups of a run in
+// acquire is acquire.lua's logic but for queues and shared keys (taken as
+// exclusive ones): the groups of a run in
 // order, all or none ("try") or up to the first refused key ("wait").
 func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 	owner, hold, lease, mode, mark := c.Args[0].(string), c.Args[1].(string), ms(c.Args[2]), c.Args[3].(string), c.Args[4].(string)
@@ -251,11 +252,11 @@ func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 	for i := 6; i < len(c.Args); {
 		n := c.Args[i+1].(int)
 		sl := slot{fence: c.Args[i].(string)}
-		for _, a := range c.Args[i+2 : i+2+n] {
+		for _, a := range c.Args[i+3 : i+3+n] {
 			sl.keys = append(sl.keys, a.(string))
 		}
 		slots = append(slots, sl)
-		i += 2 + n
+		i += 3 + n
 	}
 	refusedBy := func(key string) (bool, int64) {
 		k := f.live(key, now)

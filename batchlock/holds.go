@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -122,9 +123,9 @@ var errElsewhere = errors.New("the slot is being migrated or has moved")
 
 func acquireCall(l *Lock, r run, leaseMs int64, mode string) *script.Call {
 	first := r.groups[0]
-	args := []any{l.owner, l.hold, leaseMs, mode, first.cancelKey(l.hold), lease.Millis(l.c.place())}
+	args := []any{l.field, l.hold, leaseMs, mode, first.cancelKey(l.hold), lease.Millis(l.c.place())}
 	for _, g := range r.groups {
-		args = append(args, g.fenceKey, len(g.keys))
+		args = append(args, g.fenceKey, len(g.keys), string(g.modes))
 		for _, k := range g.keys {
 			args = append(args, k)
 		}
@@ -136,7 +137,7 @@ func acquireCall(l *Lock, r run, leaseMs int64, mode string) *script.Call {
 // and reports whether its slots were elsewhere (nothing was changed).
 func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call, wait bool) (elsewhere bool) {
 	vals, err := cl.Reply.Slice()
-	status := int64(-3)
+	status := int64(acquireMalformed)
 	if err == nil && len(vals) > 0 {
 		status, _ = vals[0].(int64)
 	}
@@ -176,6 +177,13 @@ func (c *Client) acquired(ctx context.Context, l *Lock, out *acquireOutcome, gro
 		}
 	case err == nil && status == acquireElsewhere:
 		return true
+	case err == nil && status == acquireUpgrade && len(vals) == 2:
+		// Nothing was changed, and waiting would not help: an error,
+		// with no group of this call held.
+		key, _ := vals[1].(string)
+		if out.err == nil {
+			out.err = fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, strings.TrimPrefix(key, c.cfg.prefix))
+		}
 	default:
 		// An error, a cancelled hold (a rollback overtook this acquire)
 		// or a reply of another shape: unless every attempt was refused
@@ -314,7 +322,7 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 	remember := lease.Millis(l.lease)
 	var taken []string
 	errs := c.perMaster(ctx, "release", keys, marks, func(cl *script.Call, at []int, marks []string) {
-		cl.Args = append([]any{l.owner, l.hold, remember, len(marks)}, anys(marks)...)
+		cl.Args = append([]any{l.field, l.hold, remember, len(marks)}, anys(marks)...)
 		cl.Args = append(cl.Args, keysAt(keys, at)...)
 	}, func(cl *script.Call, at []int, vals []any) []int {
 		taken = append(taken, stringsOf(vals[0])...)

@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,10 +13,12 @@ import (
 // it; scripts/layout.lua reads and writes it for the scripts): a lock key is
 // prefix+key, a string "<token> <queue> <holds> <owner>" (the fencing token
 // of the ownership, the waiters as "<hold>@<ends>" comma-separated in
-// arrival order or "-", the holds as "<hold>=<ends>" comma-separated, ends
-// being the server time in milliseconds at which a place or a lease ends,
-// and the owner id, empty while the key is handed to a waiter), expiring
-// with its longest hold. Per slot, a fencing counter and the cancel marks of
+// arrival order, "s" after a shared request's, or "-", the holds as
+// "<hold>=<ends>" comma-separated, or "<hold>=<ends>=<owner>" on a key held
+// shared, ends being the server time in milliseconds at which a place or a
+// lease ends, and the owner id, escaped (escapeOwner), "*" for a key held
+// shared, empty while the key is handed to a waiter), expiring with its
+// longest hold. Per slot, a fencing counter and the cancel marks of
 // holds live under reserved names.
 const (
 	holdPrefix = "h:"
@@ -46,11 +49,16 @@ func newHold() string { return holdPrefix + randomID(8) }
 
 // lockState is what a lock key holds, at the server time now.
 type lockState struct {
-	owner   string
+	owner   string   // the owner id; empty for a key held shared, or handed to a waiter
+	shared  bool     // held shared: holders are its owners
+	holders []string // the owners with a live hold, sorted, without repeats
 	token   int64
 	holds   int // holds whose lease has not ended at now
 	waiting int // waiters whose place has not lapsed at now
 }
+
+// sharedOwner is the owner field of a key held shared.
+const sharedOwner = "*"
 
 // parseLock reads the value of a lock key; ok is false for a value that is
 // not one.
@@ -62,21 +70,46 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	if s.token, err = strconv.ParseInt(token, 10, 64); err != nil || !ok1 || !ok2 || !ok3 {
 		return lockState{}, false
 	}
-	s.owner = owner
-	s.holds = liveEntries(holds, "=", now)
-	s.waiting = liveEntries(queue, "@", now)
+	s.shared = owner == sharedOwner
+	if !s.shared {
+		s.owner = unescapeOwner(owner)
+	}
+	for e := range strings.SplitSeq(holds, ",") {
+		_, e, _ = strings.Cut(e, "=")
+		ends, who, _ := strings.Cut(e, "=")
+		if !live(ends, now) {
+			continue
+		}
+		s.holds++
+		switch {
+		case s.shared && who != "":
+			s.holders = append(s.holders, unescapeOwner(who))
+		case !s.shared && s.owner != "":
+			s.holders = append(s.holders, s.owner)
+		}
+	}
+	slices.Sort(s.holders)
+	s.holders = slices.Compact(s.holders)
+	for e := range strings.SplitSeq(queue, ",") {
+		_, ends, _ := strings.Cut(e, "@")
+		if live(strings.TrimSuffix(ends, "s"), now) {
+			s.waiting++
+		}
+	}
 	return s, true
 }
 
-// liveEntries counts the entries of list ("<id><sep><ends>", comma-separated)
-// that end after now.
-func liveEntries(list, sep string, now time.Time) int {
-	n := 0
-	for e := range strings.SplitSeq(list, ",") {
-		_, ends, _ := strings.Cut(e, sep)
-		if ms, err := strconv.ParseInt(ends, 10, 64); err == nil && time.UnixMilli(ms).After(now) {
-			n++
-		}
+// live reports whether ends, in milliseconds, is after now.
+func live(ends string, now time.Time) bool {
+	ms, err := strconv.ParseInt(ends, 10, 64)
+	return err == nil && time.UnixMilli(ms).After(now)
+}
+
+// firstHolder is the owner the admin API names for the key: its owner, or
+// the first of its holders when it is held shared.
+func (s lockState) firstHolder() string {
+	if s.shared && len(s.holders) > 0 {
+		return s.holders[0]
 	}
-	return n
+	return s.owner
 }

@@ -69,6 +69,7 @@ type lockConfig struct {
 	ownerSet bool
 	ack      script.Ack
 	ackSet   bool
+	shared   []string
 }
 
 func (c *lockConfig) validate() error {
@@ -161,6 +162,35 @@ func WithTTL(d time.Duration) LockOption {
 // them alive, where a fresh owner waits at most one lease for them.
 func WithOwner(owner string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.owner, c.ownerSet = owner, true })
+}
+
+// WithShared takes keys shared, in the same call as the call's own keys,
+// which it takes exclusively. Any number of owners hold a key shared at once;
+// an owner holding it exclusively excludes every other owner, shared or not.
+// A key given both ways is taken exclusively, and the call's keys may be
+// empty when WithShared names some. Several WithShared options add up.
+//
+// A key asked for shared is granted while no other owner holds it
+// exclusively and no call waits ahead for it exclusively: once a writer
+// queues for a key, later readers queue behind it, so writers are not
+// starved. An owner's holds are reentrant across modes: an owner that holds
+// a key shared gets it shared again at once, even with writers queued (they
+// wait for that owner anyway; so an owner id shared by many goroutines that
+// keep a key shared between them can keep writers out), and one that holds
+// it exclusively gets it in either mode, the key staying exclusive until
+// all that owner's holds on it are gone. An owner that holds a key shared
+// and asks for it exclusively is refused with ErrUpgrade, without waiting
+// for that key: two owners doing so would wait for each other. (A waiting
+// call finds this out when it reaches the key, in the global order.)
+//
+// Token of a shared key is the token of its shared ownership: taken from
+// the slot's counter when the key went from free, or from a writer, to
+// readers, and the same for every owner holding it shared meanwhile. A
+// writer that takes the key later gets a larger one, so a reader can tell,
+// by the largest token a store saw, that a writer came after its read began.
+// Default: no key is shared.
+func WithShared(keys ...string) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.shared = append(c.shared, keys...) })
 }
 
 // ReplicasOption is returned by WithReplicas; it is both a client-wide

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
+	"strings"
+	"unicode/utf8"
 )
 
 type ownerKey struct{}
@@ -30,4 +33,39 @@ func randomID(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b)
+}
+
+// escapeOwner is the form of an owner id in the values of lock keys: the
+// bytes the layout uses as separators (any whitespace or control byte,
+// comma, "=", "@", "*") and "%" are written %XX, so that an id cannot be
+// taken for a separator, or for the owner field of a key held shared ("*").
+func escapeOwner(owner string) string {
+	i := strings.IndexFunc(owner, func(r rune) bool { return r < utf8.RuneSelf && special(byte(r)) })
+	if i < 0 {
+		return owner
+	}
+	var b strings.Builder
+	b.WriteString(owner[:i])
+	for ; i < len(owner); i++ {
+		if special(owner[i]) {
+			b.WriteString("%" + strings.ToUpper(hex.EncodeToString([]byte{owner[i]})))
+		} else {
+			b.WriteByte(owner[i])
+		}
+	}
+	return b.String()
+}
+
+// special reports whether c is written %XX in a stored owner id.
+func special(c byte) bool {
+	return c <= ' ' || c == 0x7f || strings.IndexByte(",=@*%", c) >= 0
+}
+
+// unescapeOwner reads an owner id as escapeOwner wrote it; a value it cannot
+// read is returned as it is.
+func unescapeOwner(field string) string {
+	if owner, err := url.PathUnescape(field); err == nil {
+		return owner
+	}
+	return field
 }

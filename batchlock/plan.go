@@ -11,8 +11,11 @@ import (
 // call. Every client takes groups in the same global order (slot, then key),
 // which is what makes waiting deadlock-free.
 type group struct {
-	slot     int
-	keys     []string // lock keys, sorted
+	slot int
+	keys []string // lock keys, sorted
+	// modes has a letter per key, "s" for a key taken shared and "x" for
+	// one taken exclusively; nil when every key is exclusive.
+	modes    []byte
 	fenceKey string
 	// cancelKeys + hold is the cancel mark of one hold in the slot.
 	cancelKeys string
@@ -21,20 +24,27 @@ type group struct {
 // cancelKey returns the key that marks hold cancelled in g's slot.
 func (g group) cancelKey(hold string) string { return g.cancelKeys + hold }
 
-// plan validates keys and turns them into groups. keys may repeat.
-func (c *Client) plan(keys []string) ([]string, []group, error) {
-	if len(keys) == 0 {
+// plan validates keys, taken exclusively, and shared ones (WithShared), and
+// turns them into groups. Keys may repeat; a key given both ways is taken
+// exclusively.
+func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
+	if len(keys)+len(shared) == 0 {
 		return nil, nil, invalid("no keys")
 	}
-	lockKeys := make([]string, len(keys))
+	lockKeys := make([]string, 0, len(keys)+len(shared))
+	exclusive := make(map[string]bool, len(keys))
 	for i, k := range keys {
-		if k == "" {
-			return nil, nil, invalid("key %d is empty", i)
+		if err := c.checkKey(k, "key", i); err != nil {
+			return nil, nil, err
 		}
-		if reserved(k) {
-			return nil, nil, invalid("key %q: names starting with %q or %q are reserved", k, fenceName, cancelName)
+		lockKeys = append(lockKeys, c.cfg.prefix+k)
+		exclusive[c.cfg.prefix+k] = true
+	}
+	for i, k := range shared {
+		if err := c.checkKey(k, "shared key", i); err != nil {
+			return nil, nil, err
 		}
-		lockKeys[i] = c.cfg.prefix + k
+		lockKeys = append(lockKeys, c.cfg.prefix+k)
 	}
 
 	var slots []hashtag.Group
@@ -52,7 +62,14 @@ func (c *Client) plan(keys []string) ([]string, []group, error) {
 		fence, cancel := c.fenceKey(s.Slot), c.cancelKeys(s.Slot)
 		for start := 0; start < len(s.Keys); start += maxGroupKeys {
 			end := min(start+maxGroupKeys, len(s.Keys))
-			groups = append(groups, group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence, cancelKeys: cancel})
+			g := group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence, cancelKeys: cancel}
+			if len(shared) > 0 {
+				g.modes = make([]byte, len(g.keys))
+				for i, k := range g.keys {
+					g.modes[i] = modeOf(exclusive[k])
+				}
+			}
+			groups = append(groups, g)
 		}
 		for _, k := range s.Keys {
 			userKeys = append(userKeys, k[len(c.cfg.prefix):])
@@ -62,6 +79,25 @@ func (c *Client) plan(keys []string) ([]string, []group, error) {
 	return userKeys, groups, nil
 }
 
+// checkKey refuses a key that cannot be a lock key; what and i name it.
+func (c *Client) checkKey(k, what string, i int) error {
+	if k == "" {
+		return invalid("%s %d is empty", what, i)
+	}
+	if reserved(k) {
+		return invalid("%s %q: names starting with %q or %q are reserved", what, k, fenceName, cancelName)
+	}
+	return nil
+}
+
+// modeOf is a key's letter in group.modes.
+func modeOf(exclusive bool) byte {
+	if exclusive {
+		return 'x'
+	}
+	return 's'
+}
+
 // split cuts l.groups[i] after its first n keys into two groups of the same
 // slot: a waiting call holds the first, and waits at the first key of the
 // second. l is not yet shared with the watchdog.
@@ -69,6 +105,9 @@ func (l *Lock) split(i, n int) {
 	g := l.groups[i]
 	head, tail := g, g
 	head.keys, tail.keys = g.keys[:n:n], g.keys[n:]
+	if g.modes != nil {
+		head.modes, tail.modes = g.modes[:n:n], g.modes[n:]
+	}
 	l.groups = slices.Insert(l.groups, i+1, tail)
 	l.groups[i] = head
 }

@@ -33,7 +33,7 @@ func newOffline(t *testing.T, cluster bool, opts ...Option) *Client {
 func TestPlanGroupsBySlotInGlobalOrder(t *testing.T) {
 	c := newOffline(t, true)
 	keys := []string{"b", "a", "{t}2", "{t}1", "a", "c"}
-	userKeys, groups, err := c.plan(keys)
+	userKeys, groups, err := c.plan(keys, nil)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "b", "c", "{t}1", "{t}2"}, userKeys)
 
@@ -60,7 +60,7 @@ func TestPlanChunksLargeGroups(t *testing.T) {
 	for i := 0; i < 3*maxGroupKeys+5; i++ {
 		keys = append(keys, fmt.Sprintf("{hot}%05d", i))
 	}
-	_, groups, err := c.plan(keys)
+	_, groups, err := c.plan(keys, nil)
 	require.NoError(t, err)
 	require.Len(t, groups, 4)
 	for _, g := range groups[:3] {
@@ -72,7 +72,7 @@ func TestPlanChunksLargeGroups(t *testing.T) {
 
 func TestPlanSingleNodeIsOneGroup(t *testing.T) {
 	c := newOffline(t, false, WithPrefix("p:"))
-	_, groups, err := c.plan([]string{"z", "a", "{x}m", "a"})
+	_, groups, err := c.plan([]string{"z", "a", "{x}m", "a"}, nil)
 	require.NoError(t, err)
 	require.Len(t, groups, 1)
 	assert.Equal(t, []string{"p:a", "p:z", "p:{x}m"}, groups[0].keys)
@@ -81,18 +81,21 @@ func TestPlanSingleNodeIsOneGroup(t *testing.T) {
 func TestPlanRejectsBadKeys(t *testing.T) {
 	c := newOffline(t, true)
 	for _, tc := range []struct {
-		name string
-		keys []string
-		want string
+		name   string
+		keys   []string
+		shared []string
+		want   string
 	}{
-		{"nil", nil, "no keys"},
-		{"empty list", []string{}, "no keys"},
-		{"empty key", []string{"a", "b", ""}, "key 2 is empty"},
-		{"fence name", []string{"fence:{abc}"}, "reserved"},
-		{"cancel name", []string{"cancel:{abc}"}, "reserved"},
+		{"nil", nil, nil, "no keys"},
+		{"empty list", []string{}, []string{}, "no keys"},
+		{"empty key", []string{"a", "b", ""}, nil, "key 2 is empty"},
+		{"fence name", []string{"fence:{abc}"}, nil, "reserved"},
+		{"cancel name", []string{"cancel:{abc}"}, nil, "reserved"},
+		{"empty shared key", []string{"a"}, []string{"b", ""}, "shared key 1 is empty"},
+		{"reserved shared key", nil, []string{"fence:{abc}"}, "shared key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := c.plan(tc.keys)
+			_, _, err := c.plan(tc.keys, tc.shared)
 			require.ErrorIs(t, err, ErrInvalid)
 			assert.Contains(t, err.Error(), tc.want)
 		})
@@ -122,6 +125,75 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+func TestPlanMarksSharedKeys(t *testing.T) {
+	for _, cluster := range []bool{true, false} {
+		c := newOffline(t, cluster)
+		// "b" is given both ways: exclusive wins. No exclusive keys is fine.
+		userKeys, groups, err := c.plan([]string{"b", "{t}1"}, []string{"a", "b", "{t}2", "a"})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a", "b", "{t}1", "{t}2"}, userKeys)
+		modes := map[string]byte{}
+		for _, g := range groups {
+			require.Len(t, g.modes, len(g.keys))
+			for i, k := range g.keys {
+				modes[k[len(c.cfg.prefix):]] = g.modes[i]
+			}
+		}
+		assert.Equal(t, map[string]byte{"a": 's', "b": 'x', "{t}1": 'x', "{t}2": 's'}, modes, "cluster %v", cluster)
+
+		_, groups, err = c.plan(nil, []string{"x"})
+		require.NoError(t, err)
+		assert.Equal(t, []byte("s"), groups[0].modes)
+		_, groups, err = c.plan([]string{"x"}, nil)
+		require.NoError(t, err)
+		assert.Nil(t, groups[0].modes, "all exclusive sends no modes")
+	}
+}
+
+func TestSplitKeepsModes(t *testing.T) {
+	c := newOffline(t, true)
+	_, groups, err := c.plan([]string{"{t}1", "{t}3"}, []string{"{t}2"})
+	require.NoError(t, err)
+	l := &Lock{groups: groups}
+	l.split(0, 1)
+	require.Len(t, l.groups, 2)
+	assert.Equal(t, []byte("x"), l.groups[0].modes)
+	assert.Equal(t, []byte("sx"), l.groups[1].modes)
+	assert.Equal(t, []string{"batchlock:{t}2", "batchlock:{t}3"}, l.groups[1].keys)
+}
+
+func TestOwnerEscaping(t *testing.T) {
+	for _, owner := range []string{"plain-id_1.x:y/z", "a b", "a,b=c@d*e%f", "*", "%41", "ü", "a\tb", "a\nb\r", "\x00\x7f", "ü x"} {
+		field := escapeOwner(owner)
+		assert.NotRegexp(t, `[\x00-\x20\x7f]`, field)
+		assert.NotContains(t, field, ",")
+		assert.NotContains(t, field, "=")
+		assert.NotContains(t, field, "@")
+		assert.NotEqual(t, sharedOwner, field)
+		assert.Equal(t, owner, unescapeOwner(field), "round trip of %q", owner)
+	}
+	assert.Equal(t, "plain", escapeOwner("plain"), "ordinary ids are stored as they are")
+}
+
+func TestParseSharedLock(t *testing.T) {
+	now := time.UnixMilli(1000)
+	s, ok := parseLock("7 h:w@2000,h:r@2000s,h:old@500 h:1=2000=b%20b,h:2=3000=a,h:3=900=c,h:4=2000=a,h:5=2000= *", now)
+	require.True(t, ok)
+	assert.True(t, s.shared)
+	assert.Equal(t, []string{"a", "b b"}, s.holders, "live holders, sorted, once each, claims left out")
+	assert.Equal(t, 4, s.holds)
+	assert.Equal(t, 2, s.waiting)
+	assert.Equal(t, "a", s.firstHolder())
+	assert.Equal(t, int64(7), s.token)
+
+	s, ok = parseLock("9 - h:1=2000,h:2=2000 o%20x", now)
+	require.True(t, ok)
+	assert.False(t, s.shared)
+	assert.Equal(t, "o x", s.owner)
+	assert.Equal(t, []string{"o x"}, s.holders)
+	assert.Equal(t, 2, s.holds)
 }
 
 func TestLockOptionValidation(t *testing.T) {

@@ -25,6 +25,11 @@ func (b *Batchlock) Lock(ctx context.Context, keys []string) (Held, error) {
 	return b.c.Lock(ctx, keys, batchlock.WithTTL(TTL))
 }
 
+// LockShared takes keys exclusively and shared shared, in one Lock call.
+func (b *Batchlock) LockShared(ctx context.Context, keys, shared []string) (Held, error) {
+	return b.c.Lock(ctx, keys, batchlock.WithTTL(TTL), batchlock.WithShared(shared...))
+}
+
 // OneSlot makes every key of a batch share one hash tag, so that batchlock
 // takes the whole batch with one script call per 512 keys instead of one
 // per slot: the report's measure of what the per-slot calls cost.

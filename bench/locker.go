@@ -27,6 +27,13 @@ type Locker interface {
 	Commands() []string
 }
 
+// SharedLocker is a Locker that also takes keys shared, in the same call as
+// the exclusive ones.
+type SharedLocker interface {
+	Locker
+	LockShared(ctx context.Context, keys, shared []string) (Held, error)
+}
+
 // Held is a batch of keys locked by a Locker.
 type Held interface {
 	Unlock(ctx context.Context) error

@@ -22,11 +22,20 @@ type OrderConfig struct {
 	Stock     int64 // initial units of every SKU
 	Rounds    int   // turns each library gets per number of workers, alternating
 	Slice     time.Duration
+	// Promos is the number of hot promotions of the shared-keys
+	// comparison, one of which PromoShare of its orders read, run with
+	// each of PromoWorkers workers.
+	Promos       int
+	PromoShare   float64
+	PromoWorkers []int
 }
 
 // DefaultOrders: baskets of up to 40 of 2000 SKUs, with 1, 4, 16 and 32
-// workers; every library gets two 3-second turns at each.
-var DefaultOrders = OrderConfig{SKUs: 2000, MaxBasket: 40, Workers: []int{1, 4, 16, 32}, Stock: 1_000_000, Rounds: 2, Slice: 3 * time.Second}
+// workers; every library gets two 3-second turns at each. The shared-keys
+// comparison adds 3 hot promotions to half of the orders, with 16 and 32
+// workers.
+var DefaultOrders = OrderConfig{SKUs: 2000, MaxBasket: 40, Workers: []int{1, 4, 16, 32}, Stock: 1_000_000, Rounds: 2, Slice: 3 * time.Second,
+	Promos: 3, PromoShare: 0.5, PromoWorkers: []int{16, 32}}
 
 // OrderResult is what one library achieved with one number of workers over
 // all its turns.
@@ -59,22 +68,34 @@ func (r OrderResult) CPUPerOrder() time.Duration {
 
 // peerProcessor processes an order under a lock of a Locker: the basket's
 // lock keys (named apart from the stock keys, which a single-key library
-// would otherwise overwrite), then orders' own read, check and write.
+// would otherwise overwrite) and its promotions', then orders' own read,
+// check and write.
 type peerProcessor struct {
+	name  string
 	l     Locker
 	stock *orders.Stock
+	// shared takes the promotions shared (l is a SharedLocker); otherwise
+	// they are locked exclusively with the stock.
+	shared bool
 }
 
 func (p *peerProcessor) Process(ctx context.Context, o orders.Order) (orders.Outcome, error) {
-	keys := p.stock.Keys(o)
-	for i, k := range keys {
-		keys[i] = "lock:" + k
+	keys := lockKeys(p.stock.Keys(o))
+	promos := lockKeys(p.stock.PromoKeys(o))
+	if !p.shared {
+		keys = append(keys, promos...)
 	}
 	// Sorted, as Locker asks: the per-key peers and the ceiling take them
 	// in this order, which is what keeps them from deadlock.
 	slices.Sort(keys)
 	asked := time.Now()
-	h, err := p.l.Lock(ctx, keys)
+	var h Held
+	var err error
+	if p.shared {
+		h, err = p.l.(SharedLocker).LockShared(ctx, keys, promos)
+	} else {
+		h, err = p.l.Lock(ctx, keys)
+	}
 	if err != nil {
 		return orders.Outcome{}, err
 	}
@@ -85,6 +106,14 @@ func (p *peerProcessor) Process(ctx context.Context, o orders.Order) (orders.Out
 		err = uerr
 	}
 	return out, err
+}
+
+// lockKeys names the lock keys of keys.
+func lockKeys(keys []string) []string {
+	for i, k := range keys {
+		keys[i] = "lock:" + k
+	}
+	return keys
 }
 
 // orderTimeout bounds one order, lock wait included: an order under way
@@ -98,18 +127,38 @@ const orderTimeout = 10 * time.Second
 // Results come by number of workers, then library.
 func RunOrders(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, lockers []Locker, cfg OrderConfig) ([]OrderResult, error) {
 	procs := make([]*peerProcessor, len(lockers))
-	sold := make([]map[string]int64, len(lockers))
 	for i, l := range lockers {
-		stock := orders.NewStock(rdb, "bench:"+l.Name()+":", orders.Catalogue(cfg.SKUs), cfg.Stock)
-		if err := stock.Setup(ctx); err != nil {
+		procs[i] = &peerProcessor{name: l.Name(), l: l}
+	}
+	cfg.Promos = 0
+	return runWorkload(ctx, cl, rdb, procs, cfg, cfg.Workers)
+}
+
+// RunPromotions is the shared-keys comparison: the order workload with
+// cfg.Promos hot promotions that cfg.PromoShare of the orders read, with
+// each of cfg.PromoWorkers workers, processed under l's locks with the
+// promotions taken shared (NameSharedPromos) and exclusively
+// (NameExclusivePromos), in turns.
+func RunPromotions(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, l SharedLocker, cfg OrderConfig) ([]OrderResult, error) {
+	procs := []*peerProcessor{{name: NameSharedPromos, l: l, shared: true}, {name: NameExclusivePromos, l: l}}
+	return runWorkload(ctx, cl, rdb, procs, cfg, cfg.PromoWorkers)
+}
+
+// runWorkload gives procs stock of their own, runs the order workload with
+// each of workers workers, then audits every processor's stock against the
+// orders it accepted and removes it.
+func runWorkload(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, procs []*peerProcessor, cfg OrderConfig, workers []int) ([]OrderResult, error) {
+	sold := make([]map[string]int64, len(procs))
+	for i, p := range procs {
+		p.stock = orders.NewStock(rdb, "bench:"+p.name+":", orders.Catalogue(cfg.SKUs), cfg.Stock)
+		if err := p.stock.Setup(ctx); err != nil {
 			return nil, err
 		}
-		procs[i] = &peerProcessor{l: l, stock: stock}
 		sold[i] = map[string]int64{}
 	}
 	var out []OrderResult
-	for level, workers := range cfg.Workers {
-		results, err := runOrderLevel(ctx, cl, procs, sold, cfg, workers, level)
+	for level, n := range workers {
+		results, err := runOrderLevel(ctx, cl, procs, sold, cfg, n, level)
 		if err != nil {
 			return nil, err
 		}
@@ -121,10 +170,10 @@ func RunOrders(ctx context.Context, cl *localcluster.Cluster, rdb redis.Universa
 			return nil, err
 		}
 		if !audit.OnlyOversell() {
-			return nil, fmt.Errorf("%s: the audit found %v", lockers[i].Name(), audit.Problems)
+			return nil, fmt.Errorf("%s: the audit found %v", p.name, audit.Problems)
 		}
 		for j := range out {
-			if out[j].Library == lockers[i].Name() {
+			if out[j].Library == p.name {
 				out[j].Oversold = audit.OversoldUnits
 			}
 		}
@@ -146,11 +195,12 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 	results := make([]OrderResult, len(procs))
 	waits := make([][]time.Duration, len(procs))
 	for i, p := range procs {
-		results[i].Library, results[i].Workers = p.l.Name(), workers
+		results[i].Library, results[i].Workers = p.name, workers
 	}
 	for round := range cfg.Rounds {
 		// Enough orders for any turn: a turn ends by time.
-		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 200_000, MaxBasket: cfg.MaxBasket, MaxQty: 1, Seed: uint64(level*cfg.Rounds + round)})
+		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 200_000, MaxBasket: cfg.MaxBasket, MaxQty: 1,
+			Promos: cfg.Promos, PromoShare: cfg.PromoShare, Seed: uint64(level*cfg.Rounds + round)})
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +219,7 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 			res := orders.Run(ctx, procs[i], list, orders.RunConfig{Workers: workers, Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
 			t.Stop()
 			if res.Unknown > 0 {
-				return nil, fmt.Errorf("%s: %d orders failed half-written: %v", procs[i].l.Name(), res.Unknown, res.FirstErrors)
+				return nil, fmt.Errorf("%s: %d orders failed half-written: %v", procs[i].name, res.Unknown, res.FirstErrors)
 			}
 			waits[i] = append(waits[i], res.LockWaits...)
 			after, err := mastersCPU(ctx, cl, masters)

@@ -18,7 +18,9 @@ type Report struct {
 	Handoff []HandoffResult
 	Orders  []OrderResult
 	Order   OrderConfig
-	Cost    []CostResult
+	// Promotions is the shared-keys comparison.
+	Promotions []OrderResult
+	Cost       []CostResult
 }
 
 // handoffLabels say how each waiter waits.
@@ -47,15 +49,45 @@ func (r Report) handoff(name string) Summary {
 	return Summary{}
 }
 
-// orders is the result of a library with a number of workers.
-func (r Report) orders(name string, workers int) OrderResult {
-	for _, o := range r.Orders {
+// promotions writes the shared-keys comparison.
+func (r Report) promotions(p func(string, ...any)) {
+	if len(r.Promotions) == 0 {
+		return
+	}
+	o := r.Order
+	p("\n## Shared keys: hot promotions\n\n")
+	p("The same order workload, and %d hot promotions: %.0f%% of the orders read one of them, and write only stock. ", o.Promos, 100*o.PromoShare)
+	p("batchlock locks an order's promotion shared, in the same call as its stock (`WithShared`), or exclusively with it, as a lock without shared keys must. ")
+	p("The two take turns, %d of %v each per number of workers.\n\n", o.Rounds, o.Slice)
+	p("| workers | promotions | orders | orders/s | vs exclusive | lock wait p50 / p99 / max ms | masters' CPU per order | gave up | oversold units |\n|---:|---|---:|---:|---:|---|---:|---:|---:|\n")
+	for _, w := range o.PromoWorkers {
+		excl := find(r.Promotions, NameExclusivePromos, w)
+		for _, res := range r.Promotions {
+			if res.Workers != w {
+				continue
+			}
+			vs := "—"
+			if res.Library != NameExclusivePromos && excl.PerSecond() > 0 {
+				vs = fmt.Sprintf("%.2fx", res.PerSecond()/excl.PerSecond())
+			}
+			p("| %d | %s | %d | %.0f | %s | %s / %s / %s | %d µs | %d | %d |\n", w, Label(res.Library), res.Orders, res.PerSecond(), vs,
+				Millis(res.LockWait.Median), Millis(res.LockWait.P99), Millis(res.LockWait.Max), res.CPUPerOrder().Microseconds(), res.GaveUp, res.Oversold)
+		}
+	}
+}
+
+// find is the result of a library with a number of workers among results.
+func find(results []OrderResult, name string, workers int) OrderResult {
+	for _, o := range results {
 		if o.Library == name && o.Workers == workers {
 			return o
 		}
 	}
 	return OrderResult{Library: name, Workers: workers}
 }
+
+// orders is the result of a library with a number of workers.
+func (r Report) orders(name string, workers int) OrderResult { return find(r.Orders, name, workers) }
 
 // workerCounts in the order they were run.
 func (r Report) workerCounts() []int {
@@ -295,6 +327,8 @@ func (r Report) Markdown(svgName string) string {
 		p("Where the servers' CPU is the limit, throughput goes as its inverse: %.0f%% of the ceiling's is what %d µs against %d µs allows.\n",
 			100*float64(oc.CPUPerOrder())/float64(ob.CPUPerOrder()), ob.CPUPerOrder().Microseconds(), oc.CPUPerOrder().Microseconds())
 	}
+
+	r.promotions(p)
 
 	p("\n## Cost in Redis\n\n")
 	p("Each library alone (not interleaved): `CONFIG RESETSTAT` on every master, lock and unlock N keys many times, then `INFO commandstats` and `INFO cpu` from every master. ")

@@ -18,18 +18,24 @@ const (
 	NameOneSlot       = NameBatchlock + "-one-slot"
 	NameFloor         = "floor"
 	NameCeiling       = "ceiling"
+	// The shared-keys comparison: batchlock with the orders' promotions
+	// taken shared, and exclusively.
+	NameSharedPromos    = "batchlock-promos-shared"
+	NameExclusivePromos = "batchlock-promos-exclusive"
 )
 
 var labels = map[string]string{
-	NameBatchlock:     "batchlock",
-	NameBatchlockPoll: "batchlock, polling (WithoutPubSub)",
-	NameRedsyncSeq:    "redsync sequential",
-	NameRedsyncPar:    "redsync goroutine per key",
-	NameRedislockSeq:  "redislock sequential",
-	NameRedislockPar:  "redislock goroutine per key",
-	NameOneSlot:       "batchlock, all keys in one slot",
-	NameFloor:         "floor: SET PX per key, then DEL, one script call per master",
-	NameCeiling:       "ceiling: a sorted sync.Mutex per SKU, in process",
+	NameBatchlock:       "batchlock",
+	NameBatchlockPoll:   "batchlock, polling (WithoutPubSub)",
+	NameRedsyncSeq:      "redsync sequential",
+	NameRedsyncPar:      "redsync goroutine per key",
+	NameRedislockSeq:    "redislock sequential",
+	NameRedislockPar:    "redislock goroutine per key",
+	NameOneSlot:         "batchlock, all keys in one slot",
+	NameFloor:           "floor: SET PX per key, then DEL, one script call per master",
+	NameCeiling:         "ceiling: a sorted sync.Mutex per SKU, in process",
+	NameSharedPromos:    "batchlock, promotions shared (WithShared)",
+	NameExclusivePromos: "batchlock, promotions exclusive",
 }
 
 // Label is the name a reader of the report sees.
@@ -51,6 +57,8 @@ type Suite struct {
 	// Orders: batchlock, the in-process ceiling and the redsync-based
 	// processor.
 	Orders []Locker
+	// Promotions: batchlock, for the shared-keys comparison.
+	Promotions SharedLocker
 
 	closers []func() error
 }
@@ -90,6 +98,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		OneSlot{bl},
 	}
 	s.Orders = []Locker{s.Lockers[0], NewCeiling(), s.Lockers[2]}
+	s.Promotions = bl
 
 	waiter, err := newBatchlock(NameBatchlock)
 	if err != nil {

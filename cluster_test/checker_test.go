@@ -19,14 +19,16 @@ type section struct {
 	Owner  string
 	Keys   []string
 	Tokens map[string]int64 // fencing token per key; a key missing here is not token-checked
+	Shared map[string]bool  // keys held shared (WithShared)
 	Start  time.Time
 	End    time.Time
 }
 
 // checker collects the critical sections of concurrent workers and finds
 // what mutual exclusion forbids: two owners inside a section on the same key
-// at once, and a key's fencing token going backwards (or being handed out
-// again to another owner) from one section to the next.
+// at once, unless both hold it shared, and a key's fencing token going
+// backwards (or being handed out again to another owner, unless both hold it
+// shared) from one section to the next.
 type checker struct {
 	mu       sync.Mutex
 	sections []section
@@ -57,7 +59,8 @@ func (c *checker) violations() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := slices.Clone(c.problems)
-	for _, b := range breaches(c.sections) {
+	found, _ := breaches(c.sections)
+	for _, b := range found {
 		out = append(out, b.what)
 	}
 	return out
@@ -71,11 +74,12 @@ type breach struct {
 	what           string
 }
 
-// breaches finds, key by key, two owners inside a section at once, and a
-// key's fencing token going backwards (or being handed out again to another
-// owner) from one section to the next.
-func breaches(sections []section) []breach {
-	var out []breach
+// breaches finds, key by key, two owners inside a section at once (unless
+// both hold the key shared), and a key's fencing token going backwards (or
+// being handed out again to another owner) from one section to the next. It
+// counts too the sections that shared a key with another owner's section
+// at once, to show that readers did overlap.
+func breaches(sections []section) (out []breach, overlapped int) {
 	byKey := map[string][]int{}
 	for i, s := range sections {
 		if s.End.Before(s.Start) {
@@ -94,21 +98,30 @@ func breaches(sections []section) []breach {
 	for _, k := range keys {
 		idx := byKey[k]
 		slices.SortStableFunc(idx, func(a, b int) int { return sections[a].Start.Compare(sections[b].Start) })
-		// Sorted by start, a section overlaps an earlier one exactly when it
-		// starts before the latest end so far; comparing with the immediate
-		// predecessor alone would miss a long section spanning several.
-		latest := -1
+		// Sorted by start, a section overlaps exactly the earlier ones that
+		// have not ended when it starts: all of them are compared, as a long
+		// section of one owner may hide another owner's behind it.
+		var open []int
 		lastTok := -1
 		for _, i := range idx {
 			s := sections[i]
-			if latest >= 0 && s.Owner != sections[latest].Owner && s.Start.Before(sections[latest].End) {
-				p := sections[latest]
-				out = append(out, breach{key: k, earlier: latest, later: i, what: fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
-					k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000"))})
+			open = slices.DeleteFunc(open, func(o int) bool { return !s.Start.Before(sections[o].End) })
+			for _, o := range open {
+				p := sections[o]
+				if p.Owner != s.Owner && p.Shared[k] && s.Shared[k] {
+					overlapped++
+					break
+				}
 			}
-			if latest < 0 || s.End.After(sections[latest].End) {
-				latest = i
+			for _, o := range open {
+				p := sections[o]
+				if p.Owner != s.Owner && !(p.Shared[k] && s.Shared[k]) {
+					out = append(out, breach{key: k, earlier: o, later: i, what: fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
+						k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000"))})
+					break
+				}
 			}
+			open = append(open, i)
 
 			tok, ok := s.Tokens[k]
 			if !ok {
@@ -121,7 +134,7 @@ func breaches(sections []section) []breach {
 				case tok < pt:
 					out = append(out, breach{key: k, earlier: lastTok, later: i,
 						what: fmt.Sprintf("key %s: token went backwards from %d (%s) to %d (%s)", k, pt, p.Owner, tok, s.Owner)})
-				case tok == pt && s.Owner != p.Owner:
+				case tok == pt && s.Owner != p.Owner && !(p.Shared[k] && s.Shared[k]):
 					// Storage that accepts a token equal to the largest seen
 					// (so that reentrant holds can write) would accept both.
 					out = append(out, breach{key: k, earlier: lastTok, later: i,
@@ -131,7 +144,7 @@ func breaches(sections []section) []breach {
 			lastTok = i
 		}
 	}
-	return out
+	return out, overlapped
 }
 
 // requireClean fails the test with every violation found.
@@ -156,6 +169,13 @@ func TestCheckerCatchesViolations(t *testing.T) {
 			keys = append(keys, k)
 		}
 		return section{Owner: owner, Keys: keys, Tokens: toks, Start: at(from), End: at(to)}
+	}
+	shared := func(s section) section {
+		s.Shared = map[string]bool{}
+		for _, k := range s.Keys {
+			s.Shared[k] = true
+		}
+		return s
 	}
 
 	for _, tc := range []struct {
@@ -212,6 +232,49 @@ func TestCheckerCatchesViolations(t *testing.T) {
 				sec("b", 20, 30, map[string]int64{"x": 5}),
 			},
 			want: []string{"token 5 given to both a and b"},
+		},
+		{
+			name: "readers of a shared key overlap and share its token",
+			sections: []section{
+				shared(sec("a", 0, 10, map[string]int64{"x": 4})),
+				shared(sec("b", 2, 12, map[string]int64{"x": 4})),
+				sec("c", 12, 20, map[string]int64{"x": 5}),
+				shared(sec("d", 21, 30, map[string]int64{"x": 6})),
+			},
+		},
+		{
+			name: "a writer inside a reader's section",
+			sections: []section{
+				shared(sec("a", 0, 100, map[string]int64{"x": 4})),
+				shared(sec("b", 2, 10, map[string]int64{"x": 4})),
+				sec("c", 50, 60, map[string]int64{"x": 5}),
+			},
+			want: []string{"key x: c held it"},
+		},
+		{
+			name: "a reader inside a writer's section",
+			sections: []section{
+				sec("a", 0, 100, map[string]int64{"x": 4}),
+				shared(sec("b", 50, 60, map[string]int64{"x": 5})),
+			},
+			want: []string{"key x: b held it"},
+		},
+		{
+			name: "a reader's token given to a writer",
+			sections: []section{
+				shared(sec("a", 0, 10, map[string]int64{"x": 4})),
+				sec("b", 20, 30, map[string]int64{"x": 4}),
+			},
+			want: []string{"token 4 given to both a and b"},
+		},
+		{
+			name: "a long shared section does not hide the exclusive one under it",
+			sections: []section{
+				sec("a", 0, 50, map[string]int64{"x": 4}),
+				shared(sec("a", 1, 100, map[string]int64{"x": 4})),
+				shared(sec("b", 20, 30, map[string]int64{"x": 5})),
+			},
+			want: []string{"key x: b held it"},
 		},
 		{
 			name: "a key without token is still checked for overlap",

@@ -156,9 +156,11 @@ func command(t *testing.T, bin string, args ...string) (code int, stdout, stderr
 }
 
 type inspected struct {
-	Key   string `json:"key"`
-	Owner string `json:"owner"`
-	Holds int    `json:"holds"`
+	Key     string   `json:"key"`
+	Owner   string   `json:"owner"`
+	Mode    string   `json:"mode"`
+	Holders []string `json:"holders"`
+	Holds   int      `json:"holds"`
 	TTLms int64  `json:"ttl_ms"`
 	Fence int64  `json:"fence"`
 }
@@ -174,6 +176,44 @@ func inspect(t *testing.T, bin, addrs, prefix, pattern string) map[string]inspec
 		byKey[l.Key] = l
 	}
 	return byKey
+}
+
+// inspect shows each key's mode and every holder of a shared key, owner ids
+// with separators in them included.
+func TestCommandInspectShowsSharedHolders(t *testing.T) {
+	addrs := strings.Join(sharedCluster(t).Addrs(), ",")
+	locker, prefix := newLocker(t, newClient(t))
+	bin := buildCommand(t)
+	ctx := ctxTimeout(t, time.Minute)
+	a, b := "order 7, line=2/"+t.Name(), "*/"+t.Name()
+	var locks []*batchlock.Lock
+	for _, take := range []struct {
+		owner string
+		keys  []string
+	}{{a, []string{"sku:x"}}, {b, nil}, {"order-8", nil}} {
+		l, err := locker.TryLock(ctx, take.keys, batchlock.WithShared("promo:1"), batchlock.WithOwner(take.owner))
+		require.NoError(t, err, take.owner)
+		locks = append(locks, l)
+	}
+	_, err := locker.TryLock(ctx, []string{"sku:x"}, batchlock.WithShared("promo:1"), batchlock.WithOwner("order-9"))
+	var conflict *batchlock.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	assert.Equal(t, []string{"sku:x"}, conflict.Keys)
+	held := inspect(t, bin, addrs, prefix, "*")
+	assert.Equal(t, "exclusive", held["sku:x"].Mode)
+	assert.Equal(t, []string{a}, held["sku:x"].Holders)
+	promo := held["promo:1"]
+	assert.Equal(t, "shared", promo.Mode)
+	assert.Equal(t, 3, promo.Holds)
+	assert.Equal(t, []string{b, a, "order-8"}, promo.Holders)
+	assert.Equal(t, promo.Holders[0], promo.Owner)
+
+	code, out, errOut := command(t, bin, "inspect", "--addrs", addrs, "--prefix", prefix)
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `promo:1\s+shared\s+\*/\S+,order 7, line=2/\S+,order-8\s+3\s`, out)
+	for _, l := range locks {
+		require.NoError(t, l.Unlock(ctx))
+	}
 }
 
 func TestCommandInspectAndForceUnlock(t *testing.T) {

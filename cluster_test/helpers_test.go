@@ -106,9 +106,16 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 // holderOf says who holds key (without the prefix), through the admin API.
 func holderOf(t testing.TB, c *batchlock.Client, key string) batchlock.HeldKey {
 	t.Helper()
-	held, err := c.Inspect(ctxTimeout(t, 10*time.Second), key)
+	return heldKeys(t, c, key)[0]
+}
+
+// heldKeys says who holds each of keys (without the prefix), through the
+// admin API.
+func heldKeys(t testing.TB, c *batchlock.Client, keys ...string) []batchlock.HeldKey {
+	t.Helper()
+	held, err := c.Inspect(ctxTimeout(t, 10*time.Second), keys...)
 	require.NoError(t, err)
-	return held[0]
+	return held
 }
 
 // halfMigrate leaves slot MIGRATING on its master and IMPORTING on another

@@ -417,7 +417,7 @@ func TestAdminHeldAndForceUnlock(t *testing.T) {
 	require.Eventually(t, func() bool { return shardSubscribers(ctx, rdb, prefix+keys[3]) > 0 }, 10*time.Second, 5*time.Millisecond)
 	released, err := c.ForceUnlock(ctx, keys[3], "nobody")
 	require.NoError(t, err)
-	assert.Equal(t, []batchlock.Released{{Key: keys[3], Held: true, Owner: "order-9", Holds: 1, Token: outer.Token(keys[3])}, {Key: "nobody"}}, released)
+	assert.Equal(t, []batchlock.Released{{Key: keys[3], Held: true, Owner: "order-9", Holders: []string{"order-9"}, Holds: 1, Token: outer.Token(keys[3])}, {Key: "nobody"}}, released)
 	select {
 	case err := <-woken:
 		require.NoError(t, err, "the waiter got the key once it was forced free")

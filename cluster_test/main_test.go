@@ -29,6 +29,9 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(waiterEnv); spec != "" {
+		os.Exit(runWaiter(spec))
+	}
 	// Dial errors to killed nodes are expected here by the hundred; they
 	// would bury a failure's own output.
 	redis.SetLogger(verboseRedisLogger{})

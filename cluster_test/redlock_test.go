@@ -473,3 +473,30 @@ func TestRedlockFreshOwnerPerAttempt(t *testing.T) {
 		})
 	}
 }
+
+// Redlock takes shared keys as batchlock does: two owners hold them at once
+// on a majority, a writer is refused naming them, and an owner asking
+// exclusively for a key it holds shared fails at once, without retrying
+// until its context ends.
+func TestRedlockSharedKeys(t *testing.T) {
+	n := startRedlockNodes(t)
+	c := n.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	a, err := c.TryLock(ctx, []string{"sku:1"}, batchlock.WithShared("promo:1"))
+	require.NoError(t, err)
+	b, err := c.Lock(ctx, nil, batchlock.WithShared("promo:1"), batchlock.WithOwner("reader"))
+	require.NoError(t, err, "a second reader gets the key on a majority")
+
+	_, err = c.TryLock(ctx, []string{"promo:1"})
+	var conflict *batchlock.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	assert.Equal(t, []string{"promo:1"}, conflict.Keys)
+
+	_, err = c.Lock(ctx, []string{"promo:1"}, batchlock.WithOwner("reader"))
+	require.ErrorIs(t, err, batchlock.ErrUpgrade)
+	require.NoError(t, ctx.Err(), "refused at once, not retried until the context ended")
+
+	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
+	n.requireHeldExactly(t, []int{0, 1, 2, 3, 4}, nil)
+}

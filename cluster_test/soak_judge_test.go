@@ -33,7 +33,8 @@ func (s *soak) judge() (violations []string, excused int) {
 	for i, sec := range s.sections {
 		sections[i] = sec.section
 	}
-	for _, b := range breaches(sections) {
+	found, _ := breaches(sections)
+	for _, b := range found {
 		earlier, later := s.sections[b.earlier], s.sections[b.later]
 		if b.key != "" && s.lostToFailover(earlier.replicas, earlier.Start, later.Start, b.key) {
 			excused++

@@ -3,8 +3,10 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +29,7 @@ type soakSection struct {
 // holding is what a worker knows of a lock it holds.
 type holding struct {
 	l        *batchlock.Lock
+	shared   map[string]bool // its keys held shared
 	replicas bool
 	lease    time.Duration
 	start    time.Time
@@ -92,6 +95,48 @@ func (s *soak) basket(rng *rand.Rand) []string {
 	return keys
 }
 
+// soakPromos are a few keys that one call in three reads: hot keys taken
+// shared, now and then exclusively.
+const soakPromos = 4
+
+// split makes one call in three a mixed batch: about half of its keys, and
+// one or two of the promotions, taken shared (a promotion now and then
+// exclusively). The exclusive keys are the rest.
+func (s *soak) split(rng *rand.Rand, keys []string) (exclusive []string, shared map[string]bool) {
+	shared = map[string]bool{}
+	if rng.IntN(3) > 0 {
+		return keys, shared
+	}
+	for _, k := range keys {
+		if rng.IntN(2) == 0 {
+			shared[k] = true
+		} else {
+			exclusive = append(exclusive, k)
+		}
+	}
+	for range 1 + rng.IntN(2) {
+		promo := fmt.Sprintf("promo:%d", rng.IntN(soakPromos))
+		switch {
+		case slices.Contains(exclusive, promo):
+		case rng.IntN(5) == 0:
+			delete(shared, promo)
+			exclusive = append(exclusive, promo)
+		default:
+			shared[promo] = true
+		}
+	}
+	return exclusive, shared
+}
+
+// withShared is the option that takes shared's keys shared.
+func withShared(shared map[string]bool) batchlock.LockOption {
+	keys := make([]string, 0, len(shared))
+	for k := range shared {
+		keys = append(keys, k)
+	}
+	return batchlock.WithShared(keys...)
+}
+
 // options picks a lease (renewed or fixed) and WithReplicas.
 func (s *soak) options(rng *rand.Rand, sc *soakClient) (opts []batchlock.LockOption, lease time.Duration, replicas bool) {
 	lease = sc.lease
@@ -131,8 +176,9 @@ func (s *soak) callContext(rng *rand.Rand) (context.Context, context.CancelFunc)
 // and unlocks it.
 func (s *soak) operate(rng *rand.Rand) {
 	sc := s.client(rng)
-	keys := s.basket(rng)
+	keys, shared := s.split(rng, s.basket(rng))
 	opts, lease, replicas := s.options(rng, sc)
+	opts = append(opts, withShared(shared))
 	ctx, cancel := s.callContext(rng)
 	defer cancel()
 
@@ -150,7 +196,7 @@ func (s *soak) operate(rng *rand.Rand) {
 		kind = "Do"
 		err = sc.c.Do(ctx, keys, func(fnCtx context.Context) error {
 			held, _ := batchlock.LockFromContext(fnCtx)
-			s.hold(rng, sc, s.watch(held, lease, replicas), fnCtx)
+			s.hold(rng, sc, s.watch(held, shared, lease, replicas), fnCtx)
 			return nil
 		}, opts...)
 	}
@@ -159,7 +205,7 @@ func (s *soak) operate(rng *rand.Rand) {
 	if l == nil {
 		return
 	}
-	s.hold(rng, sc, s.watch(l, lease, replicas), ctx)
+	s.hold(rng, sc, s.watch(l, shared, lease, replicas), ctx)
 	s.unlock(rng, l)
 }
 
@@ -180,6 +226,8 @@ func (s *soak) outcome(kind string, err error) {
 		class = "no replicas"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		class = "context ended"
+	case errors.Is(err, batchlock.ErrUpgrade):
+		class = "upgrade refused"
 	case errors.Is(err, batchlock.ErrNotObtained):
 		class = "not obtained"
 	case errors.Is(err, batchlock.ErrNotHeld):
@@ -197,8 +245,8 @@ func (s *soak) outcome(kind string, err error) {
 
 // watch starts following a lock just handed out: when Done closes, and
 // whether it was handed out with enough of its lease left.
-func (s *soak) watch(l *batchlock.Lock, lease time.Duration, replicas bool) *holding {
-	h := &holding{l: l, lease: lease, replicas: replicas, start: time.Now(), doneAt: make(chan time.Time, 1)}
+func (s *soak) watch(l *batchlock.Lock, shared map[string]bool, lease time.Duration, replicas bool) *holding {
+	h := &holding{l: l, shared: shared, lease: lease, replicas: replicas, start: time.Now(), doneAt: make(chan time.Time, 1)}
 	// A lock must come with at least half its lease left; 20ms cover the
 	// scheduling between the library's check and this one.
 	if left := l.ValidUntil().Sub(h.start); left < lease/2-20*time.Millisecond {
@@ -244,21 +292,31 @@ func (s *soak) hold(rng *rand.Rand, sc *soakClient, h *holding, ctx context.Cont
 	s.record(h, tokens)
 }
 
-// nested takes some of the keys again under the same owner, with a lease
-// of its own, and unlocks them, or lets the lease run out.
+// nested takes some of the keys again under the same owner, each in the
+// mode the outer lock took it, with a lease of its own, and unlocks them, or
+// lets the lease run out.
 func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
 	keys := outer.l.Keys()
 	keys = keys[:1+rng.IntN(len(keys))]
+	var exclusive []string
+	shared := map[string]bool{}
+	for _, k := range keys {
+		if outer.shared[k] {
+			shared[k] = true
+		} else {
+			exclusive = append(exclusive, k)
+		}
+	}
 	ttl := time.Duration(50+rng.IntN(500)) * time.Millisecond
 	ctx, cancel := context.WithTimeout(s.t.Context(), time.Second)
 	defer cancel()
-	inner, err := sc.c.TryLock(ctx, keys, batchlock.WithOwner(outer.l.Owner()), batchlock.WithTTL(ttl))
+	inner, err := sc.c.TryLock(ctx, exclusive, batchlock.WithOwner(outer.l.Owner()), batchlock.WithTTL(ttl), withShared(shared))
 	s.count(s.ops, "nested TryLock")
 	s.outcome("nested TryLock", err)
 	if err != nil {
 		return
 	}
-	h := s.watch(inner, ttl, false)
+	h := s.watch(inner, shared, ttl, false)
 	tokens := make(map[string]int64, len(keys))
 	for _, k := range keys {
 		tokens[k] = inner.Token(k)
@@ -270,11 +328,13 @@ func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
 	}
 }
 
-// writeAll makes the section's fenced write to every key, noting a refusal
-// while the writer still believed it held the key.
+// writeAll makes the section's fenced write to every key it holds
+// exclusively, and a fenced read of every key it holds shared (no writer
+// with a newer token came), noting a refusal while the holder still
+// believed it held the key.
 func (s *soak) writeAll(h *holding, tokens map[string]int64) {
 	for k, tok := range tokens {
-		if s.register.write(k, tok) {
+		if h.shared[k] && s.register.read(k, tok) || !h.shared[k] && s.register.write(k, tok) {
 			continue
 		}
 		at := time.Now()
@@ -330,7 +390,7 @@ func (s *soak) record(h *holding, tokens map[string]int64) {
 	}
 	s.mu.Lock()
 	s.sections = append(s.sections, soakSection{
-		section:  section{Owner: h.l.Owner(), Keys: h.l.Keys(), Tokens: tokens, Start: h.start, End: end},
+		section:  section{Owner: h.l.Owner(), Keys: h.l.Keys(), Tokens: tokens, Shared: h.shared, Start: h.start, End: end},
 		replicas: h.replicas, lease: h.lease,
 	})
 	s.mu.Unlock()
@@ -377,6 +437,18 @@ func (f *fencedStore) write(key string, token int64) bool {
 		return false
 	}
 	f.last[key] = token
+	return true
+}
+
+// read checks a read of key by a holder of token: refused when a writer
+// with a larger token wrote it.
+func (f *fencedStore) read(key string, token int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if token < f.last[key] {
+		f.refused++
+		return false
+	}
 	return true
 }
 

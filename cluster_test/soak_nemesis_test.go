@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/batchlock/batchlock/hashtag"
@@ -114,7 +115,40 @@ func (s *soak) faultKinds() []nemesisFault {
 			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "replica")
 			return false, err
 		}},
+		{"waiter process killed, or frozen past its claim", 3, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+			return false, s.killWaiter(rng)
+		}},
 	}
+}
+
+// killWaiter starts a process that locks a few hot keys (or promotions),
+// all shared or all exclusive, with a short lease, and after a moment kills
+// it (SIGKILL), or freezes it (SIGSTOP) past a claim's lease before it dies:
+// a waiter that crashed while queued, or that was handed a key while
+// frozen. Whatever it took or queued for must go by itself, without a
+// rollback.
+func (s *soak) killWaiter(rng *rand.Rand) error {
+	spec := waiterSpec{Addrs: s.cl.Addrs(), Prefix: s.prefix, Shared: rng.IntN(2) == 0, TTL: 2 * time.Second}
+	for range 1 + rng.IntN(4) {
+		if rng.IntN(3) == 0 {
+			spec.Keys = append(spec.Keys, fmt.Sprintf("promo:%d", rng.IntN(soakPromos)))
+		} else {
+			spec.Keys = append(spec.Keys, s.keys[rng.IntN(50)])
+		}
+	}
+	cmd, err := startWaiter(spec)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Wait() }()
+	time.Sleep(time.Duration(50+rng.IntN(1500)) * time.Millisecond) // the moment it dies is the fault
+	if rng.IntN(3) == 0 {
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		time.Sleep(3500 * time.Millisecond) // longer than a claim lasts
+	}
+	return cmd.Process.Kill()
 }
 
 func joinErr(a, b error) error {

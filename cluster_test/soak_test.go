@@ -250,7 +250,17 @@ func (s *soak) report(exceptions int) {
 	s.say("outcomes: %s", describeCounts(s.outcomes))
 	s.say("faults: %s", describeCounts(s.injected))
 	writes, refused := s.register.counts()
+	sections := make([]section, len(s.sections))
+	withShared := 0
+	for i, sec := range s.sections {
+		sections[i] = sec.section
+		if len(sec.Shared) > 0 {
+			withShared++
+		}
+	}
+	_, overlapped := breaches(sections)
 	s.say("%d critical sections; %d fenced writes, %d refused as stale", len(s.sections), writes, refused)
+	s.say("%d sections held keys shared; another owner's reader was inside on the same key %d times", withShared, overlapped)
 	s.say("%d overlaps after a failover lost a lock taken without WithReplicas (documented, not violations)", exceptions)
 }
 

@@ -11,6 +11,9 @@ import (
 type Order struct {
 	ID    string
 	Lines []Line
+	// Promos are the promotions the order applies: it reads them, and
+	// writes nothing to them.
+	Promos []string
 }
 
 // Line is one SKU of an order.
@@ -27,7 +30,14 @@ type GenConfig struct {
 	MaxQty    int64   // units per line, 1..MaxQty
 	HotSKUs   int     // SKU(0) .. SKU(HotSKUs-1) are hot
 	HotShare  float64 // probability that a line picks a hot SKU, in [0, 1]
-	Seed      uint64  // same seed, same orders
+	// Promos is the number of promotions, Promo(0) .. Promo(Promos-1), and
+	// PromoShare the probability, in [0, 1], that an order applies one of
+	// them. Few promotions in many orders make them hot keys that orders
+	// only read. Without promotions the orders are those of earlier
+	// versions, seed for seed.
+	Promos     int
+	PromoShare float64
+	Seed       uint64 // same seed, same orders
 }
 
 // Validate reports the first setting that cannot generate orders.
@@ -45,12 +55,19 @@ func (c GenConfig) Validate() error {
 		return fmt.Errorf("orders: %d hot SKUs out of %d", c.HotSKUs, c.SKUs)
 	case math.IsNaN(c.HotShare) || c.HotShare < 0 || c.HotShare > 1:
 		return fmt.Errorf("orders: hot share %v must be in [0, 1]", c.HotShare)
+	case c.Promos < 0:
+		return fmt.Errorf("orders: %d promotions: must not be negative", c.Promos)
+	case math.IsNaN(c.PromoShare) || c.PromoShare < 0 || c.PromoShare > 1:
+		return fmt.Errorf("orders: promotion share %v must be in [0, 1]", c.PromoShare)
 	}
 	return nil
 }
 
 // SKU names the i-th SKU of a catalogue.
 func SKU(i int) string { return fmt.Sprintf("sku-%05d", i) }
+
+// Promo names the i-th promotion.
+func Promo(i int) string { return fmt.Sprintf("promo-%03d", i) }
 
 // Catalogue returns the names of n SKUs.
 func Catalogue(n int) []string {
@@ -78,6 +95,9 @@ func Generate(cfg GenConfig) ([]Order, error) {
 	for i := range orders {
 		size := 1 + int(float64(maxBasket)*math.Pow(rng.Float64(), 8))
 		orders[i] = Order{ID: fmt.Sprintf("o%07d", i), Lines: basket(rng, cfg, size)}
+		if cfg.Promos > 0 && rng.Float64() < cfg.PromoShare {
+			orders[i].Promos = []string{Promo(rng.IntN(cfg.Promos))}
+		}
 	}
 	return orders, nil
 }

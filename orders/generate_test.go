@@ -120,12 +120,14 @@ func TestGenConfigValidate(t *testing.T) {
 		change func(*GenConfig)
 		want   string
 	}{
-		"no SKUs":       {func(c *GenConfig) { c.SKUs = 0 }, "0 SKUs"},
-		"empty basket":  {func(c *GenConfig) { c.MaxBasket = 0 }, "basket of at most 0"},
-		"zero qty":      {func(c *GenConfig) { c.MaxQty = 0 }, "quantity of at most 0"},
-		"too many hot":  {func(c *GenConfig) { c.HotSKUs = 501 }, "501 hot SKUs out of 500"},
-		"share above 1": {func(c *GenConfig) { c.HotShare = 1.5 }, "hot share 1.5"},
-		"negative":      {func(c *GenConfig) { c.Orders = -1 }, "-1 orders"},
+		"no SKUs":             {func(c *GenConfig) { c.SKUs = 0 }, "0 SKUs"},
+		"empty basket":        {func(c *GenConfig) { c.MaxBasket = 0 }, "basket of at most 0"},
+		"zero qty":            {func(c *GenConfig) { c.MaxQty = 0 }, "quantity of at most 0"},
+		"too many hot":        {func(c *GenConfig) { c.HotSKUs = 501 }, "501 hot SKUs out of 500"},
+		"share above 1":       {func(c *GenConfig) { c.HotShare = 1.5 }, "hot share 1.5"},
+		"negative":            {func(c *GenConfig) { c.Orders = -1 }, "-1 orders"},
+		"negative promotions": {func(c *GenConfig) { c.Promos = -1 }, "-1 promotions"},
+		"promotion share":     {func(c *GenConfig) { c.PromoShare = -0.5 }, "promotion share -0.5"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := genConfig()
@@ -135,4 +137,29 @@ func TestGenConfigValidate(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// About PromoShare of the orders apply one of a few hot promotions; without
+// promotions, no order has any.
+func TestGeneratePromotions(t *testing.T) {
+	plain, err := Generate(genConfig())
+	require.NoError(t, err)
+	cfg := genConfig()
+	cfg.Promos, cfg.PromoShare = 3, 0.5
+	promoted, err := Generate(cfg)
+	require.NoError(t, err)
+	require.Len(t, promoted, len(plain))
+	with := map[string]int{}
+	for i, o := range promoted {
+		assert.Nil(t, plain[i].Promos)
+		assert.LessOrEqual(t, len(o.Promos), 1)
+		for _, p := range o.Promos {
+			with[p]++
+		}
+	}
+	total := with[Promo(0)] + with[Promo(1)] + with[Promo(2)]
+	assert.Len(t, with, 3, "only the three promotions: %v", with)
+	assert.InDelta(t, 0.5, float64(total)/float64(len(promoted)), 0.1)
+	keys := NewStock(nil, "p:", nil, 1).PromoKeys(Order{Promos: []string{Promo(2)}})
+	assert.Equal(t, []string{"p:promo:promo-002"}, keys)
 }

@@ -41,6 +41,11 @@ type Locked struct {
 	// Think is a pause between reading stock and writing it, standing for
 	// the work a real processor does there (pricing, payment).
 	Think time.Duration
+	// ExclusivePromos locks an order's promotions exclusively, as a lock
+	// without shared keys has to. By default they are locked shared
+	// (batchlock.WithShared), in the same call as the stock: orders only
+	// read them, so orders applying one promotion run side by side.
+	ExclusivePromos bool
 }
 
 // writeAttempts bounds the retries of an order's writes while its lock is
@@ -59,6 +64,12 @@ const writeAttempts = 30
 // to their lease).
 func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
 	keys := p.Stock.Keys(o)
+	opts := []batchlock.LockOption{batchlock.WithShared(p.Stock.PromoKeys(o)...)}
+	if p.ExclusivePromos {
+		// The stock keys stay first: the lines' tokens are read by index.
+		keys = append(keys, p.Stock.PromoKeys(o)...)
+		opts = nil
+	}
 	asked := time.Now()
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
@@ -76,9 +87,9 @@ func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
 		out, workErr = p.Stock.Fulfil(ctx, o, tokens, p.Think, true)
 		out.LockWait, out.Locked = wait, true
 		return workErr
-	}, batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))
+	}, append(opts, batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))...)
 	if !ran {
-		return Outcome{}, fmt.Errorf("locking %d SKUs: %w", len(keys), err)
+		return Outcome{}, fmt.Errorf("locking %d SKUs and %d promotions: %w", len(o.Lines), len(o.Promos), err)
 	}
 	return out, workErr
 }

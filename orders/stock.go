@@ -58,6 +58,17 @@ func (s *Stock) Keys(o Order) []string {
 	return keys
 }
 
+// PromoKeys returns the keys of an order's promotions: keys it reads but
+// never writes, so a processor may lock them shared. Nothing is stored
+// under them: the workload's promotions stand for data read under a lock.
+func (s *Stock) PromoKeys(o Order) []string {
+	keys := make([]string, len(o.Promos))
+	for i, p := range o.Promos {
+		keys[i] = s.prefix + "promo:" + p
+	}
+	return keys
+}
+
 // Setup writes every SKU's stock afresh: initial units, nothing sold.
 func (s *Stock) Setup(ctx context.Context) error {
 	pipe := s.rdb.Pipeline()

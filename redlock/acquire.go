@@ -30,7 +30,8 @@ func (c *Client) Lock(ctx context.Context, keys []string, opts ...batchlock.Lock
 // *batchlock.ConflictError listing every key found held by another owner on
 // any deployment, when there were any.
 //
-// The options are batchlock's (WithTTL, WithOwner, WithReplicas). Every
+// The options are batchlock's (WithTTL, WithOwner, WithReplicas,
+// WithShared). Every
 // deployment gets the same owner: WithOwner's, else the context's
 // (batchlock.ContextWithOwner), else a fresh random one.
 func (c *Client) TryLock(ctx context.Context, keys []string, opts ...batchlock.LockOption) (*Lock, error) {
@@ -53,7 +54,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []batchlock.LockO
 			owner = rand.Text()
 		}
 		l, err := c.attempt(ctx, keys, append([]batchlock.LockOption{batchlock.WithOwner(owner)}, opts...))
-		if err == nil || !wait || errors.Is(err, batchlock.ErrInvalid) || errors.Is(err, batchlock.ErrClosed) {
+		if err == nil || !wait || final(err) {
 			return l, err
 		}
 		if cause := backoff.Sleep(ctx, backoff.Jittered(attempt, retryBase, retryMax)); cause != nil {
@@ -85,9 +86,10 @@ func (c *Client) attempt(ctx context.Context, keys []string, opts []batchlock.Lo
 		switch {
 		case l != nil:
 			until = append(until, l.ValidUntil())
-		case fatal == nil && (errors.Is(errs[i], batchlock.ErrInvalid) || errors.Is(errs[i], batchlock.ErrClosed)):
-			// Bad input fails alike everywhere, before anything is sent;
-			// there is no point in another attempt.
+		case fatal == nil && final(errs[i]):
+			// Bad input fails alike everywhere, before anything is sent,
+			// and so does an owner asking exclusively for a key it holds
+			// shared: there is no point in another attempt.
 			fatal = fmt.Errorf("redlock: %w", errs[i])
 		}
 	}
@@ -104,6 +106,11 @@ func (c *Client) attempt(ctx context.Context, keys []string, opts []batchlock.Lo
 			len(until), len(locks), max(v, 0).Round(time.Millisecond), longest.Round(time.Millisecond), batchlock.ErrNotObtained)
 	}
 	return nil, notObtained(len(until), errs)
+}
+
+// final reports an error that another attempt would meet again.
+func final(err error) bool {
+	return errors.Is(err, batchlock.ErrInvalid) || errors.Is(err, batchlock.ErrClosed) || errors.Is(err, batchlock.ErrUpgrade)
 }
 
 // notObtained explains a refusal by a majority: the keys held by others on

@@ -2,7 +2,7 @@
 -- consecutive slots (in the global order) that this master serves.
 --
 -- KEYS[1]   the first slot's fencing counter, which routes the call
--- ARGV[1]   owner id
+-- ARGV[1]   owner id, escaped (see layout.lua)
 -- ARGV[2]   hold field, "h:" .. hold id
 -- ARGV[3]   lease in milliseconds
 -- ARGV[4]   "try": every key of the call or none; "wait": the keys in order
@@ -11,14 +11,20 @@
 -- ARGV[5]   this hold's cancel mark (in the first slot; see release.lua)
 -- ARGV[6]   how long a place in a queue lasts unless renewed, in milliseconds
 -- ARGV[7..] per slot: its fencing counter, the number n of its lock keys,
---           then those n lock keys
+--           their modes ("" when every key is asked for exclusively, else
+--           one letter per key: "s" shared, "x" exclusive), then those n
+--           lock keys
 --
 -- A key taken afresh gets the next token of its slot's counter, and so does
 -- a key handed to this hold by a release (its claim); a key the owner
 -- already holds keeps its token, gains the hold, and its lease is never
--- shortened. A waiting call that asks again keeps its place in the queue,
--- renewed. A call that cannot finish changes nothing: what it wrote is
--- undone.
+-- shortened. A key asked for shared is held by any number of owners at
+-- once, who share its token; a reader joins unless another owner holds it
+-- exclusively or a writer waits for it ahead of the reader, and an owner
+-- that holds a key shared always joins it again. A key the owner holds
+-- exclusively is joined in either mode and stays exclusive. A waiting call
+-- that asks again keeps its place in the queue, renewed. A call that cannot
+-- finish changes nothing: what it wrote is undone.
 --
 -- Returns {1, {token, ...}}: every key is held, one token per key in order.
 -- Returns {0, held, wait, {key, ...}, {token, ...}, part}: keys are held by
@@ -31,6 +37,8 @@
 -- call; nothing was changed.
 -- Returns {-2, slot}: slot number slot (from 0) is not served here, or in
 -- migration; nothing was changed.
+-- Returns {-3, key}: the owner holds key shared and asked for it
+-- exclusively; nothing was changed.
 local owner, hold, lease, mode, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local place = tonumber(ARGV[6])
 
@@ -60,13 +68,51 @@ end
 
 -- Every key taken afresh by this call gets the same value but for its token.
 local ends_ms = string.format('%d', ends)
-local value = fresh(hold, ends_ms, owner)
+local value, value_shared = fresh(hold, ends_ms, owner, false), fresh(hold, ends_ms, owner, true)
 
--- take tries key for the hold; it returns the key's token, or false, the
--- remaining lease and the state of another owner's key, or nil and the
--- error of a key not served here (moved) or of any other failure.
-local function take(key, token)
-  local r = redis.pcall('SET', key, value(token), 'NX', 'PXAT', ends_ms)
+-- writer_ahead reports whether a live waiter for key state s asks for it
+-- exclusively ahead of this hold's place (anywhere, with no place).
+local function writer_ahead(s)
+  for _, e in ipairs(s.queue) do
+    if e.hold == hold then
+      return false
+    end
+    if not e.shared and e.ends > now then
+      return true
+    end
+  end
+  return false
+end
+
+-- judge says what the hold may do with a key of state s (live holds only)
+-- that it asks for, shared or not: "claim" it (handed to the hold), "join"
+-- it (its owner holds it, or readers do and no writer waits ahead),
+-- "refuse" (another owner holds it), or "upgrade": the owner holds it shared
+-- and asks for it exclusively, which is refused outright, as two owners
+-- doing so would wait for each other.
+local function judge(s, shared)
+  if s.holds[hold] and (s.owner == '' or (s.owners and s.owners[hold] == '')) then
+    return 'claim'
+  elseif s.owner == owner then
+    return 'join'
+  elseif s.owner ~= SHARED then
+    return 'refuse'
+  end
+  local mine = holder(s, owner)
+  if not shared then
+    return mine and 'upgrade' or 'refuse'
+  elseif mine or not writer_ahead(s) then
+    return 'join'
+  end
+  return 'refuse'
+end
+
+-- take tries key for the hold, shared or not; it returns the key's token, or
+-- false, the remaining lease and the state of another owner's key, or nil
+-- and the error of a key not served here (moved) or of any other failure,
+-- or nil and 'upgrade'.
+local function take(key, token, shared)
+  local r = redis.pcall('SET', key, shared and value_shared(token) or value(token), 'NX', 'PXAT', ends_ms)
   if failed(r) then
     return nil, r
   end
@@ -79,24 +125,36 @@ local function take(key, token)
   if not s then
     return false, redis.call('PTTL', key)
   end
-  local claim = s.owner == '' and s.holds[hold] ~= nil
-  if s.owner ~= owner and not claim then
+  local latest = live(s, now)
+  local verdict = judge(s, shared)
+  if verdict == 'upgrade' then
+    return nil, verdict
+  elseif verdict == 'refuse' then
     return false, redis.call('PTTL', key), s
   end
-  local latest = live(s, now)
   joined[#joined + 1] = {key, v, math.max(latest, now + 1)}
-  if claim then
+  if verdict == 'claim' and not s.owners then
     -- Handed to this hold by a release: a new ownership.
     s.token, s.owner, s.holds = token, owner, {}
+  elseif s.owners and s.token == 0 then
+    -- Handed to readers, none of which took it yet: the first reader to
+    -- take it, by its claim or joining, gives the shared ownership its
+    -- token.
+    s.token = token
   end
   s.holds[hold] = ends
+  if s.owners then
+    s.owners[hold] = owner
+  end
+  leave(s, hold)
+  prune(s, now)
   redis.call('SET', key, format(s), 'PXAT', math.max(latest, ends))
   return s.token
 end
 
--- queue gives the hold a place in the queue of key (state s), or renews the
--- one it has.
-local function queue(key, s)
+-- queue gives the hold a place in the queue of key (state s), asking for it
+-- shared or not, or renews the one it has.
+local function queue(key, s, shared)
   local mine
   for _, e in ipairs(s.queue) do
     if e.hold == hold then
@@ -104,10 +162,11 @@ local function queue(key, s)
     end
   end
   if not mine then
-    mine = {hold = hold}
+    mine = {hold = hold, shared = shared}
     s.queue[#s.queue + 1] = mine
   end
   mine.ends = now + place
+  prune(s, now)
   redis.call('SET', key, format(s), 'KEEPTTL')
 end
 
@@ -117,8 +176,8 @@ local wait, held, slot = 0, 0, 0
 local clear = true
 local i = 7
 while i <= #ARGV do
-  local fence, n = ARGV[i], tonumber(ARGV[i + 1])
-  local first = i + 2
+  local fence, n, modes = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local first = i + 3
   local base = 0
   if clear then
     -- A token per key, some of them unused (keys joined or refused): gaps
@@ -135,13 +194,21 @@ while i <= #ARGV do
   end
   for j = 0, n - 1 do
     local key = ARGV[first + j]
+    local shared = modes ~= '' and string.byte(modes, j + 1) == 115
     local token, left, s
     if clear then
-      token, left, s = take(key, base + j + 1)
+      token, left, s = take(key, base + j + 1, shared)
     else
       -- Refused already ("try"): only look for the other conflicts.
       local other = parse(redis.pcall('GET', key))
-      if other and other.owner ~= owner then
+      local verdict = 'join'
+      if other then
+        live(other, now)
+        verdict = judge(other, shared)
+      end
+      if verdict == 'upgrade' then
+        token, left = nil, verdict
+      elseif verdict == 'refuse' then
         token, left = false, redis.call('PTTL', key)
       else
         token = 0
@@ -149,7 +216,9 @@ while i <= #ARGV do
     end
     if token == nil then
       undo()
-      if moved(left) then
+      if left == 'upgrade' then
+        return {-3, key}
+      elseif moved(left) then
         return {-2, slot}
       end
       return left
@@ -159,7 +228,7 @@ while i <= #ARGV do
       wait = math.max(wait, left)
       if mode == 'wait' then
         if s then
-          queue(key, s)
+          queue(key, s, shared)
         end
         return {0, held, wait, conflicts, tokens, j}
       end

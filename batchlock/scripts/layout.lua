@@ -2,15 +2,23 @@
 -- (each is this file followed by its own).
 --
 -- A lock key is a string "<token> <queue> <holds> <owner>":
---   token  the fencing token of the ownership, in decimal
+--   token  the fencing token of the ownership, in decimal; of a shared key,
+--          the token of its shared ownership, which every owner holding it
+--          shares (0 while it is handed to readers none of which took it)
 --   queue  the waiters, in arrival order, as "<hold>@<ends>" comma-separated
 --          (each waiting call's hold field, and the server time in
---          milliseconds at which its place lapses unless renewed), or "-"
+--          milliseconds at which its place lapses unless renewed; "s" after
+--          the place of a call that asks for the key shared), or "-"
 --   holds  "<hold>=<ends>", comma-separated: each hold field ("h:" .. hold
---          id) and the server time in milliseconds at which its lease ends
---   owner  the owner id, to the end of the value (it may hold spaces); empty
---          while the key is handed to a waiter (a claim): the one hold is
---          the waiter's, whose next acquire takes the key with a fresh token
+--          id) and the server time in milliseconds at which its lease ends;
+--          on a shared key "<hold>=<ends>=<owner>", each hold with its owner
+--   owner  the owner id, to the end of the value; "*" for a key held shared;
+--          empty while the key is handed to a waiter (a claim): the one hold
+--          is the waiter's, whose next acquire takes the key with a fresh
+--          token (a shared key handed to readers has a claim per reader: its
+--          holds with an empty owner)
+-- Owner ids are escaped by the client (see owner.go): they hold no space,
+-- comma, "=", "@" or "*", so "*" is no owner's id.
 -- The key expires with its longest hold (PXAT).
 
 -- A key handed to a waiter stays its claim for this long: time enough for
@@ -21,6 +29,9 @@ local CLAIM_MS = 3000
 -- RELEASED is the message of a key freed with nobody to hand it to: every
 -- waiter of the key tries again (a hand-off's message is the waiter's hold).
 local RELEASED = 'released'
+
+-- SHARED is the owner field of a key held shared.
+local SHARED = '*'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -36,15 +47,35 @@ local function parse(v)
   if not token then
     return nil
   end
-  local h = {}
-  for id, ends in string.gmatch(holds, '([^,=]+)=(%d+)') do
+  local h, o = {}, nil
+  if owner == SHARED then
+    o = {}
+  end
+  for id, ends, who in string.gmatch(holds, '([^,=]+)=(%d+)=?([^,]*)') do
     h[id] = tonumber(ends)
+    if o then
+      o[id] = who
+    end
   end
   local q = {}
-  for id, ends in string.gmatch(queue, '([^,@]+)@(%d+)') do
-    q[#q + 1] = {hold = id, ends = tonumber(ends)}
+  for id, ends, shared in string.gmatch(queue, '([^,@]+)@(%d+)(s?)') do
+    q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's'}
   end
-  return {token = tonumber(token), queue = q, holds = h, owner = owner}
+  -- owners: of a shared key, the owner of each hold; nil otherwise.
+  return {token = tonumber(token), queue = q, holds = h, owner = owner, owners = o}
+end
+
+-- holder reports whether owner has a hold on the key of state s.
+local function holder(s, owner)
+  if not s.owners then
+    return s.owner == owner
+  end
+  for id in pairs(s.holds) do
+    if s.owners[id] == owner then
+      return true
+    end
+  end
+  return false
 end
 
 -- live drops the holds of s whose lease ended by now, and returns when the
@@ -64,11 +95,15 @@ end
 local function format(s)
   local holds = {}
   for id, ends in pairs(s.holds) do
-    holds[#holds + 1] = id .. '=' .. string.format('%d', ends)
+    local e = id .. '=' .. string.format('%d', ends)
+    if s.owners then
+      e = e .. '=' .. (s.owners[id] or '')
+    end
+    holds[#holds + 1] = e
   end
   local queue = {}
   for _, e in ipairs(s.queue) do
-    queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends)
+    queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '')
   end
   if #queue == 0 then
     queue[1] = '-'
@@ -76,34 +111,83 @@ local function format(s)
   return string.format('%d', s.token) .. ' ' .. table.concat(queue, ',') .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
 end
 
--- leave takes hold's place in the queue of s out, and reports whether it had
--- one.
+-- leave takes hold's place in the queue of s out, and returns it (nil when
+-- it had none).
 local function leave(s, hold)
   for i, e in ipairs(s.queue) do
     if e.hold == hold then
-      table.remove(s.queue, i)
-      return true
+      return table.remove(s.queue, i)
     end
   end
-  return false
+  return nil
+end
+
+-- prune drops the places in the queue of s that lapsed by now, so that a
+-- key that never changes hands (readers coming and going) does not keep the
+-- places of waiters that died.
+local function prune(s, now)
+  for i = #s.queue, 1, -1 do
+    if s.queue[i].ends <= now then
+      table.remove(s.queue, i)
+    end
+  end
+end
+
+-- wake tells the readers at the head of the queue of key (state s, held
+-- shared), up to the first writer, that they may join: a writer ahead of
+-- them left the queue.
+local function wake(key, s, now)
+  for _, e in ipairs(s.queue) do
+    if e.ends > now then
+      if not e.shared then
+        return
+      end
+      redis.call('SPUBLISH', key, e.hold)
+    end
+  end
 end
 
 -- hand gives key, whose holds have all ended, to the first waiter of s whose
 -- place has not lapsed, as its claim, and tells it with one message on the
--- key's channel (its hold field); with no such waiter the key is deleted,
--- and the release announced to anyone polling ("released") if some waiter's
--- place had lapsed.
+-- key's channel (its hold field). A first waiter that asks for the key shared
+-- is handed it together with the readers right behind it, up to the first
+-- waiter that asks for it exclusively; each is told. With no such waiter the
+-- key is deleted, and the release announced to anyone polling ("released")
+-- if some waiter's place had lapsed.
 local function hand(key, s, now)
   local lapsed = false
+  local handed = {}
   while #s.queue > 0 do
-    local first = table.remove(s.queue, 1)
+    local first = s.queue[1]
     if first.ends > now then
-      s.owner, s.holds = '', {[first.hold] = now + CLAIM_MS}
-      redis.call('SET', key, format(s), 'PXAT', now + CLAIM_MS)
-      redis.call('SPUBLISH', key, first.hold)
-      return
+      if #handed > 0 and not (handed[1].shared and first.shared) then
+        break
+      end
+      handed[#handed + 1] = first
+    else
+      lapsed = true
     end
-    lapsed = true
+    table.remove(s.queue, 1)
+    if #handed > 0 and not handed[1].shared then
+      break
+    end
+  end
+  if #handed > 0 then
+    s.holds, s.owner, s.owners = {}, '', nil
+    if handed[1].shared then
+      s.owner, s.owners, s.token = SHARED, {}, 0
+    end
+    for _, w in ipairs(handed) do
+      s.holds[w.hold] = now + CLAIM_MS
+      if s.owners then
+        s.owners[w.hold] = ''
+      end
+    end
+    redis.call('SET', key, format(s), 'PXAT', now + CLAIM_MS)
+    for _, w in ipairs(handed) do
+      redis.call('SPUBLISH', key, w.hold)
+    end
+    return
   end
   -- Announced first: in a slot being migrated the key, once deleted, is
   -- no longer local, and neither is its channel.
@@ -125,9 +209,13 @@ local function rewrite(key, s, now)
 end
 
 -- fresh returns the value, by fencing token, of a key taken afresh by one
--- hold whose lease ends at ends (decimal milliseconds), nobody waiting.
-local function fresh(hold, ends, owner)
+-- hold whose lease ends at ends (decimal milliseconds), nobody waiting:
+-- exclusively, or shared.
+local function fresh(hold, ends, owner, shared)
   local rest = ' - ' .. hold .. '=' .. ends .. ' ' .. owner
+  if shared then
+    rest = ' - ' .. hold .. '=' .. ends .. '=' .. owner .. ' ' .. SHARED
+  end
   return function(token)
     return string.format('%d', token) .. rest
   end

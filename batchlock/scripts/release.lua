@@ -2,7 +2,7 @@
 --
 -- KEYS[1]   a key in the slot of ARGV[5] or of the first lock key, which
 --           routes the call
--- ARGV[1]   owner id
+-- ARGV[1]   owner id, escaped (see layout.lua)
 -- ARGV[2]   hold field, "h:" .. hold id
 -- ARGV[3]   how long a cancel mark lives, in milliseconds
 -- ARGV[4]   the number m of cancel marks to set
@@ -17,7 +17,8 @@
 -- hold belongs to the hold. Holds whose lease ended are dropped too; a key
 -- left with no live hold is handed to the first waiter in its queue (see
 -- layout.lua), or deleted. Otherwise the key expires with its longest live
--- hold. The hold also leaves the queue of a key it waits for.
+-- hold. The hold also leaves the queue of a key it waits for; when it was a
+-- writer's place on a key held shared, the readers behind it are told.
 --
 -- Returns {{key, ...}, {key, ...}}: the keys, among those without the hold,
 -- that another owner holds (the lock on them was lost), and the keys this
@@ -50,10 +51,15 @@ for i = 5 + m, #ARGV do
       local mine = s.holds[hold] ~= nil
       local queued = leave(s, hold)
       if mine or queued then
+        local now = now_ms()
         s.holds[hold] = nil
-        rewrite(key, s, now_ms())
+        rewrite(key, s, now)
+        if queued and not queued.shared and s.owner == SHARED then
+          -- Readers that waited behind this writer may join now.
+          wake(key, s, now)
+        end
       end
-      if not mine and s.owner ~= owner then
+      if not mine and not holder(s, owner) then
         taken[#taken + 1] = key
       end
     end

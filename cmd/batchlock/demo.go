@@ -28,6 +28,8 @@ type demoOptions struct {
 	maxQty    int64
 	stock     int64
 	hot       int
+	promos    int
+	exclusive bool // promotions locked exclusively
 	think     time.Duration
 	replicas  int
 	seed      uint64
@@ -37,20 +39,28 @@ type demoOptions struct {
 	verbose   bool
 }
 
-// hotShare is the share of order lines that pick one of the hot SKUs.
-const hotShare = 0.1
+// hotShare is the share of order lines that pick one of the hot SKUs, and
+// promoShare the share of orders that apply one of the promotions.
+const (
+	hotShare   = 0.1
+	promoShare = 0.5
+)
 
 func demoCommand() command {
 	return command{
 		name: "demo",
 		summary: `Usage: batchlock demo [--addrs host:port,...] [--store redis|postgres] [--skus 2000] [--orders 5000]
-                      [--workers 32] [--max-basket 200] [--no-lock] [--chaos] [--seed N] [--json] [flags]
+                      [--workers 32] [--max-basket 200] [--promos 3] [--exclusive-promos]
+                      [--no-lock] [--chaos] [--seed N] [--json] [flags]
 
 Processes SKU orders on a Redis Cluster: each order locks its whole basket
 (1 to --max-basket SKUs, spread over every master) with batchlock, reads
 the stock of every line, then decrements every line or rejects the order.
 An audit then checks every SKU: nothing sold beyond its stock, nothing
-below zero, every accepted order fully applied.
+below zero, every accepted order fully applied. Half of the orders also
+read one of a few hot promotions (--promos), which they lock shared in the
+same call (batchlock.WithShared): orders on one promotion run side by side.
+--exclusive-promos locks them exclusively instead, for comparison.
 
 Without --addrs (or $BATCHLOCK_CLUSTER_ADDRS) the demo starts a throwaway
 six-node cluster (docker, or redis-server processes) and removes it
@@ -86,6 +96,8 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.Int64Var(&o.maxQty, "max-qty", 3, "most units of one SKU in one order")
 			fs.Int64Var(&o.stock, "stock", 100, "initial units of each SKU")
 			fs.IntVar(&o.hot, "hot", 20, "hot SKUs, which a tenth of all lines pick")
+			fs.IntVar(&o.promos, "promos", 3, "hot promotions, one of which half of the orders read: locked shared, with the stock")
+			fs.BoolVar(&o.exclusive, "exclusive-promos", false, "lock the promotions exclusively instead, as a lock without shared keys must (redis store)")
 			fs.DurationVar(&o.think, "think", 0, "pause in each order, as a real processor's work: between reading stock and writing it (redis), before the commit (postgres)")
 			fs.IntVar(&o.replicas, "replicas", -1, "replicas that must acknowledge every lock and write (WAIT) (default 0, or 1 with --chaos)")
 			fs.Uint64Var(&o.seed, "seed", 1, "seed of the order stream: same seed, same orders")
@@ -123,6 +135,10 @@ func (o *demoOptions) validate(args []string) error {
 		return usagef("--stock %d: need at least 1", o.stock)
 	case o.hot < 0 || o.hot > o.skus:
 		return usagef("--hot %d: want 0 to --skus (%d)", o.hot, o.skus)
+	case o.promos < 0:
+		return usagef("--promos %d must not be negative", o.promos)
+	case o.exclusive && (o.noLock || o.store != storeRedis):
+		return usagef("--exclusive-promos compares lock modes: it needs a lock and --store=%s", storeRedis)
 	case o.think < 0:
 		return usagef("--think %v must not be negative", o.think)
 	case o.replicas < -1:
@@ -163,7 +179,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 	}
 	list, err := orders.Generate(orders.GenConfig{
 		SKUs: o.skus, Orders: o.orders, MaxBasket: o.maxBasket, MaxQty: o.maxQty,
-		HotSKUs: o.hot, HotShare: hotShare, Seed: o.seed,
+		HotSKUs: o.hot, HotShare: hotShare, Promos: o.promos, PromoShare: promoShare, Seed: o.seed,
 	})
 	if err != nil {
 		return usagef("%v", err)
@@ -228,6 +244,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		SKUs:        o.skus,
 		StockPerSKU: o.stock,
 		MaxBasket:   o.maxBasket,
+		Promos:      promotions(o),
 		Seed:        o.seed,
 		Think:       orders.Duration(o.think),
 		Replicas:    o.replicas,
@@ -272,6 +289,19 @@ func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (o
 		return nil, nil, nil, err
 	}
 	return stock.locked(locker), counters, func() { _ = locker.Close() }, nil
+}
+
+// promotions says how the run's orders read promotions, for the report.
+func promotions(o *demoOptions) string {
+	switch {
+	case o.promos == 0:
+		return "none"
+	case o.noLock:
+		return fmt.Sprintf("%d hot, in half of the orders, not locked", o.promos)
+	case o.exclusive:
+		return fmt.Sprintf("%d hot, in half of the orders, locked exclusively (--exclusive-promos)", o.promos)
+	}
+	return fmt.Sprintf("%d hot, in half of the orders, locked shared", o.promos)
 }
 
 func mode(noLock bool) string {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -22,8 +23,9 @@ func inspectCommand() command {
 		name: "inspect",
 		summary: `Usage: batchlock inspect [--addrs host:port,...] [--prefix batchlock:] [--pattern '*'] [--json]
 
-Lists the locks held in the cluster: key (without the prefix), owner,
-number of live holds, remaining lease and fencing token. Every master is
+Lists the locks held in the cluster: key (without the prefix), mode
+(exclusive, or shared), owners (every holder of a shared key), number of
+live holds and of waiters, remaining lease and fencing token. Every master is
 scanned; the fencing counters and cancel marks are left out.`,
 		flags: func(fs *flag.FlagSet) any {
 			o := &inspectOptions{}
@@ -62,7 +64,10 @@ func runInspect(ctx context.Context, e *env, o *inspectOptions, args []string) e
 type heldLock struct {
 	Key   string `json:"key"`
 	Owner string `json:"owner"`
-	Holds int    `json:"holds"`
+	// Mode is "exclusive" or "shared"; Holders are every owner holding it.
+	Mode    string   `json:"mode"`
+	Holders []string `json:"holders"`
+	Holds   int      `json:"holds"`
 	// Waiting counts the calls queued for the key.
 	Waiting int    `json:"waiting"`
 	TTLms   int64  `json:"ttl_ms"` // the remaining lease in milliseconds
@@ -73,7 +78,8 @@ type heldLock struct {
 func asJSON(held []batchlock.HeldKey) []heldLock {
 	out := make([]heldLock, len(held))
 	for i, h := range held {
-		out[i] = heldLock{Key: h.Key, Owner: h.Owner, Holds: h.Holds, Waiting: h.Waiting, TTLms: h.Lease.Milliseconds(), Fence: h.Token, Node: h.Master}
+		out[i] = heldLock{Key: h.Key, Owner: h.Owner, Mode: modeName(h), Holders: h.Holders, Holds: h.Holds, Waiting: h.Waiting,
+			TTLms: h.Lease.Milliseconds(), Fence: h.Token, Node: h.Master}
 	}
 	return out
 }
@@ -84,12 +90,21 @@ func writeLocks(w io.Writer, locks []batchlock.HeldKey, prefix, pattern string) 
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tHOLDS\tWAITING\tLEASE\tFENCE\tMASTER")
+	fmt.Fprintln(tw, "KEY\tMODE\tOWNERS\tHOLDS\tWAITING\tLEASE\tFENCE\tMASTER")
 	for _, l := range locks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\n", l.Key, l.Owner, l.Holds, l.Waiting, l.Lease.Round(time.Millisecond), l.Token, l.Master)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", l.Key, modeName(l), strings.Join(l.Holders, ","), l.Holds, l.Waiting,
+			l.Lease.Round(time.Millisecond), l.Token, l.Master)
 	}
 	fmt.Fprintf(tw, "%d locks\n", len(locks))
 	return tw.Flush()
+}
+
+// modeName names how a key is held.
+func modeName(h batchlock.HeldKey) string {
+	if h.Shared {
+		return "shared"
+	}
+	return "exclusive"
 }
 
 func writeJSON(w io.Writer, v any) error {

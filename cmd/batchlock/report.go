@@ -17,6 +17,7 @@ type demoReport struct {
 	SKUs        int             `json:"skus"`
 	StockPerSKU int64           `json:"stock_per_sku"`
 	MaxBasket   int             `json:"max_basket"`
+	Promos      string          `json:"promotions"`
 	Seed        uint64          `json:"seed"`
 	Think       orders.Duration `json:"think_ms"`
 	Replicas    int             `json:"replicas"`
@@ -69,6 +70,7 @@ func (r demoReport) writeText(w io.Writer) error {
 	row("stock in", "%s", r.Store)
 	row("workload", "%d SKUs of %d units, baskets of 1 to %d SKUs, seed %d, think %v",
 		r.SKUs, r.StockPerSKU, r.MaxBasket, r.Seed, r.Think)
+	row("promotions", "%s", r.Promos)
 	if r.Replicas > 0 {
 		row("durability", "every lock and write acknowledged by %d replica(s)", r.Replicas)
 	}

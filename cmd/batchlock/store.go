@@ -49,16 +49,17 @@ func openStore(ctx context.Context, stderr io.Writer, o *demoOptions, rdb *redis
 	if err := stock.Setup(ctx); err != nil {
 		return nil, err
 	}
-	return &redisStore{stock: stock, think: o.think}, nil
+	return &redisStore{stock: stock, think: o.think, exclusive: o.exclusive}, nil
 }
 
 type redisStore struct {
-	stock *orders.Stock
-	think time.Duration
+	stock     *orders.Stock
+	think     time.Duration
+	exclusive bool // promotions locked exclusively
 }
 
 func (s *redisStore) locked(locker *batchlock.Client) orders.Processor {
-	return &orders.Locked{Locker: locker, Stock: s.stock, Think: s.think}
+	return &orders.Locked{Locker: locker, Stock: s.stock, Think: s.think, ExclusivePromos: s.exclusive}
 }
 
 func (s *redisStore) audit(ctx context.Context, res orders.Result) (orders.Audit, error) {

@@ -36,8 +36,9 @@ type Processor struct {
 	Work func(ctx context.Context, l *batchlock.Lock, o orders.Order) error
 }
 
-// Process implements orders.Processor: lock the basket, then one
-// transaction in the lock's context that checks and takes every line.
+// Process implements orders.Processor: lock the basket, and the order's
+// promotions shared, then one transaction in the lock's context that checks
+// and takes every line.
 //
 // The lock's owner is "order-"+ID and a random suffix per attempt: a retry
 // must not join the holds that a failed attempt's rollback could not
@@ -46,7 +47,10 @@ func (p *Processor) Process(ctx context.Context, o orders.Order) (orders.Outcome
 	keys := p.Store.Keys(o)
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	opts := append([]batchlock.LockOption{batchlock.WithOwner("order-" + o.ID + "/" + hex.EncodeToString(suffix))}, p.LockOptions...)
+	opts := append([]batchlock.LockOption{
+		batchlock.WithOwner("order-" + o.ID + "/" + hex.EncodeToString(suffix)),
+		batchlock.WithShared(p.Store.PromoKeys(o)...),
+	}, p.LockOptions...)
 
 	// The wait has its own deadline and ends before BEGIN: no transaction
 	// is open, and no connection taken, while the order waits for others.

@@ -39,6 +39,17 @@ func (s *Store) Keys(o orders.Order) []string {
 	return keys
 }
 
+// PromoKeys returns the lock keys of an order's promotions, which it reads
+// and never writes: the processor locks them shared. The example stores
+// nothing for them.
+func (s *Store) PromoKeys(o orders.Order) []string {
+	keys := make([]string, len(o.Promos))
+	for i, p := range o.Promos {
+		keys[i] = s.prefix + "promo:" + p
+	}
+	return keys
+}
+
 // Setup creates the tables in an empty database and stocks every SKU with
 // initial units.
 func (s *Store) Setup(ctx context.Context, skus []string, initial int64) error {

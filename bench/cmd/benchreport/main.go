@@ -115,6 +115,12 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	}
 	log.Printf("orders: %v", time.Since(step).Round(time.Millisecond))
 
+	step = time.Now()
+	if r.Promotions, err = bench.RunPromotions(ctx, cl, rdb, suite.Promotions, r.Order); err != nil {
+		return err
+	}
+	log.Printf("promotions: %v", time.Since(step).Round(time.Millisecond))
+
 	for _, plan := range costPlans {
 		step := time.Now()
 		res, err := bench.RunCost(ctx, cl, suite.Lockers, plan)

@@ -1,0 +1,145 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/localcluster"
+)
+
+// waiterEnv, when set, makes the test binary a waiter process (see
+// runWaiter) instead of running tests: a waiter that can be killed while it
+// is queued, as a crashed process would be.
+const waiterEnv = "BATCHLOCK_TEST_WAITER"
+
+// waiterSpec is what a waiter process locks, and for how long.
+type waiterSpec struct {
+	Addrs  []string      `json:"addrs"`
+	Prefix string        `json:"prefix"`
+	Keys   []string      `json:"keys"`
+	Shared bool          `json:"shared"`
+	TTL    time.Duration `json:"ttl"`
+}
+
+// runWaiter waits for spec's keys until it is killed; it never unlocks.
+func runWaiter(encoded string) int {
+	var spec waiterSpec
+	if err := json.Unmarshal([]byte(encoded), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "waiter:", err)
+		return 2
+	}
+	c, err := batchlock.New(redis.NewClusterClient(localcluster.FastRecovery(spec.Addrs)), batchlock.WithPrefix(spec.Prefix), batchlock.WithPollInterval(time.Minute))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "waiter:", err)
+		return 2
+	}
+	keys, lockOpts := spec.Keys, []batchlock.LockOption{batchlock.WithTTL(spec.TTL)}
+	if spec.Shared {
+		keys, lockOpts = nil, append(lockOpts, batchlock.WithShared(spec.Keys...))
+	}
+	if _, err := c.Lock(context.Background(), keys, lockOpts...); err != nil {
+		fmt.Fprintln(os.Stderr, "waiter:", err)
+		return 1
+	}
+	select {} // holding, until killed
+}
+
+// startWaiter starts a waiter process for spec: this test binary, run as
+// runWaiter.
+func startWaiter(spec waiterSpec) (*exec.Cmd, error) {
+	encoded, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), waiterEnv+"="+string(encoded))
+	cmd.Stderr = os.Stderr
+	return cmd, cmd.Start()
+}
+
+// killQueuedWaiter starts a waiter process for key, waits until it is the
+// queue's n-th waiter, and kills it (SIGKILL): its place stays in the queue,
+// with nobody to renew it or take a key handed to it.
+func killQueuedWaiter(t *testing.T, c *batchlock.Client, prefix, key string, shared bool, n int) {
+	t.Helper()
+	cmd, err := startWaiter(waiterSpec{Addrs: sharedCluster(t).Addrs(), Prefix: prefix, Keys: []string{key}, Shared: shared, TTL: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitQueued(t.Context(), t, c, key, n)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+}
+
+// A waiter killed while queued holds the queue up for a few seconds at
+// most: the release hands it the key, its claim lapses (nobody takes it),
+// and the next waiter gets the key with a newer token, long before the
+// holder's lease would have ended.
+func TestWaiterKilledWhileQueued(t *testing.T) {
+	c, prefix := newLocker(t, newClient(t))
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := spread(1, "killed-waiter")
+	holder, err := c.Lock(ctx, key, batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+	killQueuedWaiter(t, c, prefix, key[0], false, 1)
+
+	got := make(chan *batchlock.Lock, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	waitQueued(ctx, t, c, key[0], 2)
+	require.NoError(t, holder.Unlock(ctx))
+	h := holderOf(t, c, key[0])
+	assert.Empty(t, h.Holders, "handed to the dead waiter, as a claim nobody takes")
+	assert.Equal(t, 1, h.Holds)
+
+	l := <-got // within ctx, well before holder's minute-long lease
+	require.NotNil(t, l)
+	assert.Greater(t, l.Token(key[0]), holder.Token(key[0]))
+	assert.Equal(t, []string{l.Owner()}, holderOf(t, c, key[0]).Holders)
+	require.NoError(t, l.Unlock(ctx))
+	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}
+
+// A key handed to readers that are gone (a reader killed while queued) is
+// joined by a new reader, which gives the shared ownership a token newer
+// than the last writer's, shared by every reader after it; the dead
+// reader's claim lapses on its own.
+func TestReaderJoiningAKeyHandedToADeadReader(t *testing.T) {
+	c, prefix := newLocker(t, newClient(t))
+	ctx := ctxTimeout(t, 30*time.Second)
+	key := spread(1, "dead-reader")
+	writer, err := c.Lock(ctx, key)
+	require.NoError(t, err)
+	killQueuedWaiter(t, c, prefix, key[0], true, 1)
+	require.NoError(t, writer.Unlock(ctx))
+	h := holderOf(t, c, key[0])
+	require.True(t, h.Shared, "handed to the dead reader")
+	require.Empty(t, h.Holders, "nobody took it")
+
+	readers := make([]*batchlock.Lock, 2)
+	for i := range readers {
+		readers[i], err = c.TryLock(ctx, nil, batchlock.WithShared(key...))
+		require.NoError(t, err)
+	}
+	token := readers[0].Token(key[0])
+	assert.Greater(t, token, writer.Token(key[0]), "a newer token than the writer's")
+	assert.Equal(t, token, readers[1].Token(key[0]), "one shared ownership, one token")
+	assert.Equal(t, token, holderOf(t, c, key[0]).Token)
+	for _, l := range readers {
+		require.NoError(t, l.Unlock(ctx))
+	}
+	require.Eventually(t, func() bool { return len(lockKeysUnder(t, newClient(t), prefix)) == 0 },
+		10*time.Second, 20*time.Millisecond, "the dead reader's claim lapses")
+}
