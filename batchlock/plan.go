@@ -32,13 +32,18 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 		return nil, nil, invalid("no keys")
 	}
 	lockKeys := make([]string, 0, len(keys)+len(shared))
-	exclusive := make(map[string]bool, len(keys))
 	for i, k := range keys {
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, nil, err
 		}
 		lockKeys = append(lockKeys, c.cfg.prefix+k)
-		exclusive[c.cfg.prefix+k] = true
+	}
+	var exclusive map[string]bool // only needed with shared keys
+	if len(shared) > 0 {
+		exclusive = make(map[string]bool, len(keys))
+		for _, k := range lockKeys {
+			exclusive[k] = true
+		}
 	}
 	for i, k := range shared {
 		if err := c.checkKey(k, "shared key", i); err != nil {

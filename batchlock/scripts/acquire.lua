@@ -66,9 +66,10 @@ local function undo()
   end
 end
 
--- Every key taken afresh by this call gets the same value but for its token.
+-- Every key taken afresh by this call gets the same value but for its token
+-- (and its mode: the shared one is made when a key asks for it).
 local ends_ms = string.format('%d', ends)
-local value, value_shared = fresh(hold, ends_ms, owner, false), fresh(hold, ends_ms, owner, true)
+local value, value_shared = fresh(hold, ends_ms, owner, false), nil
 
 -- writer_ahead reports whether a live waiter for key state s asks for it
 -- exclusively ahead of this hold's place (anywhere, with no place).
@@ -112,7 +113,12 @@ end
 -- and the error of a key not served here (moved) or of any other failure,
 -- or nil and 'upgrade'.
 local function take(key, token, shared)
-  local r = redis.pcall('SET', key, shared and value_shared(token) or value(token), 'NX', 'PXAT', ends_ms)
+  local make = value
+  if shared then
+    value_shared = value_shared or fresh(hold, ends_ms, owner, true)
+    make = value_shared
+  end
+  local r = redis.pcall('SET', key, make(token), 'NX', 'PXAT', ends_ms)
   if failed(r) then
     return nil, r
   end
