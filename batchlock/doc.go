@@ -125,9 +125,9 @@
 // message (SPUBLISH) only when it hands the key to a waiter. When a
 // call finds a slot elsewhere (moved, or in migration) it changes nothing,
 // and its slots are tried again one call each. Measured with Redis's own
-// statistics (docs/bench.md), a key locked and released costs about 2.5x
+// statistics (docs/bench.md), a key locked and released costs about 2.6x
 // the Redis time of a bare SET PX and DEL when keys are spread over the
-// slots, and about 1.9x when they share one: the difference is the fencing
+// slots, and about 1.5x when they share one: the difference is the fencing
 // counter's INCRBY, one per slot.
 //
 // # Data in Redis
