@@ -259,14 +259,22 @@ func TestMixedBatchThatGivesUpLeavesNothing(t *testing.T) {
 	defer cancel()
 	_, err = c.Lock(wctx, keys[:20], batchlock.WithShared(keys[20:]...), batchlock.WithOwner("mixed"))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	for _, h := range heldKeys(t, c, keys...) {
-		if h.Key == keys[20] {
-			assert.Equal(t, []string{"blocker"}, h.Holders)
-			assert.Zero(t, h.Waiting, "the place in the queue went with the call")
-			continue
+	// The rollback goes on in the background once the call's context is
+	// done (for at most 5s): poll for its end.
+	require.EventuallyWithT(t, func(collect *assert.CollectT) {
+		held, err := c.Inspect(ctx, keys...)
+		if !assert.NoError(collect, err) {
+			return
 		}
-		assert.Empty(t, h.Holders, "%s left held by a mixed batch that gave up", h.Key)
-	}
+		for _, h := range held {
+			if h.Key == keys[20] {
+				assert.Equal(collect, []string{"blocker"}, h.Holders)
+				assert.Zero(collect, h.Waiting, "the place in the queue goes with the call")
+				continue
+			}
+			assert.Empty(collect, h.Holders, "%s left held by a mixed batch that gave up", h.Key)
+		}
+	}, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, blocker.Unlock(ctx))
 	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
 }
