@@ -41,7 +41,9 @@ $(STATICCHECK):
 
 lint: $(STATICCHECK)
 	@set -e; for m in $(MODULES); do \
-		echo "go vet, staticcheck: $$m"; \
+		echo "gofmt, go vet, staticcheck: $$m"; \
+		unformatted=$$(cd $$m && gofmt -l .); \
+		if [ -n "$$unformatted" ]; then echo "gofmt: not formatted: $$unformatted"; exit 1; fi; \
 		$(GO) -C $$m vet ./...; \
 		(cd $$m && $(STATICCHECK) ./...); \
 	done

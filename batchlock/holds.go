@@ -123,7 +123,7 @@ var errElsewhere = errors.New("the slot is being migrated or has moved")
 
 func acquireCall(l *Lock, r run, leaseMs int64, mode string) *script.Call {
 	first := r.groups[0]
-	args := []any{l.field, l.hold, leaseMs, mode, first.cancelKey(l.hold), lease.Millis(l.c.place())}
+	args := []any{escapeOwner(l.owner), l.hold, leaseMs, mode, first.cancelKey(l.hold), lease.Millis(l.c.place())}
 	for _, g := range r.groups {
 		args = append(args, g.fenceKey, len(g.keys), string(g.modes))
 		for _, k := range g.keys {
@@ -322,7 +322,7 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 	remember := lease.Millis(l.lease)
 	var taken []string
 	errs := c.perMaster(ctx, "release", keys, marks, func(cl *script.Call, at []int, marks []string) {
-		cl.Args = append([]any{l.field, l.hold, remember, len(marks)}, anys(marks)...)
+		cl.Args = append([]any{escapeOwner(l.owner), l.hold, remember, len(marks)}, anys(marks)...)
 		cl.Args = append(cl.Args, keysAt(keys, at)...)
 	}, func(cl *script.Call, at []int, vals []any) []int {
 		taken = append(taken, stringsOf(vals[0])...)

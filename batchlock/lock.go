@@ -16,7 +16,6 @@ import (
 type Lock struct {
 	c      *Client
 	owner  string
-	field  string // owner as the values of its keys carry it (escapeOwner)
 	hold   string // this handle's hold in the values of its keys: "h:" + random id
 	keys   []string
 	groups []group
@@ -45,7 +44,6 @@ func newLock(ctx context.Context, c *Client, owner string, keys []string, groups
 	return &Lock{
 		c:      c,
 		owner:  owner,
-		field:  escapeOwner(owner),
 		hold:   newHold(),
 		keys:   keys,
 		groups: groups,

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 )
 
 type ownerKey struct{}
@@ -40,8 +39,11 @@ func randomID(n int) string {
 // comma, "=", "@", "*") and "%" are written %XX, so that an id cannot be
 // taken for a separator, or for the owner field of a key held shared ("*").
 func escapeOwner(owner string) string {
-	i := strings.IndexFunc(owner, func(r rune) bool { return r < utf8.RuneSelf && special(byte(r)) })
-	if i < 0 {
+	i := 0
+	for i < len(owner) && !special(owner[i]) {
+		i++
+	}
+	if i == len(owner) {
 		return owner
 	}
 	var b strings.Builder

@@ -106,20 +106,22 @@ func breaches(sections []section) (out []breach, overlapped int) {
 		for _, i := range idx {
 			s := sections[i]
 			open = slices.DeleteFunc(open, func(o int) bool { return !s.Start.Before(sections[o].End) })
+			readers := false
 			for _, o := range open {
 				p := sections[o]
-				if p.Owner != s.Owner && p.Shared[k] && s.Shared[k] {
-					overlapped++
-					break
+				if p.Owner == s.Owner {
+					continue
 				}
+				if p.Shared[k] && s.Shared[k] {
+					readers = true
+					continue
+				}
+				out = append(out, breach{key: k, earlier: o, later: i, what: fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
+					k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000"))})
+				break
 			}
-			for _, o := range open {
-				p := sections[o]
-				if p.Owner != s.Owner && !(p.Shared[k] && s.Shared[k]) {
-					out = append(out, breach{key: k, earlier: o, later: i, what: fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
-						k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000"))})
-					break
-				}
+			if readers {
+				overlapped++
 			}
 			open = append(open, i)
 
@@ -304,6 +306,14 @@ func TestCheckerCatchesViolations(t *testing.T) {
 			}
 		})
 	}
+
+	_, overlapped := breaches([]section{
+		shared(sec("a", 0, 10, map[string]int64{"x": 4})),
+		shared(sec("b", 2, 12, map[string]int64{"x": 4})),
+		shared(sec("c", 3, 5, map[string]int64{"x": 4})),
+		sec("d", 12, 20, map[string]int64{"x": 5}),
+	})
+	assert.Equal(t, 2, overlapped, "b and c each found another owner's reader inside")
 
 	var c checker
 	c.record(sec("a", 0, 10, map[string]int64{"x": 1}))

@@ -161,8 +161,8 @@ type inspected struct {
 	Mode    string   `json:"mode"`
 	Holders []string `json:"holders"`
 	Holds   int      `json:"holds"`
-	TTLms int64  `json:"ttl_ms"`
-	Fence int64  `json:"fence"`
+	TTLms   int64    `json:"ttl_ms"`
+	Fence   int64    `json:"fence"`
 }
 
 func inspect(t *testing.T, bin, addrs, prefix, pattern string) map[string]inspected {

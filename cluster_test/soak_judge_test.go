@@ -24,8 +24,9 @@ import (
 // lost its lock: its acquire reached the master before the call returned.
 const excusable = time.Second
 
-// judge returns the violations, and the number of breaches excused.
-func (s *soak) judge() (violations []string, excused int) {
+// judge returns the violations, the number of breaches excused, and how
+// often readers of one key overlapped (see breaches).
+func (s *soak) judge() (violations []string, excused, overlapped int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	violations = slices.Clone(s.problems)
@@ -33,7 +34,7 @@ func (s *soak) judge() (violations []string, excused int) {
 	for i, sec := range s.sections {
 		sections[i] = sec.section
 	}
-	found, _ := breaches(sections)
+	found, overlapped := breaches(sections)
 	for _, b := range found {
 		earlier, later := s.sections[b.earlier], s.sections[b.later]
 		if b.key != "" && s.lostToFailover(earlier.replicas, earlier.Start, later.Start, b.key) {
@@ -50,7 +51,7 @@ func (s *soak) judge() (violations []string, excused int) {
 		violations = append(violations, fmt.Sprintf("key %s: write of %s with token %d refused at %s, within its validity",
 			r.key, r.owner, r.token, r.at.Format("15:04:05.000000")))
 	}
-	return violations, excused
+	return violations, excused, overlapped
 }
 
 // lostToFailover reports whether a lock on key, taken without WithReplicas
@@ -120,7 +121,7 @@ func TestSoakJudge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &soak{t: t, prefix: prefix, sections: tc.sections, faults: tc.faults, refusals: tc.refusals}
-			violations, excused := s.judge()
+			violations, excused, _ := s.judge()
 			require.Len(t, violations, len(tc.violations), "violations: %q", violations)
 			for i, want := range tc.violations {
 				assert.Contains(t, violations[i], want)

@@ -58,13 +58,18 @@ func (s *Stock) Keys(o Order) []string {
 	return keys
 }
 
-// PromoKeys returns the keys of an order's promotions: keys it reads but
-// never writes, so a processor may lock them shared. Nothing is stored
-// under them: the workload's promotions stand for data read under a lock.
-func (s *Stock) PromoKeys(o Order) []string {
+// PromoKeys returns the keys of an order's promotions under the stock's
+// prefix (see PromoKeys).
+func (s *Stock) PromoKeys(o Order) []string { return PromoKeys(s.prefix, o) }
+
+// PromoKeys returns the keys of an order's promotions under prefix: keys it
+// reads but never writes, so a processor may lock them shared. Nothing is
+// stored under them: the workload's promotions stand for data read under a
+// lock.
+func PromoKeys(prefix string, o Order) []string {
 	keys := make([]string, len(o.Promos))
 	for i, p := range o.Promos {
-		keys[i] = s.prefix + "promo:" + p
+		keys[i] = prefix + "promo:" + p
 	}
 	return keys
 }

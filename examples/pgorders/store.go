@@ -42,13 +42,7 @@ func (s *Store) Keys(o orders.Order) []string {
 // PromoKeys returns the lock keys of an order's promotions, which it reads
 // and never writes: the processor locks them shared. The example stores
 // nothing for them.
-func (s *Store) PromoKeys(o orders.Order) []string {
-	keys := make([]string, len(o.Promos))
-	for i, p := range o.Promos {
-		keys[i] = s.prefix + "promo:" + p
-	}
-	return keys
-}
+func (s *Store) PromoKeys(o orders.Order) []string { return orders.PromoKeys(s.prefix, o) }
 
 // Setup creates the tables in an empty database and stocks every SKU with
 // initial units.
