@@ -480,3 +480,470 @@ func TestHarnessSingles(t *testing.T) {
 	}
 	assert.Empty(t, redisProcessesOn(t, addrs))
 }
+
+// masterForTag returns the master serving the slot of {tag}.
+func masterForTag(ctx context.Context, t *testing.T, c *localcluster.Cluster, rdb *redis.ClusterClient, tag string) (int, localcluster.Node) {
+	t.Helper()
+	s, err := rdb.ClusterKeySlot(ctx, "{"+tag+"}").Result()
+	require.NoError(t, err)
+	m, err := c.MasterOfSlot(ctx, int(s))
+	require.NoError(t, err)
+	return int(s), m
+}
+
+// twoReplicas returns the replicas of master, which must have two.
+func twoReplicas(ctx context.Context, t *testing.T, c *localcluster.Cluster, master string) (first, second localcluster.Node) {
+	t.Helper()
+	rs, err := c.ReplicasOf(ctx, master)
+	require.NoError(t, err)
+	require.Len(t, rs, 2, "replicas of %s", master)
+	return rs[0], rs[1]
+}
+
+// direct returns a client of the node at addr with one connection, so
+// that WAIT runs on the connection that wrote.
+func direct(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: 15 * time.Second, DisableIdentity: true})
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// writeAndWait sets key on the master at addr and returns what WAIT 1
+// and WAIT 2 then say, on the same connection.
+func writeAndWait(ctx context.Context, cl *redis.Client, key string) (wait1, wait2 int64, err error) {
+	var w1, w2 *redis.Cmd
+	_, err = cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, "v", 0)
+		w1 = p.Do(ctx, "WAIT", 1, 10000)
+		w2 = p.Do(ctx, "WAIT", 2, 300)
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if wait1, err = w1.Int64(); err != nil {
+		return 0, 0, err
+	}
+	wait2, err = w2.Int64()
+	return wait1, wait2, err
+}
+
+// readOnReplica reads key on the replica at addr (READONLY, then GET on
+// the same connection).
+func readOnReplica(ctx context.Context, t *testing.T, addr, key string) (string, error) {
+	t.Helper()
+	cl := direct(t, addr)
+	conn := cl.Conn()
+	defer conn.Close()
+	require.NoError(t, conn.ReadOnly(ctx).Err())
+	return conn.Get(ctx, key).Result()
+}
+
+func TestHarnessTwoReplicasPerMaster(t *testing.T) {
+	ctx := ctxTimeout(t, 8*time.Minute)
+	_, err := localcluster.Start(ctx, localcluster.WithReplicasPerMaster(0))
+	require.ErrorContains(t, err, "at least one replica per master")
+
+	c := newCluster(t, localcluster.WithReplicasPerMaster(2))
+	rdb := c.Client()
+	defer rdb.Close()
+	addrs := c.Addrs()
+
+	t.Run("topology", func(t *testing.T) {
+		require.Len(t, addrs, 9)
+		nodes, err := c.Nodes(ctx)
+		require.NoError(t, err)
+		require.Len(t, nodes, 9)
+		masters, err := c.Masters(ctx)
+		require.NoError(t, err)
+		require.Len(t, masters, 3)
+		for i := range 3 {
+			assert.Equal(t, addrs[i], masters[i].Addr, "masters first, in slot order")
+			rs, err := c.ReplicasOf(ctx, addrs[i])
+			require.NoError(t, err)
+			want := []string{addrs[3+i], addrs[6+i]}
+			slices.Sort(want)
+			var got []string
+			for _, r := range rs {
+				got = append(got, r.Addr)
+				assert.Equal(t, masters[i].ID, r.MasterID)
+				assert.True(t, r.Connected)
+				link, err := infoField(ctx, c, r.Addr, "replication", "master_link_status")
+				require.NoError(t, err)
+				assert.Equal(t, "up", link, "replica %s of %s", r.Addr, addrs[i])
+			}
+			assert.Equal(t, want, got, "nodes %d and %d replicate node %d, sorted by address", 3+i, 6+i, i)
+			slaves, err := infoField(ctx, c, addrs[i], "replication", "connected_slaves")
+			require.NoError(t, err)
+			assert.Equal(t, "2", slaves, "replicas connected to %s", addrs[i])
+			first, err := c.ReplicaOf(ctx, addrs[i])
+			require.NoError(t, err)
+			assert.Equal(t, want[0], first.Addr, "ReplicaOf: the first of ReplicasOf")
+		}
+		require.NoError(t, c.WaitReady(ctx))
+	})
+
+	t.Run("pause replication", func(t *testing.T) {
+		slot, m := masterForTag(ctx, t, c, rdb, "pause")
+		a, b := twoReplicas(ctx, t, c, m.Addr)
+		require.NoError(t, c.PauseReplication(ctx, b.Addr))
+		require.NoError(t, c.PauseReplication(ctx, b.Addr), "pausing twice does nothing")
+		link, err := infoField(ctx, c, b.Addr, "replication", "master_link_status")
+		require.NoError(t, err)
+		assert.Equal(t, "down", link)
+		slaves, err := infoField(ctx, c, m.Addr, "replication", "connected_slaves")
+		require.NoError(t, err)
+		assert.Equal(t, "1", slaves, "the master no longer lists the paused replica")
+		assert.Equal(t, m.ID, nodeAt(ctx, t, c, b.Addr).MasterID, "still its master's replica for the cluster")
+
+		w1, w2, err := writeAndWait(ctx, direct(t, m.Addr), "{pause}:k")
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, w1, "the other replica acknowledges")
+		assert.EqualValues(t, 1, w2, "the paused one does not")
+		v, err := readOnReplica(ctx, t, a.Addr, "{pause}:k")
+		require.NoError(t, err)
+		assert.Equal(t, "v", v)
+		_, err = readOnReplica(ctx, t, b.Addr, "{pause}:k")
+		assert.ErrorIs(t, err, redis.Nil, "the paused replica did not receive the write")
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		assert.Error(t, c.WaitReady(wctx), "not ready while a replica is paused")
+		cancel()
+
+		// The replica that acknowledged takes over: the write survives, and
+		// the paused one follows it in the cluster's view, unlinked.
+		promoted, err := c.Failover(ctx, m.Addr, localcluster.Promote(a.Addr))
+		require.NoError(t, err)
+		assert.Equal(t, a.Addr, promoted)
+		assert.Equal(t, a.ID, nodeAt(ctx, t, c, b.Addr).MasterID)
+
+		require.NoError(t, c.ResumeReplication(ctx, b.Addr))
+		require.NoError(t, c.ResumeReplication(ctx, b.Addr), "resuming twice does nothing")
+		waitReplicated(ctx, t, c, a.Addr, b.Addr)
+		v, err = readOnReplica(ctx, t, b.Addr, "{pause}:k")
+		require.NoError(t, err)
+		assert.Equal(t, "v", v, "caught up once resumed")
+		require.NoError(t, c.WaitReady(ctx))
+		now, err := c.MasterOfSlot(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, a.Addr, now.Addr)
+		v, err = rdb.Get(ctx, "{pause}:k").Result()
+		require.NoError(t, err)
+		assert.Equal(t, "v", v)
+	})
+
+	t.Run("promote the second replica", func(t *testing.T) {
+		slot, m := masterForTag(ctx, t, c, rdb, "promote")
+		first, second := twoReplicas(ctx, t, c, m.Addr)
+		keys := writeKeys(ctx, t, rdb, "promote", 20)
+		waitReplicated(ctx, t, c, m.Addr, first.Addr)
+		waitReplicated(ctx, t, c, m.Addr, second.Addr)
+
+		other := slices.IndexFunc(addrs, func(a string) bool { return a != m.Addr && a != first.Addr && a != second.Addr })
+		_, err := c.Failover(ctx, m.Addr, localcluster.Promote(addrs[other]))
+		assert.ErrorContains(t, err, "is not a replica of")
+
+		promoted, err := c.Failover(ctx, m.Addr, localcluster.Promote(second.Addr), localcluster.Takeover())
+		require.NoError(t, err)
+		assert.Equal(t, second.Addr, promoted)
+		now, err := c.MasterOfSlot(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, second.Addr, now.Addr, "exactly the chosen replica")
+		assert.Equal(t, m.Slots, now.Slots)
+		follower := nodeByID(ctx, t, c, first.ID)
+		assert.False(t, follower.Master, "the other replica was not promoted")
+		assert.Equal(t, second.ID, follower.MasterID, "the other replica follows the new master")
+		port, err := infoField(ctx, c, first.Addr, "replication", "master_port")
+		require.NoError(t, err)
+		assert.Equal(t, second.Addr, "127.0.0.1:"+port)
+		assert.Equal(t, second.ID, nodeByID(ctx, t, c, m.ID).MasterID, "the old master replicates the new one")
+
+		require.NoError(t, c.WaitReady(ctx))
+		rs, err := c.ReplicasOf(ctx, second.Addr)
+		require.NoError(t, err)
+		var got []string
+		for _, r := range rs {
+			got = append(got, r.Addr)
+		}
+		assert.ElementsMatch(t, []string{first.Addr, m.Addr}, got)
+		slaves, err := infoField(ctx, c, second.Addr, "replication", "connected_slaves")
+		require.NoError(t, err)
+		assert.Equal(t, "2", slaves)
+		requireKeys(ctx, t, rdb, keys)
+	})
+
+	t.Run("lagging replica promoted", func(t *testing.T) {
+		slot, m := masterForTag(ctx, t, c, rdb, "lag")
+		a, b := twoReplicas(ctx, t, c, m.Addr)
+		require.NoError(t, rdb.Set(ctx, "{lag}:kept", "v", 0).Err())
+		waitReplicated(ctx, t, c, m.Addr, a.Addr)
+		waitReplicated(ctx, t, c, m.Addr, b.Addr)
+
+		var w1, w2 int64
+		err := c.PromoteLagging(ctx, m.Addr, b.Addr, func(ctx context.Context) error {
+			var err error
+			w1, w2, err = writeAndWait(ctx, direct(t, m.Addr), "{lag}:lost")
+			if err != nil {
+				return err
+			}
+			v, err := readOnReplica(ctx, t, a.Addr, "{lag}:lost")
+			assert.NoError(t, err)
+			assert.Equal(t, "v", v, "the acknowledging replica has the write")
+			_, err = readOnReplica(ctx, t, b.Addr, "{lag}:lost")
+			assert.ErrorIs(t, err, redis.Nil, "the lagging replica does not")
+			return nil
+		})
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, w1, "WAIT 1: one replica acknowledged the write")
+		assert.EqualValues(t, 1, w2, "WAIT 2: only one")
+
+		now, err := c.MasterOfSlot(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, b.Addr, now.Addr, "the lagging replica is the master")
+		_, err = c.Do(ctx, b.Addr, "GET", "{lag}:lost")
+		assert.ErrorIs(t, err, redis.Nil, "the acknowledged write is lost on the new master")
+		v, err := c.Do(ctx, b.Addr, "GET", "{lag}:kept")
+		require.NoError(t, err)
+		assert.Equal(t, "v", v, "what it had received is kept")
+
+		require.NoError(t, c.WaitReady(ctx))
+		assert.Equal(t, b.ID, nodeByID(ctx, t, c, m.ID).MasterID, "the old master rejoined as a replica")
+		assert.Equal(t, b.ID, nodeByID(ctx, t, c, a.ID).MasterID, "the other replica follows")
+		_, err = rdb.Get(ctx, "{lag}:lost").Result()
+		assert.ErrorIs(t, err, redis.Nil, "lost for clients")
+		_, err = readOnReplica(ctx, t, a.Addr, "{lag}:lost")
+		assert.ErrorIs(t, err, redis.Nil, "lost on the replica that had acknowledged it, after its resync")
+		user, err := c.Do(ctx, b.Addr, "CONFIG", "GET", "masteruser")
+		require.NoError(t, err)
+		assert.Equal(t, []any{"masteruser", ""}, user, "replication credentials restored")
+	})
+
+	t.Run("frozen master, one of two replicas takes over", func(t *testing.T) {
+		slot, m := masterForTag(ctx, t, c, rdb, "freeze2")
+		first, second := twoReplicas(ctx, t, c, m.Addr)
+		require.NoError(t, c.Freeze(ctx, m.Addr))
+		var winner, loser localcluster.Node
+		require.Eventually(t, func() bool {
+			now, err := c.MasterOfSlot(ctx, slot)
+			switch {
+			case err != nil:
+				return false
+			case now.Addr == first.Addr:
+				winner, loser = first, second
+			case now.Addr == second.Addr:
+				winner, loser = second, first
+			default:
+				return false
+			}
+			return true
+		}, 30*time.Second, 50*time.Millisecond, "a replica of the frozen master takes over")
+		require.Eventually(t, func() bool {
+			return nodeByID(ctx, t, c, loser.ID).MasterID == winner.ID
+		}, 30*time.Second, 50*time.Millisecond, "the other replica follows the new master")
+		require.NoError(t, c.Thaw(ctx, m.Addr))
+		require.NoError(t, c.WaitReady(ctx))
+		assert.Equal(t, winner.ID, nodeByID(ctx, t, c, m.ID).MasterID)
+	})
+
+	t.Run("kill and restart a replica", func(t *testing.T) {
+		_, m := masterForTag(ctx, t, c, rdb, "kill2")
+		r, _ := twoReplicas(ctx, t, c, m.Addr)
+		require.NoError(t, c.Kill(ctx, r.Addr))
+		keys := writeKeys(ctx, t, rdb, "kill2", 10)
+		require.NoError(t, c.Restart(ctx, r.Addr))
+		require.NoError(t, c.WaitReady(ctx))
+		assert.Equal(t, m.ID, nodeByID(ctx, t, c, r.ID).MasterID)
+		waitReplicated(ctx, t, c, m.Addr, r.Addr)
+		requireKeys(ctx, t, rdb, keys)
+	})
+
+	t.Run("close leaves nothing", func(t *testing.T) {
+		require.NoError(t, c.Freeze(ctx, addrs[7]))
+		require.NoError(t, c.Close())
+		for _, addr := range addrs {
+			assert.False(t, dialable(addr), "%s still listens", addr)
+		}
+		assert.Empty(t, redisProcessesOn(t, addrs), "redis-server processes left")
+		if c.Backend() == localcluster.Docker {
+			cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+			require.NoError(t, err)
+			defer cli.Close()
+			res, err := cli.ContainerList(ctx, client.ContainerListOptions{
+				All:     true,
+				Filters: make(client.Filters).Add("label", localcluster.LabelID+"="+c.ID()),
+			})
+			require.NoError(t, err)
+			assert.Empty(t, res.Items, "containers left")
+		}
+	})
+}
+
+// openSlotMarkers returns the [slot->-id] and [slot-<-id] markers of slot
+// that any node shows in CLUSTER NODES.
+func openSlotMarkers(ctx context.Context, t *testing.T, c *localcluster.Cluster, slot int) []string {
+	t.Helper()
+	var found []string
+	for _, addr := range c.Addrs() {
+		v, err := c.Do(ctx, addr, "CLUSTER", "NODES")
+		require.NoError(t, err)
+		for _, f := range strings.Fields(fmt.Sprint(v)) {
+			if strings.HasPrefix(f, "["+strconv.Itoa(slot)+"-") {
+				found = append(found, addr+": "+f)
+			}
+		}
+	}
+	return found
+}
+
+func countKeys(ctx context.Context, t *testing.T, c *localcluster.Cluster, addr string, slot int) int64 {
+	t.Helper()
+	n, err := c.Do(ctx, addr, "CLUSTER", "COUNTKEYSINSLOT", slot)
+	require.NoError(t, err)
+	return n.(int64)
+}
+
+// migrateCalls reads how many MIGRATE commands the node at addr has run.
+func migrateCalls(ctx context.Context, t *testing.T, c *localcluster.Cluster, addr string) int {
+	t.Helper()
+	v, err := infoField(ctx, c, addr, "commandstats", "cmdstat_migrate")
+	if err != nil {
+		return 0 // none yet
+	}
+	calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+	n, err := strconv.Atoi(calls)
+	require.NoError(t, err, "cmdstat_migrate:%s", v)
+	return n
+}
+
+// migrationTarget returns the slot of {tag}, its master and the next
+// master as a target.
+func migrationTarget(ctx context.Context, t *testing.T, c *localcluster.Cluster, rdb *redis.ClusterClient, tag string) (int, localcluster.Node, localcluster.Node) {
+	t.Helper()
+	slot, src := masterForTag(ctx, t, c, rdb, tag)
+	masters, err := c.Masters(ctx)
+	require.NoError(t, err)
+	dst := masters[(slices.IndexFunc(masters, func(n localcluster.Node) bool { return n.ID == src.ID })+1)%len(masters)]
+	return slot, src, dst
+}
+
+func TestHarnessMigrationHandle(t *testing.T) {
+	c := newCluster(t)
+	ctx := ctxTimeout(t, 5*time.Minute)
+	rdb := c.Client()
+	defer rdb.Close()
+
+	t.Run("half moved, then finished", func(t *testing.T) {
+		slot, src, dst := migrationTarget(ctx, t, c, rdb, "half")
+		keys := writeKeys(ctx, t, rdb, "half", 20)
+		require.NoError(t, rdb.Set(ctx, "{half}:ttl", "t", time.Hour).Err())
+		_, err := c.BeginMigration(ctx, slot, src.Addr)
+		assert.ErrorContains(t, err, "already serves")
+
+		m, err := c.BeginMigration(ctx, slot, dst.Addr)
+		require.NoError(t, err)
+		assert.Equal(t, slot, m.Slot())
+		assert.Equal(t, src.ID, m.From().ID)
+		assert.Equal(t, dst.ID, m.To().ID)
+		assert.ElementsMatch(t, []string{
+			src.Addr + ": [" + strconv.Itoa(slot) + "->-" + dst.ID + "]",
+			dst.Addr + ": [" + strconv.Itoa(slot) + "-<-" + src.ID + "]",
+		}, openSlotMarkers(ctx, t, c, slot))
+		assert.ErrorContains(t, m.Move(ctx, "{other}:1"), "not in slot")
+		require.NoError(t, m.Move(ctx, append(keys[:10:10], "{half}:ttl", "{half}:never-written")...))
+		require.NoError(t, m.Move(ctx, "{half}:never-written"), "MIGRATE answers NOKEY: not an error")
+		assert.EqualValues(t, 11, countKeys(ctx, t, c, dst.Addr, slot), "exactly the given keys moved")
+		assert.EqualValues(t, 10, countKeys(ctx, t, c, src.Addr, slot), "the others stay")
+
+		// The source serves what it has and sends ASK for the rest.
+		v, err := c.Do(ctx, src.Addr, "GET", keys[15])
+		require.NoError(t, err)
+		assert.Equal(t, "v15", v)
+		_, err = c.Do(ctx, src.Addr, "GET", keys[3])
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), fmt.Sprintf("ASK %d %s", slot, dst.Addr))
+		// A client that follows ASK reads every key, and writes new ones
+		// on the target.
+		requireKeys(ctx, t, rdb, keys)
+		require.NoError(t, rdb.Set(ctx, "{half}:new", "n", 0).Err())
+		assert.EqualValues(t, 12, countKeys(ctx, t, c, dst.Addr, slot))
+
+		require.NoError(t, m.Finish(ctx))
+		assert.ErrorContains(t, m.Move(ctx, keys[0]), "already finished")
+		assert.ErrorContains(t, m.Abort(ctx), "already finished")
+		now, err := c.MasterOfSlot(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, dst.Addr, now.Addr)
+		assert.EqualValues(t, 22, countKeys(ctx, t, c, dst.Addr, slot), "every key on the target")
+		assert.EqualValues(t, 0, countKeys(ctx, t, c, src.Addr, slot))
+		assert.Empty(t, openSlotMarkers(ctx, t, c, slot))
+		pttl, err := rdb.PTTL(ctx, "{half}:ttl").Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, 50*time.Minute, "MIGRATE keeps the TTL")
+		requireKeys(ctx, t, rdb, keys)
+		require.NoError(t, c.WaitReady(ctx))
+	})
+
+	t.Run("abort", func(t *testing.T) {
+		slot, src, dst := migrationTarget(ctx, t, c, rdb, "abort")
+		keys := writeKeys(ctx, t, rdb, "abort", 20)
+		m, err := c.BeginMigration(ctx, slot, dst.Addr)
+		require.NoError(t, err)
+		require.NoError(t, m.Move(ctx, keys[:7]...))
+		require.NoError(t, rdb.Set(ctx, "{abort}:new", "n", 0).Err(), "written on the target, through ASK")
+		assert.EqualValues(t, 8, countKeys(ctx, t, c, dst.Addr, slot))
+
+		require.NoError(t, m.Abort(ctx))
+		assert.ErrorContains(t, m.Finish(ctx), "already finished or aborted")
+		now, err := c.MasterOfSlot(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, src.Addr, now.Addr, "the source serves the slot again")
+		assert.Empty(t, openSlotMarkers(ctx, t, c, slot), "slot stable on every node")
+		assert.EqualValues(t, 21, countKeys(ctx, t, c, src.Addr, slot), "every key back on the source")
+		assert.EqualValues(t, 0, countKeys(ctx, t, c, dst.Addr, slot))
+		v, err := c.Do(ctx, src.Addr, "GET", keys[2])
+		require.NoError(t, err, "served by the source itself, no redirection")
+		assert.Equal(t, "v2", v)
+		requireKeys(ctx, t, rdb, keys)
+		v, err = rdb.Get(ctx, "{abort}:new").Result()
+		require.NoError(t, err)
+		assert.Equal(t, "n", v)
+		require.NoError(t, c.WaitReady(ctx))
+	})
+
+	t.Run("move all, key by key", func(t *testing.T) {
+		slot, src, dst := migrationTarget(ctx, t, c, rdb, "paced")
+		keys := writeKeys(ctx, t, rdb, "paced", 10)
+		m, err := c.BeginMigration(ctx, slot, dst.Addr)
+		require.NoError(t, err)
+		before := migrateCalls(ctx, t, c, src.Addr)
+
+		done := make(chan error, 1)
+		go func() { done <- m.MoveAll(ctx, 100*time.Millisecond) }()
+		var seen []int64
+		for moving := true; moving; {
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+				moving = false
+			case <-time.After(20 * time.Millisecond):
+			}
+			n := countKeys(ctx, t, c, dst.Addr, slot)
+			if len(seen) == 0 || seen[len(seen)-1] != n {
+				seen = append(seen, n)
+			}
+		}
+		t.Logf("keys on the target while moving: %v", seen)
+		assert.True(t, slices.IsSorted(seen), "keys only go to the target: %v", seen)
+		assert.EqualValues(t, 10, seen[len(seen)-1])
+		assert.Equal(t, 10, migrateCalls(ctx, t, c, src.Addr)-before, "one MIGRATE per key")
+		assert.EqualValues(t, 0, countKeys(ctx, t, c, src.Addr, slot))
+		requireKeys(ctx, t, rdb, keys)
+
+		require.NoError(t, m.Finish(ctx))
+		assert.Equal(t, 10, migrateCalls(ctx, t, c, src.Addr)-before, "nothing left to move")
+		now, err := c.MasterOfSlot(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, dst.Addr, now.Addr)
+		require.NoError(t, c.WaitReady(ctx))
+	})
+}

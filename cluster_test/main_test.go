@@ -95,17 +95,17 @@ func newClient(tb testing.TB) *redis.ClusterClient {
 	return rdb
 }
 
-// newCluster starts a cluster of the test's own, for tests that break
-// nodes, and closes it at the end of the test. On the external backend
+// newCluster starts a cluster of the test's own (with opts), for tests that
+// break nodes, and closes it at the end of the test. On the external backend
 // there is no cluster to spare, so such tests skip.
-func newCluster(tb testing.TB) *localcluster.Cluster {
+func newCluster(tb testing.TB, opts ...localcluster.Option) *localcluster.Cluster {
 	tb.Helper()
 	if os.Getenv(localcluster.EnvClusterAddrs) != "" {
 		tb.Skipf("needs a cluster of its own; %s points at an external one", localcluster.EnvClusterAddrs)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterStartTimeout)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.WithLogf(tb.Logf))
+	c, err := localcluster.Start(ctx, append([]localcluster.Option{localcluster.WithLogf(tb.Logf)}, opts...)...)
 	if err != nil {
 		unavailable(tb, err)
 	}

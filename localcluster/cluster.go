@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +19,6 @@ import (
 
 const (
 	masterCount = 3
-	nodeCount   = 2 * masterCount
 
 	// startTimeout bounds Start when its context has no deadline; building
 	// the docker image the first time is the slow part.
@@ -39,6 +39,9 @@ type Cluster struct {
 	members []*member // fixed after start: masters first, then their replicas
 	clients map[string]*redis.Client
 	closed  bool
+
+	// replMu runs PauseReplication and ResumeReplication one at a time.
+	replMu sync.Mutex
 }
 
 // member is one node this package runs (or, on the external backend, knows).
@@ -48,11 +51,15 @@ type member struct {
 	srv    server // nil on the external backend
 	frozen bool   // by Freeze, until Thaw, Kill or Restart
 	killed bool   // by Kill, until Restart
+	// paused holds the replication credentials PauseReplication replaced,
+	// until ResumeReplication or Restart; nil when not paused.
+	paused *replAuth
 }
 
-// Start starts a six-node cluster, three masters each with one replica
-// (node i+3 replicates node i), and returns once it is ready (see
-// [Cluster.WaitReady]). Close it when done.
+// Start starts a cluster of three masters, each with one replica (node
+// i+3 replicates node i; six nodes) or with the number [WithReplicasPerMaster]
+// asks for (node 3k+i replicates node i), and returns once it is ready
+// (see [Cluster.WaitReady]). Close it when done.
 //
 // The backend is, in order: External when BATCHLOCK_CLUSTER_ADDRS lists
 // seeds of a running cluster (comma-separated, loopback only); the one
@@ -64,6 +71,9 @@ type member struct {
 // Without a deadline on ctx, Start gives up after three minutes.
 func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	cfg := newConfig(opts)
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	b, err := chooseBackend(cfg, os.Getenv, func() bool { return dockerUp(ctx, cfg.logf) }, redisServerOnPath)
 	if err != nil {
 		return nil, err
@@ -78,7 +88,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	if c.launcher, err = newLauncher(ctx, b, c.id, cfg); err != nil {
 		return nil, err
 	}
-	if err := c.launchAll(ctx, nodeCount, true); err != nil {
+	if err := c.launchAll(ctx, masterCount*(1+cfg.replicas), true); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	addrs := c.Addrs()
@@ -203,8 +213,10 @@ func (c *Cluster) Backend() Backend { return c.backend }
 // label.
 func (c *Cluster) ID() string { return c.id }
 
-// Addrs returns every node's address, "127.0.0.1:port": masters first,
-// then their replicas in the same order, as at start.
+// Addrs returns every node's address, "127.0.0.1:port", in the order of
+// the pairing at start: the three masters, then the first replica of each
+// in the same order, then the second, and so on (node 3k+i replicated
+// node i). Failovers change roles, not this order.
 func (c *Cluster) Addrs() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -330,9 +342,11 @@ func (c *Cluster) readiness(all bool) readiness {
 
 // WaitReady polls until every node answers and reports cluster_state:ok,
 // all nodes agree on roles and slots, all 16384 slots are served, no node
-// is flagged failing, and every replica's link to its master is up (on
-// the docker and process backends every master must have one). Without a
-// deadline on ctx it gives up after a minute.
+// is flagged failing, and every replica's link to its master is up. On
+// the docker and process backends every master must also have a replica
+// and list each of its replicas online, so a replica cut off by
+// [Cluster.PauseReplication] keeps it waiting. Without a deadline on ctx
+// it gives up after a minute.
 func (c *Cluster) WaitReady(ctx context.Context) error {
 	ctx, cancel := defaultTimeout(ctx, waitTimeout)
 	defer cancel()
@@ -380,19 +394,23 @@ func (c *Cluster) MasterOfSlot(ctx context.Context, slot int) (Node, error) {
 	return Node{}, fmt.Errorf("localcluster: no master serves slot %d", slot)
 }
 
-// ReplicaOf returns a replica of the master at masterAddr, preferring one
-// that answers and is not flagged failing.
-func (c *Cluster) ReplicaOf(ctx context.Context, masterAddr string) (Node, error) {
+// ReplicasOf returns every replica of the master at masterAddr, as the
+// cluster sees them (answering or not), sorted by address.
+func (c *Cluster) ReplicasOf(ctx context.Context, masterAddr string) ([]Node, error) {
 	ns, err := c.Nodes(ctx)
 	if err != nil {
-		return Node{}, err
+		return nil, err
 	}
+	return replicasIn(ns, masterAddr)
+}
+
+func replicasIn(ns []Node, masterAddr string) ([]Node, error) {
 	i := slices.IndexFunc(ns, func(n Node) bool { return n.Addr == masterAddr })
 	if i < 0 {
-		return Node{}, fmt.Errorf("localcluster: %s is not in the cluster", masterAddr)
+		return nil, fmt.Errorf("localcluster: %s is not in the cluster", masterAddr)
 	}
 	if !ns[i].Master {
-		return Node{}, fmt.Errorf("localcluster: %s is not a master", masterAddr)
+		return nil, fmt.Errorf("localcluster: %s is not a master", masterAddr)
 	}
 	var found []Node
 	for _, n := range ns {
@@ -401,7 +419,19 @@ func (c *Cluster) ReplicaOf(ctx context.Context, masterAddr string) (Node, error
 		}
 	}
 	if len(found) == 0 {
-		return Node{}, fmt.Errorf("localcluster: master %s has no replica", masterAddr)
+		return nil, fmt.Errorf("localcluster: master %s has no replica", masterAddr)
+	}
+	slices.SortFunc(found, func(a, b Node) int { return strings.Compare(a.Addr, b.Addr) })
+	return found, nil
+}
+
+// ReplicaOf returns one replica of the master at masterAddr: the first of
+// [Cluster.ReplicasOf] that answers and is not flagged failing, else the
+// first. With one replica per master it is that replica.
+func (c *Cluster) ReplicaOf(ctx context.Context, masterAddr string) (Node, error) {
+	found, err := c.ReplicasOf(ctx, masterAddr)
+	if err != nil {
+		return Node{}, err
 	}
 	if j := slices.IndexFunc(found, func(n Node) bool { return n.Connected && !n.Failing() }); j >= 0 {
 		return found[j], nil

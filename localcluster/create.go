@@ -10,8 +10,9 @@ import (
 )
 
 // create turns fresh cluster-enabled nodes into a cluster with a fixed
-// pairing: masters[i] serves the i-th share of the slots and replicas[i]
-// replicates it. redis-cli --cluster create would pair them at random.
+// pairing: masters[i] serves the i-th share of the slots and replicas[j]
+// replicates masters[j%len(masters)]. redis-cli --cluster create would
+// pair them at random.
 func (c *Cluster) create(ctx context.Context, masters, replicas []string) error {
 	all := append(append([]string{}, masters...), replicas...)
 	ids := make(map[string]string, len(all))
@@ -41,10 +42,11 @@ func (c *Cluster) create(ctx context.Context, masters, replicas []string) error 
 			return err
 		}
 	}
-	for i, addr := range replicas {
+	for j, addr := range replicas {
+		master := masters[j%len(masters)]
 		// REPLICATE fails until gossip has told the replica about its master.
-		err := waitFor(ctx, addr+" replicating "+masters[i], func(ctx context.Context) error {
-			_, err := c.Do(ctx, addr, "CLUSTER", "REPLICATE", ids[masters[i]])
+		err := waitFor(ctx, addr+" replicating "+master, func(ctx context.Context) error {
+			_, err := c.Do(ctx, addr, "CLUSTER", "REPLICATE", ids[master])
 			return err
 		})
 		if err != nil {
@@ -55,16 +57,22 @@ func (c *Cluster) create(ctx context.Context, masters, replicas []string) error 
 }
 
 // Create builds a cluster from fresh, empty cluster-enabled nodes on
-// loopback, as Start does with its own: the first half of addrs become
-// masters sharing the slots evenly, and addrs[n/2+i] replicates addrs[i].
-// When the nodes already form a ready cluster, Create only checks that.
-// It is how `make cluster-up` turns the compose file's six nodes into a
-// cluster.
+// loopback, as Start does with its own: with r replicas per master (1, or
+// [WithReplicasPerMaster]), the first m = len(addrs)/(r+1) addresses
+// become masters sharing the slots evenly, and addrs[k*m+i] (k = 1..r)
+// replicates addrs[i]. When the nodes already form a ready cluster,
+// Create only checks that. It is how `make cluster-up` turns the compose
+// file's six nodes into a cluster.
 func Create(ctx context.Context, addrs []string, opts ...Option) error {
-	if len(addrs) < 2 || len(addrs)%2 != 0 {
-		return fmt.Errorf("localcluster: create needs an even number of nodes, got %d", len(addrs))
-	}
 	cfg := newConfig(opts)
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	per := cfg.replicas + 1
+	if len(addrs) < per || len(addrs)%per != 0 {
+		return fmt.Errorf("localcluster: create with %d replicas per master needs a multiple of %d nodes, got %d",
+			cfg.replicas, per, len(addrs))
+	}
 	ctx, cancel := defaultTimeout(ctx, waitTimeout)
 	defer cancel()
 	c := newCluster(External, cfg)
@@ -88,8 +96,8 @@ func Create(ctx context.Context, addrs []string, opts ...Option) error {
 		c.logf("localcluster: %s already in a cluster; waiting for it to be ready", addrs[0])
 		return c.WaitReady(ctx)
 	}
-	half := len(addrs) / 2
-	return c.create(ctx, addrs[:half], addrs[half:])
+	m := len(addrs) / per
+	return c.create(ctx, addrs[:m], addrs[m:])
 }
 
 // startExternal adopts the running cluster named by BATCHLOCK_CLUSTER_ADDRS.

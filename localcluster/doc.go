@@ -1,10 +1,13 @@
 // Package localcluster starts a throwaway Redis Cluster on loopback and
 // injects faults into it, for integration tests, benchmarks and demos.
 //
-// [Start] builds six nodes, three masters and three replicas, with a fixed
-// pairing: master i owns the i-th third of the slots and node i+3 replicates
-// it. Nodes run as redis-server processes (process backend), as containers
-// from a local image (docker backend, through testcontainers-go), or are an
+// [Start] builds three masters, each with one replica, with a fixed
+// pairing: master i owns the i-th third of the slots and node i+3
+// replicates it. With [WithReplicasPerMaster](n) each master has n
+// replicas, nodes 3k+i for k = 1..n (with two, nodes 3+i and 6+i), so a
+// test can let one replica acknowledge writes while another lags. Nodes
+// run as redis-server processes (process backend), as containers from a
+// local image (docker backend, through testcontainers-go), or are an
 // existing cluster named by BATCHLOCK_CLUSTER_ADDRS (external backend, no
 // fault injection). See [Start] for how the backend is chosen.
 //
@@ -14,6 +17,16 @@
 // always take over, however stale (cluster-replica-validity-factor 0).
 //
 // Fault helpers ([Cluster.Freeze], [Cluster.Kill], [Cluster.Failover],
+// [Cluster.PauseReplication], [Cluster.PromoteLagging],
 // [Cluster.MigrateSlot], ...) return once their effect is observable, and
 // [Cluster.WaitReady] polls until the cluster has settled again.
+// [Cluster.PromoteLagging] stages the loss of a write that WAIT counted
+// as acknowledged: a replica that never received it takes over.
+//
+// [Cluster.BeginMigration] opens a slot migration and returns a
+// [Migration], which moves chosen keys ([Migration.Move]) or all of them,
+// at a chosen pace ([Migration.MoveAll]), and leaves the slot half-moved,
+// with the source answering ASK for moved keys, for as long as a test
+// needs; [Migration.Finish] completes it and [Migration.Abort] puts
+// everything back on the source.
 package localcluster

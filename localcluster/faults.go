@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"time"
 )
@@ -62,6 +61,9 @@ func (c *Cluster) setKilled(m *member, killed bool) {
 	c.mu.Lock()
 	m.killed = killed
 	m.frozen = false
+	if !killed {
+		m.paused = nil // started again with its original settings
+	}
 	c.mu.Unlock()
 }
 
@@ -82,6 +84,7 @@ func (c *Cluster) Kill(ctx context.Context, addr string) error {
 // Restart starts the node at addr again on the same port, killing it
 // first if it runs. It rejoins the cluster with its nodes.conf (same ID;
 // a master that lost its slots meanwhile comes back as a replica) and
+// with the settings it started with, which ends a [Cluster.PauseReplication].
 // Restart returns once it answers PING: call WaitReady to let the cluster
 // settle.
 func (c *Cluster) Restart(ctx context.Context, addr string) error {
@@ -105,13 +108,16 @@ func (c *Cluster) Restart(ctx context.Context, addr string) error {
 	return nil
 }
 
-// Failover promotes a replica of the master at masterAddr with CLUSTER
-// FAILOVER FORCE (TAKEOVER with [Takeover]) and returns the replica's
-// address once it serves the old master's slots in the view of every
-// answering node, those nodes report cluster_state:ok and agree on the
-// topology, and their replicas are linked (nodes that do not answer, such
-// as a frozen old master, are left out). Works on every backend. Without
-// a deadline on ctx it gives up after a minute.
+// Failover promotes a replica of the master at masterAddr ([Promote]
+// chooses which) with CLUSTER FAILOVER FORCE (TAKEOVER with [Takeover])
+// and returns the replica's address once it serves the old master's slots
+// in the view of every answering node, those nodes report
+// cluster_state:ok and agree on the topology, and their replicas are
+// linked (nodes that do not answer, such as a frozen old master, and
+// replicas paused by [Cluster.PauseReplication] are left out). So the
+// master's other replicas, and the old master if it answers, replicate
+// the new master by then. Works on every backend. Without a
+// deadline on ctx it gives up after a minute.
 func (c *Cluster) Failover(ctx context.Context, masterAddr string, opts ...FailoverOption) (string, error) {
 	cfg := failoverConfig{mode: "FORCE"}
 	for _, o := range opts {
@@ -119,7 +125,7 @@ func (c *Cluster) Failover(ctx context.Context, masterAddr string, opts ...Failo
 	}
 	ctx, cancel := defaultTimeout(ctx, waitTimeout)
 	defer cancel()
-	replica, err := c.ReplicaOf(ctx, masterAddr)
+	replica, err := c.failoverTarget(ctx, masterAddr, cfg.promote)
 	if err != nil {
 		return "", err
 	}
@@ -135,6 +141,7 @@ func (c *Cluster) Failover(ctx context.Context, masterAddr string, opts ...Failo
 	c.logf("localcluster: failover %s -> %s (%s)", masterAddr, replica.Addr, cfg.mode)
 
 	ready := c.readiness(false)
+	ready.exempt = c.pausedAddrs()
 	var asked time.Time
 	err = waitFor(ctx, "failover of "+masterAddr+" to "+replica.Addr, func(ctx context.Context) error {
 		s := c.snapshot(ctx)
@@ -162,6 +169,21 @@ func (c *Cluster) Failover(ctx context.Context, masterAddr string, opts ...Failo
 	return replica.Addr, nil
 }
 
+// failoverTarget returns the replica at promote, or ReplicaOf's choice.
+func (c *Cluster) failoverTarget(ctx context.Context, masterAddr, promote string) (Node, error) {
+	if promote == "" {
+		return c.ReplicaOf(ctx, masterAddr)
+	}
+	rs, err := c.ReplicasOf(ctx, masterAddr)
+	if err != nil {
+		return Node{}, err
+	}
+	if i := slices.IndexFunc(rs, func(n Node) bool { return n.Addr == promote }); i >= 0 {
+		return rs[i], nil
+	}
+	return Node{}, fmt.Errorf("localcluster: %s is not a replica of %s", promote, masterAddr)
+}
+
 // promoted reports whether the node at addr answered and says it is a master.
 func promoted(s snapshot, addr string) bool {
 	for _, v := range s.views {
@@ -175,91 +197,3 @@ func promoted(s snapshot, addr string) bool {
 
 // failoverRetry is twice cluster-node-timeout plus a margin.
 const failoverRetry = 5 * time.Second
-
-// migrateBatch is how many keys one MIGRATE moves.
-const migrateBatch = 100
-
-// MigrateSlot moves slot and its keys to the master at toAddr the way
-// redis-cli does (SETSLOT IMPORTING and MIGRATING, MIGRATE in batches,
-// SETSLOT NODE on every master) and returns once every answering node
-// sees toAddr serving it. Works on every backend. Without a deadline on
-// ctx it gives up after a minute.
-func (c *Cluster) MigrateSlot(ctx context.Context, slot int, toAddr string) error {
-	if slot < 0 || slot >= SlotCount {
-		return fmt.Errorf("localcluster: slot %d out of range", slot)
-	}
-	ctx, cancel := defaultTimeout(ctx, waitTimeout)
-	defer cancel()
-	nodes, err := c.Nodes(ctx)
-	if err != nil {
-		return err
-	}
-	var src, dst Node
-	for _, n := range nodes {
-		if n.Master && n.ServesSlot(slot) {
-			src = n
-		}
-		if n.Addr == toAddr {
-			dst = n
-		}
-	}
-	switch {
-	case src.ID == "":
-		return fmt.Errorf("localcluster: no master serves slot %d", slot)
-	case dst.ID == "" || !dst.Master:
-		return fmt.Errorf("localcluster: %s is not a master of the cluster", toAddr)
-	case src.ID == dst.ID:
-		return nil
-	}
-	host, port, err := net.SplitHostPort(dst.Addr)
-	if err != nil {
-		return fmt.Errorf("localcluster: %w", err)
-	}
-	if _, err := c.Do(ctx, dst.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID); err != nil {
-		return err
-	}
-	if _, err := c.Do(ctx, src.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID); err != nil {
-		return err
-	}
-	for {
-		reply, err := c.Do(ctx, src.Addr, "CLUSTER", "GETKEYSINSLOT", slot, migrateBatch)
-		if err != nil {
-			return err
-		}
-		keys, _ := reply.([]any)
-		if len(keys) == 0 {
-			break
-		}
-		args := append([]any{"MIGRATE", host, port, "", 0, 5000, "REPLACE", "KEYS"}, keys...)
-		if _, err := c.Do(ctx, src.Addr, args...); err != nil {
-			return err
-		}
-	}
-	// Target first, then source, then the rest, as redis-cli does: the
-	// target must own the slot before the source stops redirecting to it.
-	order := []string{dst.Addr, src.Addr}
-	for _, n := range nodes {
-		if n.Master && n.ID != src.ID && n.ID != dst.ID && n.Connected {
-			order = append(order, n.Addr)
-		}
-	}
-	for _, addr := range order {
-		if _, err := c.Do(ctx, addr, "CLUSTER", "SETSLOT", slot, "NODE", dst.ID); err != nil {
-			return err
-		}
-	}
-	return waitFor(ctx, fmt.Sprintf("slot %d moving to %s", slot, toAddr), func(ctx context.Context) error {
-		s := c.snapshot(ctx)
-		if len(s.views) == 0 {
-			return errors.New("no node answering")
-		}
-		for _, v := range s.views {
-			for _, e := range v.entries {
-				if e.ServesSlot(slot) != (e.ID == dst.ID) {
-					return fmt.Errorf("%s still sees %s serving slot %d", v.addr, e.Addr, slot)
-				}
-			}
-		}
-		return nil
-	})
-}

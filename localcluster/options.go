@@ -1,6 +1,9 @@
 package localcluster
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Backend is how the nodes of a cluster are run.
 type Backend string
@@ -38,17 +41,27 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	backend Backend
-	logf    func(format string, args ...any)
-	image   string
+	backend  Backend
+	logf     func(format string, args ...any)
+	image    string
+	replicas int // per master
 }
 
 func newConfig(opts []Option) config {
-	c := config{logf: func(string, ...any) {}}
+	c := config{logf: func(string, ...any) {}, replicas: 1}
 	for _, o := range opts {
 		o.apply(&c)
 	}
 	return c
+}
+
+// check refuses settings no cluster can be built with, before anything
+// starts.
+func (c config) check() error {
+	if c.replicas < 1 {
+		return fmt.Errorf("localcluster: WithReplicasPerMaster(%d): need at least one replica per master", c.replicas)
+	}
+	return nil
 }
 
 // WithBackend forces a backend. Default: BATCHLOCK_BACKEND if set, else
@@ -76,10 +89,26 @@ func WithImage(ref string) Option {
 	return optionFunc(func(c *config) { c.image = ref })
 }
 
+// WithReplicasPerMaster gives each of the three masters n replicas, so
+// that a test can make one replica lag while another acknowledges writes,
+// or promote a chosen one. [Start] then builds 3+3n nodes with a fixed
+// pairing: node 3k+i (k = 1..n) replicates node i, so with n = 2 nodes 3
+// and 6 replicate node 0, 4 and 7 node 1, 5 and 8 node 2. [Create] takes
+// the first len(addrs)/(n+1) addresses as masters, paired the same way.
+// Default 1 (six nodes). n < 1 makes Start and Create return an error
+// before starting anything. StartSingles and the external backend, whose
+// topology is what it is, ignore it.
+func WithReplicasPerMaster(n int) Option {
+	return optionFunc(func(c *config) { c.replicas = n })
+}
+
 // FailoverOption configures [Cluster.Failover].
 type FailoverOption interface{ applyFailover(*failoverConfig) }
 
-type failoverConfig struct{ mode string }
+type failoverConfig struct {
+	mode    string
+	promote string // replica address; "" for ReplicaOf's choice
+}
 
 type failoverFunc func(*failoverConfig)
 
@@ -90,6 +119,13 @@ func (f failoverFunc) applyFailover(c *failoverConfig) { f(c) }
 // unreachable. Default: FORCE, which needs a majority of masters to vote.
 func Takeover() FailoverOption {
 	return failoverFunc(func(c *failoverConfig) { c.mode = "TAKEOVER" })
+}
+
+// Promote chooses which replica of the master takes over: the one at
+// replicaAddr, which must be a replica of that master when Failover is
+// called. Default: the one [Cluster.ReplicaOf] returns.
+func Promote(replicaAddr string) FailoverOption {
+	return failoverFunc(func(c *failoverConfig) { c.promote = replicaAddr })
 }
 
 // chooseBackend applies the documented order. Probes are functions so the

@@ -84,3 +84,33 @@ func TestWithLogfNilKeepsSilence(t *testing.T) {
 	cfg.logf("x")
 	assert.Equal(t, "x", got)
 }
+
+func TestWithReplicasPerMaster(t *testing.T) {
+	assert.Equal(t, 1, newConfig(nil).replicas, "default")
+	assert.Equal(t, 2, newConfig([]Option{WithReplicasPerMaster(2)}).replicas)
+	for _, n := range []int{0, -1} {
+		// Refused before any backend is chosen: nothing starts, even with
+		// an unknown backend or an external cluster named.
+		t.Setenv(EnvBackend, "podman")
+		_, err := Start(context.Background(), WithReplicasPerMaster(n))
+		assert.ErrorContains(t, err, "need at least one replica per master")
+		err = Create(context.Background(), []string{"127.0.0.1:1", "127.0.0.1:2"}, WithReplicasPerMaster(n))
+		assert.ErrorContains(t, err, "need at least one replica per master")
+	}
+}
+
+func TestCreateNeedsWholeGroups(t *testing.T) {
+	// Checked before any address is dialled.
+	err := Create(context.Background(), []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}, WithReplicasPerMaster(2))
+	assert.ErrorContains(t, err, "multiple of 3 nodes, got 4")
+	err = Create(context.Background(), []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"})
+	assert.ErrorContains(t, err, "multiple of 2 nodes, got 3")
+}
+
+func TestPromoteOption(t *testing.T) {
+	cfg := failoverConfig{mode: "FORCE"}
+	for _, o := range []FailoverOption{Promote("127.0.0.1:20007"), Takeover()} {
+		o.applyFailover(&cfg)
+	}
+	assert.Equal(t, failoverConfig{mode: "TAKEOVER", promote: "127.0.0.1:20007"}, cfg)
+}

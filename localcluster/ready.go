@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,8 +21,12 @@ type readiness struct {
 	all bool
 	// nodes is how many nodes every view must list.
 	nodes int
-	// replicas requires every master to have a linked replica; only
-	// with all, since a master whose replica is frozen may have none.
+	// exempt are replicas whose link is left unchecked (paused on
+	// purpose); only without all.
+	exempt map[string]bool
+	// replicas requires every master to have a linked replica, and every
+	// master to count each of its replicas online; only with all, since a
+	// master whose replica is frozen may have none.
 	replicas bool
 }
 
@@ -76,7 +81,7 @@ func (r readiness) checkReplication(s snapshot, answering map[string]bool) error
 	linked := map[string]bool{} // master ID -> has a linked replica
 	for _, v := range s.views {
 		self, _ := v.self()
-		if self.Master {
+		if self.Master || (!r.all && r.exempt[v.addr]) {
 			continue
 		}
 		m, ok := byID[self.MasterID]
@@ -94,17 +99,46 @@ func (r readiness) checkReplication(s snapshot, answering map[string]bool) error
 	if !r.replicas || !r.all {
 		return nil // a master whose replica is down may have none
 	}
-	for _, v := range s.views {
-		if self, _ := v.self(); self.Master && len(self.Slots) > 0 && v.repl["connected_slaves"] == "0" {
-			return fmt.Errorf("%s: no replica connected", v.addr)
-		}
-	}
 	for _, e := range entries {
 		if e.Master && len(e.Slots) > 0 && answering[e.Addr] && !linked[e.ID] {
 			return fmt.Errorf("master %s has no linked replica", e.Addr)
 		}
 	}
+	// Each replica's side says its link is up; the master's side must
+	// count it online too, or WAIT would not count it yet.
+	for _, v := range s.views {
+		self, _ := v.self()
+		if !self.Master || len(self.Slots) == 0 {
+			continue
+		}
+		listed := listedReplicas(v.repl)
+		for _, e := range entries {
+			if !e.Master && e.MasterID == self.ID && listed[e.Addr] != "online" {
+				return fmt.Errorf("%s: replica %s not online", v.addr, e.Addr)
+			}
+		}
+	}
 	return nil
+}
+
+// listedReplicas reads the slaveN lines of a master's INFO replication
+// ("ip=127.0.0.1,port=20004,state=online,offset=...") into the state of
+// each replica by address.
+func listedReplicas(repl map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range repl {
+		n, ok := strings.CutPrefix(k, "slave")
+		if !ok || n == "" || strings.Trim(n, "0123456789") != "" {
+			continue // slave_repl_offset and the like
+		}
+		f := map[string]string{}
+		for kv := range strings.SplitSeq(v, ",") {
+			name, val, _ := strings.Cut(kv, "=")
+			f[name] = val
+		}
+		out[net.JoinHostPort(f["ip"], f["port"])] = f["state"]
+	}
+	return out
 }
 
 // sameRoles reports whether two views agree on every node's role,

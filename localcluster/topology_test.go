@@ -64,24 +64,26 @@ func TestSlotRangesLikeRedisCli(t *testing.T) {
 // fakeCluster describes a healthy six-node cluster: m1..m3 masters, r1..r3
 // their replicas, ports 20001..20006.
 type fakeCluster struct {
-	addr    map[string]string
-	slots   map[string]string
-	master  map[string]string // replica -> master
-	flags   map[string]string // extra flags, as seen by others
-	state   string
-	linkUp  map[string]bool
-	replies map[string]bool // answering nodes
+	addr     map[string]string
+	slots    map[string]string
+	master   map[string]string // replica -> master
+	flags    map[string]string // extra flags, as seen by others
+	state    string
+	linkUp   map[string]bool
+	unlisted map[string]bool // replicas their master does not list yet
+	replies  map[string]bool // answering nodes
 }
 
 func newFakeCluster() *fakeCluster {
 	f := &fakeCluster{
-		addr:    map[string]string{},
-		slots:   map[string]string{"m1": "0-5460", "m2": "5461-10922", "m3": "10923-16383"},
-		master:  map[string]string{"r1": "m1", "r2": "m2", "r3": "m3"},
-		flags:   map[string]string{},
-		state:   "ok",
-		linkUp:  map[string]bool{"r1": true, "r2": true, "r3": true},
-		replies: map[string]bool{},
+		addr:     map[string]string{},
+		slots:    map[string]string{"m1": "0-5460", "m2": "5461-10922", "m3": "10923-16383"},
+		master:   map[string]string{"r1": "m1", "r2": "m2", "r3": "m3"},
+		flags:    map[string]string{},
+		state:    "ok",
+		linkUp:   map[string]bool{"r1": true, "r2": true, "r3": true},
+		unlisted: map[string]bool{},
+		replies:  map[string]bool{},
 	}
 	for i, id := range f.ids() {
 		f.addr[id] = fmt.Sprintf("127.0.0.1:%d", 20001+i)
@@ -90,7 +92,25 @@ func newFakeCluster() *fakeCluster {
 	return f
 }
 
-func (f *fakeCluster) ids() []string { return []string{"m1", "m2", "m3", "r1", "r2", "r3"} }
+func (f *fakeCluster) ids() []string {
+	ids := []string{"m1", "m2", "m3", "r1", "r2", "r3"}
+	if _, ok := f.addr["s1"]; ok {
+		ids = append(ids, "s1", "s2", "s3")
+	}
+	return ids
+}
+
+// withSecondReplicas adds s1..s3, second replicas of m1..m3 on ports
+// 20007..20009, as WithReplicasPerMaster(2) builds.
+func (f *fakeCluster) withSecondReplicas() *fakeCluster {
+	for i, id := range []string{"s1", "s2", "s3"} {
+		f.addr[id] = fmt.Sprintf("127.0.0.1:%d", 20007+i)
+		f.master[id] = fmt.Sprintf("m%d", i+1)
+		f.linkUp[id] = true
+		f.replies[id] = true
+	}
+	return f
+}
 
 func (f *fakeCluster) view(self string) view {
 	var b strings.Builder
@@ -111,7 +131,16 @@ func (f *fakeCluster) view(self string) view {
 	if err != nil {
 		panic(err)
 	}
-	repl := map[string]string{"role": "master", "connected_slaves": "1"}
+	repl := map[string]string{"role": "master"}
+	n := 0
+	for _, r := range f.ids() {
+		if f.master[r] == self && f.linkUp[r] && !f.unlisted[r] {
+			host, port, _ := strings.Cut(f.addr[r], ":")
+			repl[fmt.Sprintf("slave%d", n)] = fmt.Sprintf("ip=%s,port=%s,state=online,offset=1,lag=0", host, port)
+			n++
+		}
+	}
+	repl["connected_slaves"] = fmt.Sprint(n)
 	if m, ok := f.master[self]; ok {
 		host, port, _ := strings.Cut(f.addr[m], ":")
 		link := "down"
@@ -156,6 +185,7 @@ func TestReadinessFailures(t *testing.T) {
 		"no replica": {func(f *fakeCluster) {
 			f.master["r3"] = "m1"
 		}, "no linked replica"},
+		"not online on the master": {func(f *fakeCluster) { f.unlisted["r2"] = true }, "replica 127.0.0.1:20005 not online"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -166,6 +196,64 @@ func TestReadinessFailures(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+func TestReadinessTwoReplicasPerMaster(t *testing.T) {
+	nine := readiness{all: true, nodes: 9, replicas: true}
+	require.NoError(t, nine.check(newFakeCluster().withSecondReplicas().snapshot()))
+
+	f := newFakeCluster().withSecondReplicas()
+	f.unlisted["s2"] = true // its link says up, its master does not count it yet
+	err := nine.check(f.snapshot())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "127.0.0.1:20002: replica 127.0.0.1:20008 not online")
+
+	f = newFakeCluster().withSecondReplicas()
+	f.linkUp["s3"] = false // r3 is linked, s3 is not: not ready
+	err = nine.check(f.snapshot())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "127.0.0.1:20009: replication link")
+
+	f = newFakeCluster().withSecondReplicas()
+	assert.ErrorContains(t, strict.check(f.snapshot()), "knows 9 nodes, want 6")
+}
+
+func TestReadinessLenientExemptsPausedReplicas(t *testing.T) {
+	f := newFakeCluster()
+	f.linkUp["r2"] = false // paused by PauseReplication
+	lenient := readiness{nodes: 6, replicas: true}
+	assert.ErrorContains(t, lenient.check(f.snapshot()), "127.0.0.1:20005: replication link")
+	lenient.exempt = map[string]bool{"127.0.0.1:20005": true}
+	assert.NoError(t, lenient.check(f.snapshot()))
+	strictExempt := strict
+	strictExempt.exempt = lenient.exempt
+	assert.Error(t, strictExempt.check(f.snapshot()), "WaitReady waits for a paused replica")
+}
+
+func TestListedReplicas(t *testing.T) {
+	got := listedReplicas(parseInfo("# Replication\r\nrole:master\r\nconnected_slaves:2\r\n" +
+		"slave0:ip=127.0.0.1,port=20004,state=online,offset=341,lag=1\r\n" +
+		"slave1:ip=127.0.0.1,port=20007,state=wait_bgsave,offset=0,lag=0\r\n" +
+		"slave_read_repl_offset:341\r\nmaster_repl_offset:341\r\n"))
+	assert.Equal(t, map[string]string{"127.0.0.1:20004": "online", "127.0.0.1:20007": "wait_bgsave"}, got)
+}
+
+func TestReplicasInSortedByAddress(t *testing.T) {
+	ns := []Node{
+		{ID: "m", Addr: "127.0.0.1:20001", Master: true, Slots: [][2]int{{0, 16383}}},
+		{ID: "b", Addr: "127.0.0.1:20009", MasterID: "m"},
+		{ID: "x", Addr: "127.0.0.1:20005", MasterID: "other"},
+		{ID: "a", Addr: "127.0.0.1:20004", MasterID: "m"},
+	}
+	rs, err := replicasIn(ns, "127.0.0.1:20001")
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	assert.Equal(t, "127.0.0.1:20004", rs[0].Addr)
+	assert.Equal(t, "127.0.0.1:20009", rs[1].Addr)
+	_, err = replicasIn(ns, "127.0.0.1:20004")
+	assert.ErrorContains(t, err, "not a master")
+	_, err = replicasIn(ns, "127.0.0.1:1")
+	assert.ErrorContains(t, err, "not in the cluster")
 }
 
 func TestReadinessDisagreement(t *testing.T) {
