@@ -85,8 +85,9 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 			err = context.Cause(ctx)
 		}
 		if err != nil {
-			c.rollback(ctx, l, len(l.groups), acquireOutcome{})
+			c.rollback(ctx, l, l.groups)
 		} else {
+			c.hold(l)
 			c.watchdog.add(l)
 		}
 	}
@@ -109,14 +110,16 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		if wt.focus {
 			groups = groups[:1]
 		}
-		outcome := c.acquire(ctx, l, groups, wait)
+		outcome := c.acquire(ctx, l, groups, wt.mode(c, wait))
+		l.marks = appendNew(l.marks, outcome.marks...)
 		if outcome.err != nil {
-			if wt.waited && !slices.Contains(outcome.queued, 0) {
+			taken := outcome.mayHold(groups)
+			if wt.waited {
 				// Our place in the queue of the group waited for, which
 				// this attempt may have left as it was.
-				outcome.queued = append(outcome.queued, 0)
+				taken = append(taken, groups[0])
 			}
-			c.rollback(ctx, l, wt.held, outcome)
+			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), taken...))
 			return outcome.err
 		}
 		if outcome.refused < 0 && wt.focus && wt.held+1 < len(l.groups) {
@@ -135,14 +138,16 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts)}
 		c.emit(Event{Kind: EventConflict, Owner: l.owner, Keys: l.keys, Conflict: conflict.Keys})
 		if !wait {
-			c.rollback(ctx, l, wt.held, outcome)
+			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
 			return conflict
 		}
 
 		// Keep the groups before the first refused one, and the keys of
 		// that one before the key refused, which holds our place in its
 		// queue; give back what other runs took or queued after it, so
-		// that the next attempt takes it in order again.
+		// that the next attempt takes it in order again. The give-back is
+		// a rollback of those groups: when the call ends meanwhile, it
+		// goes on in the background, and so does the rollback of the rest.
 		failed := wt.held + outcome.refused
 		var after []group
 		for _, i := range append(outcome.granted, outcome.queued...) {
@@ -150,8 +155,8 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 				after = append(after, l.groups[wt.held+i])
 			}
 		}
-		if _, err := c.release(ctx, l, after, nil); err != nil {
-			c.rollback(ctx, l, failed+1, acquireOutcome{})
+		if err := c.releaseAside(ctx, l, after, nil); err != nil {
+			c.rollback(ctx, l, l.groups[:failed+1])
 			return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
 		}
 		if wt.held == 0 && failed+outcome.part > 0 {
@@ -181,7 +186,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		if err := c.pause(ctx, l, wt, outcome.wait); err != nil {
 			// The group waited for goes too: our place in its queue, and
 			// the key itself if it was handed to us meanwhile.
-			c.rollback(ctx, l, wt.held+1, acquireOutcome{})
+			c.rollback(ctx, l, l.groups[:wt.held+1])
 			return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
 		}
 		wt.attempt++
@@ -197,7 +202,7 @@ func (c *Client) hand(ctx context.Context, l *Lock, waited bool, start time.Time
 	if waited {
 		start = time.Now()
 		if lost, err := c.extend(ctx, l, l.groups, l.lease); err != nil || len(lost) > 0 {
-			c.rollback(ctx, l, len(l.groups), acquireOutcome{})
+			c.rollback(ctx, l, l.groups)
 			if err == nil {
 				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
 			}
@@ -206,7 +211,7 @@ func (c *Client) hand(ctx context.Context, l *Lock, waited bool, start time.Time
 	}
 	l.confirm(start.Add(l.lease))
 	if left := time.Until(l.ValidUntil()); !lease.Enough(left, l.lease) {
-		c.rollback(ctx, l, len(l.groups), acquireOutcome{})
+		c.rollback(ctx, l, l.groups)
 		return fmt.Errorf("%w: the lease ran out while the keys were taken: %v of %v left",
 			ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)
 	}
@@ -226,6 +231,20 @@ type waiting struct {
 	focus   bool      // the next attempt asks for groups[held] alone
 	sub     *subscription
 	attempt int
+}
+
+// mode is the mode of the next attempt: a waiter that will not hear of its
+// hand-off (no pub/sub, or a subscription not confirmed) polls, and its
+// place in a queue says so, so that a key handed to it is kept for it until
+// its next poll.
+func (wt *waiting) mode(c *Client, wait bool) string {
+	switch {
+	case !wait:
+		return modeTry
+	case !c.cfg.pubsub || wt.sub != nil && !wt.sub.active():
+		return modePoll
+	}
+	return modeWait
 }
 
 // pause waits for a release message, the blocker's lease, a backoff or ctx,
@@ -259,14 +278,26 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 		}
 		if wt.held > 0 && !time.Now().Before(renewAt) {
 			start := time.Now()
-			lost, err := c.extend(ctx, l, l.groups[:wt.held], l.lease)
-			if len(lost) > 0 {
+			// A renewal that takes long (a slow master) must not make the
+			// place in the queue lapse: it gets a third of a place (or of
+			// the lease), and if it has not landed by then the next attempt,
+			// which renews the place, goes first and the renewal is tried
+			// again after it, until the held keys' lease has run out.
+			rctx, cancel := context.WithTimeout(ctx, min(c.place(), l.lease)/3)
+			lost, err := c.extend(rctx, l, l.groups[:wt.held], l.lease)
+			cancel()
+			switch {
+			case len(lost) > 0:
 				return fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
-			}
-			if err != nil {
+			case err == nil:
+				wt.since = start
+			case ctx.Err() != nil:
+				return context.Cause(ctx)
+			case time.Since(wt.since) >= l.lease:
 				return err
+			default:
+				return nil
 			}
-			wt.since = start
 		}
 		if !time.Now().Before(deadline) {
 			return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/script"
 )
 
@@ -191,7 +192,8 @@ type Released struct {
 // ForceUnlock releases keys whoever holds them, and wakes their waiters as
 // an Unlock does: an operator's tool for a holder known to be dead whose
 // lease is too long to wait for. A holder still alive loses its lock (its
-// watchdog reports it lost) and its fencing tokens are stale from then on.
+// watchdog reports it lost within a renewal period, lease/3; a lock of this
+// Client ends at once) and its fencing tokens are stale from then on.
 // It reports, key by key in the order given, what it released; a key that
 // could not be released carries its error, which is also returned. Bad keys
 // (empty, or reserved names) are refused with ErrInvalid before anything
@@ -209,23 +211,52 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 		lockKeys[i] = c.cfg.prefix + k
 		out[i].Key = k
 	}
-	errs := c.perMaster(ctx, "force unlock", lockKeys, nil, func(cl *script.Call, at []int, _ []string) {
-		cl.Args = keysAt(lockKeys, at)
-	}, func(cl *script.Call, at []int, vals []any) []int {
-		now, _ := vals[0].(int64)
-		for n, i := range at {
-			if n+1 >= len(vals) {
-				break
-			}
-			v, _ := vals[n+1].(string)
-			if s, ok := parseLock(v, time.UnixMilli(now)); ok {
-				out[i] = Released{Key: keys[i], Held: true, Owner: s.firstHolder(), Holders: s.holders, Holds: s.holds, Token: s.token}
-			}
-		}
-		return nil
-	}, forceScript, script.Ack{})
-	for i, err := range errs {
-		out[i].Err = err
+	parts := make([]script.Part, len(lockKeys))
+	for i, k := range lockKeys {
+		parts[i] = script.Part{Slot: hashtag.Slot(k), Route: k, Keys: 1}
 	}
-	return out, firstError(errs)
+	results := c.runner.Route(ctx, script.Batch{
+		Step:   "batchlock: force unlock",
+		Script: forceScript,
+		Parts:  parts,
+		Follow: true,
+		Args: func(at []int) []any {
+			args := make([]any, len(at))
+			for n, i := range at {
+				args[n] = lockKeys[i]
+			}
+			return args
+		},
+		Read: func(cl *script.Call, at []int) ([]int, error) {
+			vals, err := cl.Reply.Slice()
+			if err != nil || len(vals) != 2+len(at) {
+				return nil, script.Describe(ctx, "batchlock: force unlock", cl, fmt.Errorf("unexpected reply %v", vals))
+			}
+			now, _ := vals[0].(int64)
+			var away []int
+			for _, k := range stringsOf(vals[1]) {
+				away = append(away, partsNamed(parts, at, []string{k})...)
+			}
+			for n, i := range at {
+				v, _ := vals[2+n].(string)
+				if s, ok := parseLock(v, time.UnixMilli(now)); ok {
+					out[i] = Released{Key: keys[i], Held: true, Owner: s.firstHolder(), Holders: s.holders, Holds: s.holds, Token: s.token}
+				}
+			}
+			return away, nil
+		},
+	})
+	released := map[string]bool{}
+	for i, r := range results {
+		out[i].Err = r.Err
+		if out[i].Held {
+			released[lockKeys[i]] = true
+		}
+	}
+	// This Client's own locks on those keys end at once; another Client's
+	// find out at their next renewal.
+	for _, l := range c.holding(released) {
+		l.lose(fmt.Errorf("%w: force-unlocked", ErrLockLost))
+	}
+	return out, firstError(results)
 }

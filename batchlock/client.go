@@ -2,6 +2,7 @@ package batchlock
 
 import (
 	"context"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,6 +22,11 @@ type Client struct {
 	watchdog *watchdog
 	waiters  *waiters
 
+	// held are the locks handed out and not ended yet, so that ForceUnlock
+	// ends at once the ones it takes keys from.
+	heldMu sync.Mutex
+	held   map[*Lock]struct{}
+
 	// closing ends, with ErrClosed as its cause, when Close is called; the
 	// contexts of calls in flight end with it.
 	closing   context.Context
@@ -36,7 +42,7 @@ type Client struct {
 //
 // Redis 7.0 or newer is required (sharded pub/sub).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	c := &Client{rdb: rdb, cfg: defaultConfig()}
+	c := &Client{rdb: rdb, cfg: defaultConfig(), held: make(map[*Lock]struct{})}
 	switch r := rdb.(type) {
 	case *redis.ClusterClient:
 		if r == nil {
@@ -102,6 +108,35 @@ func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ er
 		cancel(nil)
 		c.calls.Leave()
 	}, nil
+}
+
+// hold registers a lock handed out, until it ends (see Lock.finish).
+func (c *Client) hold(l *Lock) {
+	c.heldMu.Lock()
+	c.held[l] = struct{}{}
+	c.heldMu.Unlock()
+}
+
+func (c *Client) unhold(l *Lock) {
+	c.heldMu.Lock()
+	delete(c.held, l)
+	c.heldMu.Unlock()
+}
+
+// holding returns the locks handed out that hold one of lockKeys.
+func (c *Client) holding(lockKeys map[string]bool) []*Lock {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	var out []*Lock
+	for l := range c.held {
+		for _, k := range l.lockKeys() {
+			if lockKeys[k] {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func (c *Client) emit(e Event) {

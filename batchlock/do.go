@@ -9,8 +9,8 @@ import (
 // Do locks keys as Lock does, runs fn, and always unlocks afterwards (for at
 // most 2s once ctx is done), also when fn panics (the panic goes on after the
 // unlock). fn runs in a child of the lock's Context: it is cancelled, with an
-// error wrapping ErrLockLost as its cause, the moment the lock is lost, and
-// also when ctx ends. It carries the lock's owner (ContextWithOwner), so that
+// error wrapping ErrLockLost as its cause, once the lock is lost (see the
+// package documentation for how soon), and also when ctx ends. It carries the lock's owner (ContextWithOwner), so that
 // locks taken inside fn with that context on the same keys are reentrant, and
 // the Lock itself (LockFromContext), for its fencing tokens.
 //

@@ -28,9 +28,12 @@
 //
 // Waiters queue. The call that finds a key held records its place in the
 // key's queue, in arrival order; the release that frees the key hands it to
-// the first waiter whose place has not lapsed, as a claim on it for 3s, and
-// tells only that waiter, which then takes the key with a fresh fencing
-// token and goes on with the rest of its batch. No other waiter is woken. A
+// the first waiter whose place has not lapsed, as a claim on it for 3s (for
+// a waiter that polls rather than listens, until its place would have
+// lapsed), and tells only that waiter, which then takes the key with a fresh
+// fencing token and goes on with the rest of its batch. No other waiter is
+// woken; a waiter whose place lapsed, and the readers a lapsed writer kept
+// waiting, are told so, and queue again or join. A
 // waiter that gives up (its context ends, its Client closes) leaves the
 // queue, and gives the key on if it had been handed it meanwhile. A place
 // lasts three poll intervals (WithPollInterval), at least 2s, and each
@@ -69,18 +72,26 @@
 // or lengthened it was sent. A call hands a lock out only with at least half
 // its lease left; when taking the keys used up more (a slow or frozen
 // master), it rolls back and fails with an error wrapping ErrNotObtained.
-// Without WithTTL the Client's watchdog renews the lock every lease/3
-// (WithLease, default 30s); when a renewal finds a key no longer held, or
-// cannot confirm the lease before it runs out, the lock is lost: Done closes,
-// Err wraps ErrLockLost, and Do cancels its function's context. A fixed
-// WithTTL lease is not renewed and ends the lock when it runs out. Done
-// closes no later than the validity ends (ValidUntil).
+// Without WithTTL the Client's watchdog renews the lock a third of a lease
+// (WithLease, default 30s) after its lease was last confirmed, at once for a
+// lock handed out with less than two thirds of it left; locks due within a
+// sixth of a lease share a round. When a renewal finds a key no longer held,
+// or cannot confirm the lease a sixth of a lease before it runs out, the lock
+// is lost: Done closes, Err wraps ErrLockLost, and Do cancels its function's
+// context. A key deleted or taken behind the holder's back is so noticed
+// within a renewal period (lease/3) and a round trip; ForceUnlock through the
+// holder's own Client ends its lock at once. A fixed WithTTL lease is not
+// renewed and ends the lock when it runs out. Done closes no later than the
+// validity ends (ValidUntil).
 //
 // Redis replicates asynchronously: a failover can lose a lock that had not
 // reached the replica, and the slot's fencing counter with it. WithReplicas
 // closes that window: every write that grants or lengthens a lease (acquire,
 // renewal, Extend, the lease restart after a wait) counts only once replicas
-// acknowledged it. Leases assume clocks advance at about the same rate
+// acknowledged it, when it asks for every replica of each master: with more
+// replicas than it asks for, a failover to one that did not acknowledge
+// (CLUSTER FAILOVER TAKEOVER on it, or a failover while the others are down)
+// loses the lock. Leases assume clocks advance at about the same rate
 // everywhere. Fencing tokens (Lock.Token) are the defence against a holder
 // that was paused past its lease: storage that rejects a write with a token
 // smaller than one it has seen for the key cannot be written by a stale
@@ -96,9 +107,26 @@
 // naming the slot. When a call fails, the holds it may have taken are
 // released for at most 5s more: the call waits for that while its context
 // lasts, and leaves it running in the background once the context is done;
-// Close waits for it. A hold whose acquire had an unknown outcome is also
-// marked cancelled for one lease, so that the acquire, should it still be
-// in flight (a frozen master), cannot take it later.
+// Close waits for it. So is the give-back of keys a waiting call took out of
+// order. A hold whose acquire had an unknown outcome (an attempt that may have
+// run, its reply lost, even when a later attempt's reply came) is also
+// marked cancelled in each slot it was sent to, for one lease, so that the
+// acquire, should it still be in flight (a frozen master), cannot take it
+// later.
+//
+// # Slots on the move
+//
+// Every script call goes to its master with no key declared: each key is
+// judged where it is by the script, so a key whose slot moved or is being
+// migrated stops only itself, and the keys that did not move go through as
+// if nothing happened. The keys found elsewhere are sent again, one call per
+// slot declaring one of them: to the slot's new master after MOVED, and,
+// after ASK, for a release, a renewal, Extend or ForceUnlock, to the
+// importing master with ASKING (the source no longer has those keys, so the
+// importing master is where they are). Keys of a slot being migrated cannot
+// be taken until it settles: the acquire is tried again within its context.
+// No call carries more than 1024 keys, whatever the batch or the watchdog's
+// round.
 //
 // Unlock with a context that is already done still makes its attempt, for at
 // most 2s, so that a deferred Unlock with a request's ended context releases.
@@ -136,7 +164,7 @@
 // "<token> <queue> <holds> <owner>": the fencing token of the ownership (of
 // the shared ownership, for a key held shared), the waiters' places as
 // "<hold>@<ends>" comma-separated in arrival order, with "s" after the place
-// of a reader (else "-"), its holds as "<hold>=<ends>" comma-separated, or
+// of a reader and then "p" after that of a waiter that polls (else "-"), its holds as "<hold>=<ends>" comma-separated, or
 // "<hold>=<ends>=<owner>" on a key held shared (ends: the server time in
 // milliseconds at which that place or hold's lease ends), and the owner id,
 // "*" for a key held shared, empty while the key is a waiter's claim. Owner

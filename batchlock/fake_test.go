@@ -33,8 +33,14 @@ type fakeRedis struct {
 	// elsewhere, when set, makes a call find its slots not served here (a
 	// slot moved, or in migration): nothing is changed.
 	elsewhere func(name string, c *script.Call) bool
-	log       []string // name and first lock key of every call, in order
-	wakes     int      // releases that freed a key
+	// delays, by script, slow each call of that script (after delay).
+	delays map[string]time.Duration
+	// after, when set, is called once a call ran, with the fake locked, to
+	// change what others hold meanwhile.
+	after    func(name string, c *script.Call)
+	log      []string         // name and first lock key of every call, in order
+	callKeys map[string][]int // by script, the lock keys of each call
+	wakes    int              // releases that freed a key
 }
 
 type fakeKey struct {
@@ -44,7 +50,8 @@ type fakeKey struct {
 }
 
 func newFakeRedis() *fakeRedis {
-	return &fakeRedis{keys: map[string]*fakeKey{}, fences: map[string]int64{}, marks: map[string]time.Time{}, acks: 1}
+	return &fakeRedis{keys: map[string]*fakeKey{}, fences: map[string]int64{}, marks: map[string]time.Time{}, acks: 1,
+		callKeys: map[string][]int{}}
 }
 
 // newFaked returns a Client whose scripts run against a fakeRedis of three
@@ -80,9 +87,12 @@ func (f *fakeRedis) Send(ctx context.Context, s *redis.Script, calls []*script.C
 	if f.delay > 0 {
 		time.Sleep(f.delay) // a slow master: the replies come late
 	}
+	name := scriptName(s)
+	if d := f.delayOf(name); d > 0 {
+		time.Sleep(d) // a slow master for this script
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	name := scriptName(s)
 	for _, c := range calls {
 		c.Reply = redis.NewCmd(ctx)
 		c.Acks = -1
@@ -96,17 +106,48 @@ func (f *fakeRedis) Send(ctx context.Context, s *redis.Script, calls []*script.C
 			ran = ran || err == nil
 		}
 		f.log = append(f.log, name+" "+f.firstLockKey(name, c))
+		f.callKeys[name] = append(f.callKeys[name], lockKeysIn(name, c))
 		if f.elsewhere != nil && f.elsewhere(name, c) {
 			c.Reply.SetVal(f.notHere(name, c))
 			continue
 		}
 		if ran {
 			c.Reply.SetVal(f.run(name, c))
+			if f.after != nil {
+				f.after(name, c)
+			}
 		}
 		if err != nil {
 			c.Reply.SetErr(err)
 		}
 	}
+}
+
+func (f *fakeRedis) delayOf(name string) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.delays[name]
+}
+
+// lockKeysIn counts the lock keys a call carries.
+func lockKeysIn(name string, c *script.Call) int {
+	switch name {
+	case "acquire":
+		n := 0
+		for i := 6; i < len(c.Args); i += 3 + c.Args[i+1].(int) {
+			n += c.Args[i+1].(int)
+		}
+		return n
+	case "release":
+		return len(c.Args) - 4 - c.Args[3].(int)
+	case "extend":
+		n := 0
+		for i := 0; i < len(c.Args); i += 3 + c.Args[i+2].(int) {
+			n += c.Args[i+2].(int)
+		}
+		return n
+	}
+	return len(c.Args)
 }
 
 // firstLockKey is the first lock key a call carries, for the log.
@@ -115,7 +156,8 @@ func (f *fakeRedis) firstLockKey(name string, c *script.Call) string {
 	case "acquire":
 		return c.Args[9].(string)
 	case "release":
-		return c.Args[4+c.Args[3].(int)].(string)
+		// A call may carry cancel marks only.
+		return c.Args[min(4+c.Args[3].(int), len(c.Args)-1)].(string)
 	case "extend":
 		return c.Args[3].(string)
 	}
@@ -196,7 +238,7 @@ func (f *fakeRedis) run(name string, c *script.Call) []any {
 		}
 		return out
 	case "force":
-		reply := []any{now.UnixMilli()}
+		reply := []any{now.UnixMilli(), []any{}}
 		for _, a := range c.Args {
 			key := a.(string)
 			k := f.live(key, now)
@@ -232,6 +274,12 @@ func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 			i += 3 + n
 		}
 		return out
+	case "force":
+		reply := []any{int64(0), c.Args}
+		for range c.Args {
+			reply = append(reply, nil)
+		}
+		return reply
 	}
 	panic("no elsewhere reply for " + name)
 }
@@ -281,12 +329,12 @@ func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 				}
 				conflicts = append(conflicts, key)
 				wait = max(wait, left)
-				if mode == "wait" {
+				if mode != "try" {
 					break
 				}
 			}
 		}
-		if first >= 0 && mode == "wait" {
+		if first >= 0 && mode != "try" {
 			part = first
 			break
 		}

@@ -13,7 +13,8 @@ import (
 // it; scripts/layout.lua reads and writes it for the scripts): a lock key is
 // prefix+key, a string "<token> <queue> <holds> <owner>" (the fencing token
 // of the ownership, the waiters as "<hold>@<ends>" comma-separated in
-// arrival order, "s" after a shared request's, or "-", the holds as
+// arrival order, "s" after a shared request's and "p" after a poller's, or
+// "-", the holds as
 // "<hold>=<ends>" comma-separated, or "<hold>=<ends>=<owner>" on a key held
 // shared, ends being the server time in milliseconds at which a place or a
 // lease ends, and the owner id, escaped (escapeOwner), "*" for a key held
@@ -92,7 +93,7 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	s.holders = slices.Compact(s.holders)
 	for e := range strings.SplitSeq(queue, ",") {
 		_, ends, _ := strings.Cut(e, "@")
-		if live(strings.TrimSuffix(ends, "s"), now) {
+		if live(strings.TrimRight(ends, "sp"), now) {
 			s.waiting++
 		}
 	}

@@ -22,6 +22,11 @@ type Lock struct {
 	lease  time.Duration
 	renew  bool // kept alive by the watchdog, rather than a fixed TTL
 	ack    script.Ack
+	// marks are the cancel marks of the hold in the slots where a call of
+	// the acquire may have run unseen: set when the lock ends, so that
+	// such a call, still in flight, cannot take anything after. Written
+	// by the acquiring call only, before the lock is handed out.
+	marks []string
 
 	unlocking sync.Mutex // one Unlock at a time
 	released  bool       // an Unlock succeeded; guarded by unlocking
@@ -157,7 +162,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		defer cancel()
 	}
 	l.c.watchdog.remove(l)
-	taken, err := l.c.release(ctx, l, l.groups, nil)
+	taken, err := l.c.release(ctx, l, l.groups, l.marks)
 	held := time.Since(l.acquiredAt)
 	if err != nil {
 		l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held, Err: err})
@@ -233,6 +238,7 @@ func (l *Lock) finish(err error) bool {
 	if !l.life.End(err) {
 		return false
 	}
+	l.c.unhold(l)
 	l.mu.Lock()
 	if l.expiry != nil {
 		l.expiry.Stop()

@@ -15,11 +15,9 @@ const DefaultPrefix = "batchlock:"
 const (
 	defaultLease = 30 * time.Second
 	// maxGroupKeys bounds the keys of one group: a huge single-slot batch is
-	// cut into groups, which are taken in order like slots.
+	// cut into groups, which are taken in order like slots. (Every script
+	// call carries at most script.MaxCallKeys keys.)
 	maxGroupKeys = 512
-	// maxCallKeys bounds the keys of one acquire call, so that a call on a
-	// huge batch does not block a master for long.
-	maxCallKeys = 1024
 	// rollbackTimeout bounds the releases made after a failed call, whose own
 	// context may already be done: long enough to ride out a failover.
 	rollbackTimeout = 5 * time.Second
@@ -205,8 +203,12 @@ func (o ReplicasOption) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, true
 // master it touches acknowledged the acquire within timeout: WAIT n timeout
 // goes in the same pipeline, on the same connection, after the acquire
 // scripts of each master. With fewer acknowledgements the call rolls back and
-// fails with an error that wraps ErrNotObtained and ErrNoReplicas. Given to
-// New it is the default of every lock; given to a call it overrides that.
+// fails with an error that wraps ErrNotObtained and ErrNoReplicas. A failover
+// keeps such a lock only when n is the number of replicas of each master:
+// with more, Redis can promote a replica that did not acknowledge it (a
+// CLUSTER FAILOVER TAKEOVER on it, or a failover while the others are down).
+// Given to New it is the default of every lock; given to a call it overrides
+// that.
 // WithReplicas(0, 0) waits for none. Default: none.
 func WithReplicas(n int, timeout time.Duration) ReplicasOption {
 	return ReplicasOption{ack: script.Ack{Replicas: n, Timeout: timeout}}

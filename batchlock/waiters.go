@@ -45,6 +45,11 @@ type listener struct {
 	sent    map[string]bool
 	started bool
 	dropped bool // taken out of use; guarded by waiters.mu
+	// leaving counts, per channel, the unsubscriptions sent whose reply
+	// has not come yet, so that the reply to one is not taken for the
+	// server dropping a channel subscribed to again meanwhile; guarded by
+	// waiters.mu.
+	leaving map[string]int
 }
 
 // channel is one lock key's release channel, wanted while it has
@@ -92,7 +97,8 @@ func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *s
 		}
 		ln := ws.listeners[slot]
 		if ln == nil {
-			ln = &listener{slot: slot, ps: ws.newPubSub(), channels: make(map[string]*channel), sent: make(map[string]bool)}
+			ln = &listener{slot: slot, ps: ws.newPubSub(), channels: make(map[string]*channel),
+				sent: make(map[string]bool), leaving: make(map[string]int)}
 			ws.listeners[slot] = ln
 		}
 		ch := ln.channels[key]
@@ -181,6 +187,11 @@ func (ws *waiters) sync(ctx context.Context, ln *listener) {
 		}
 	}
 	if len(drop) > 0 {
+		ws.mu.Lock()
+		for _, key := range drop {
+			ln.leaving[key]++
+		}
+		ws.mu.Unlock()
 		_ = ln.ps.SUnsubscribe(context.WithoutCancel(ctx), drop...)
 		for _, key := range drop {
 			delete(ln.sent, key)
@@ -208,6 +219,11 @@ func (ws *waiters) listen(ln *listener) {
 		case *redis.Subscription:
 			ch := ln.channels[m.Channel]
 			switch {
+			case m.Kind == "sunsubscribe" && ln.leaving[m.Channel] > 0:
+				// The reply to our own unsubscription.
+				if ln.leaving[m.Channel]--; ln.leaving[m.Channel] == 0 {
+					delete(ln.leaving, m.Channel)
+				}
 			case ch == nil:
 			case m.Kind == "ssubscribe":
 				select {

@@ -1,13 +1,16 @@
 -- acquire.lua: take, for one hold of an owner, the lock keys of a run of
 -- consecutive slots (in the global order) that this master serves.
 --
--- KEYS[1]   the first slot's fencing counter, which routes the call
+-- KEYS      none; or, on a call retried after its slot was found elsewhere,
+--           the slot's fencing counter, for the server to check where the
+--           slot is
 -- ARGV[1]   owner id, escaped (see layout.lua)
 -- ARGV[2]   hold field, "h:" .. hold id
 -- ARGV[3]   lease in milliseconds
 -- ARGV[4]   "try": every key of the call or none; "wait": the keys in order
 --           up to the first one another owner holds, which are kept, and a
---           place in that key's queue
+--           place in that key's queue; "poll": as "wait", for a waiter that
+--           polls instead of listening for its hand-off message
 -- ARGV[5]   this hold's cancel mark (in the first slot; see release.lua)
 -- ARGV[6]   how long a place in a queue lasts unless renewed, in milliseconds
 -- ARGV[7..] per slot: its fencing counter, the number n of its lock keys,
@@ -29,7 +32,7 @@
 -- Returns {1, {token, ...}}: every key is held, one token per key in order.
 -- Returns {0, held, wait, {key, ...}, {token, ...}, part}: keys are held by
 -- another owner. "try": all of them are listed, and nothing is held (held
--- and part are 0). "wait": the first of them is listed and this hold has a
+-- and part are 0). "wait", "poll": the first of them is listed and this hold has a
 -- place in its queue; the slots before its slot (held of them) and the first
 -- part keys of its slot are held, with their tokens in order. wait is the
 -- longest remaining lease of the keys listed, in milliseconds.
@@ -40,6 +43,7 @@
 -- Returns {-3, key}: the owner holds key shared and asked for it
 -- exclusively; nothing was changed.
 local owner, hold, lease, mode, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local waiting = mode ~= 'try'
 local place = tonumber(ARGV[6])
 
 local cancelled = redis.pcall('EXISTS', mark)
@@ -132,29 +136,44 @@ local function take(key, token, shared)
     return false, redis.call('PTTL', key)
   end
   local latest = live(s, now)
+  if latest == 0 then
+    -- Every hold has ended, the key not yet expired (it expires with its
+    -- longest hold, to the millisecond): it is free, and its queue goes
+    -- with it, as when it expires.
+    joined[#joined + 1] = {key, v, now + 1}
+    redis.call('SET', key, make(token), 'PXAT', ends_ms)
+    return token
+  end
   local verdict = judge(s, shared)
   if verdict == 'upgrade' then
     return nil, verdict
   elseif verdict == 'refuse' then
     return false, redis.call('PTTL', key), s
   end
-  joined[#joined + 1] = {key, v, math.max(latest, now + 1)}
-  if verdict == 'claim' and not s.owners then
-    -- Handed to this hold by a release: a new ownership.
-    s.token, s.owner, s.holds = token, owner, {}
-  elseif s.owners and s.token == 0 then
+  joined[#joined + 1] = {key, v, latest}
+  if verdict == 'claim' then
+    -- Handed to this hold by a release: its claim becomes its hold, with
+    -- the hold's own lease.
+    s.holds[hold] = nil
+    if not s.owners then
+      -- A new ownership.
+      s.token, s.owner = token, owner
+    end
+  end
+  if s.owners and s.token == 0 then
     -- Handed to readers, none of which took it yet: the first reader to
     -- take it, by its claim or joining, gives the shared ownership its
     -- token.
     s.token = token
   end
-  s.holds[hold] = ends
+  -- A hold taken again (a retried call) keeps the later of its two ends.
+  s.holds[hold] = math.max(s.holds[hold] or 0, ends)
   if s.owners then
     s.owners[hold] = owner
   end
   leave(s, hold)
-  prune(s, now)
-  redis.call('SET', key, format(s), 'PXAT', math.max(latest, ends))
+  lapse(key, s, now)
+  redis.call('SET', key, format(s), 'PXAT', live(s, now))
   return s.token
 end
 
@@ -171,8 +190,9 @@ local function queue(key, s, shared)
     mine = {hold = hold, shared = shared}
     s.queue[#s.queue + 1] = mine
   end
+  mine.polls = mode == 'poll'
   mine.ends = now + place
-  prune(s, now)
+  lapse(key, s, now)
   redis.call('SET', key, format(s), 'KEEPTTL')
 end
 
@@ -208,8 +228,7 @@ while i <= #ARGV do
       -- Refused already ("try"): only look for the other conflicts.
       local other = parse(redis.pcall('GET', key))
       local verdict = 'join'
-      if other then
-        live(other, now)
+      if other and live(other, now) > 0 then
         verdict = judge(other, shared)
       end
       if verdict == 'upgrade' then
@@ -232,7 +251,7 @@ while i <= #ARGV do
       clear = false
       conflicts[#conflicts + 1] = key
       wait = math.max(wait, left)
-      if mode == 'wait' then
+      if waiting then
         if s then
           queue(key, s, shared)
         end

@@ -1,7 +1,8 @@
 -- extend.lua: make the leases of holds on lock keys that this master serves
 -- run for at least a given time from now; one call serves several locks.
 --
--- KEYS[1]   a key in the slot of the first lock key, which routes the call
+-- KEYS      none; or, on a call that follows a redirection, one of its lock
+--           keys, for the server to check where their slot is
 -- ARGV[1..] per lock: its hold field, the lease in milliseconds, the number
 --           n of its keys, then those n lock keys
 --

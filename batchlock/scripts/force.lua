@@ -1,22 +1,30 @@
 -- force.lua: release lock keys that this master serves, whoever holds them,
 -- for an operator.
 --
--- KEYS[1]   a key in the slot of the first lock key, which routes the call
+-- KEYS      none; or, on a call that follows a redirection, one of its lock
+--           keys, for the server to check where their slot is
 -- ARGV[1..] lock keys
 --
 -- Deletes each key and announces the release as release.lua does, so that
 -- waiters are woken.
--- Returns {now, value or false, ...}: the server time in milliseconds, and per
--- key the value it had before it was deleted, false when it was not held.
-local reply = {now_ms()}
+-- Returns {now, {key, ...}, value or false, ...}: the server time in
+-- milliseconds, the keys this master does not serve (moved, or in
+-- migration), left as they were, and per key the value it had before it was
+-- deleted, false when it was not held or not served here.
+local away = {}
+local reply = {now_ms(), away}
 for i = 1, #ARGV do
-  -- Announced before it is deleted: in a slot being migrated a key, once
-  -- deleted, is no longer local, and neither is its channel.
-  local v = redis.call('GET', ARGV[i])
-  reply[#reply + 1] = v
-  if v then
-    redis.call('SPUBLISH', ARGV[i], RELEASED)
-    redis.call('DEL', ARGV[i])
+  local key = ARGV[i]
+  local v = redis.pcall('GET', key)
+  if elsewhere(v) then
+    away[#away + 1] = key
+    v = false
+  elseif v then
+    -- Announced before it is deleted: in a slot being migrated a key, once
+    -- deleted, is no longer local, and neither is its channel.
+    redis.call('SPUBLISH', key, RELEASED)
+    redis.call('DEL', key)
   end
+  reply[#reply + 1] = v
 end
 return reply

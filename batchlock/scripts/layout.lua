@@ -8,7 +8,8 @@
 --   queue  the waiters, in arrival order, as "<hold>@<ends>" comma-separated
 --          (each waiting call's hold field, and the server time in
 --          milliseconds at which its place lapses unless renewed; "s" after
---          the place of a call that asks for the key shared), or "-"
+--          the place of a call that asks for the key shared, then "p" after
+--          that of a call that polls rather than listens), or "-"
 --   holds  "<hold>=<ends>", comma-separated: each hold field ("h:" .. hold
 --          id) and the server time in milliseconds at which its lease ends;
 --          on a shared key "<hold>=<ends>=<owner>", each hold with its owner
@@ -21,9 +22,10 @@
 -- comma, "=", "@" or "*", so "*" is no owner's id.
 -- The key expires with its longest hold (PXAT).
 
--- A key handed to a waiter stays its claim for this long: time enough for
--- the waiter to hear of it and take it, and the most a waiter gone meanwhile
--- holds the key up.
+-- A key handed to a waiter stays its claim for this long (a waiter that polls
+-- gets as long as its place would have lasted): time enough for the waiter
+-- to hear of it and take it, and the most a waiter gone meanwhile holds the
+-- key up.
 local CLAIM_MS = 3000
 
 -- RELEASED is the message of a key freed with nobody to hand it to: every
@@ -58,8 +60,8 @@ local function parse(v)
     end
   end
   local q = {}
-  for id, ends, shared in string.gmatch(queue, '([^,@]+)@(%d+)(s?)') do
-    q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's'}
+  for id, ends, shared, polls in string.gmatch(queue, '([^,@]+)@(%d+)(s?)(p?)') do
+    q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's', polls = polls == 'p'}
   end
   -- owners: of a shared key, the owner of each hold; nil otherwise.
   return {token = tonumber(token), queue = q, holds = h, owner = owner, owners = o}
@@ -103,7 +105,7 @@ local function format(s)
   end
   local queue = {}
   for _, e in ipairs(s.queue) do
-    queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '')
+    queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '') .. (e.polls and 'p' or '')
   end
   if #queue == 0 then
     queue[1] = '-'
@@ -122,17 +124,6 @@ local function leave(s, hold)
   return nil
 end
 
--- prune drops the places in the queue of s that lapsed by now, so that a
--- key that never changes hands (readers coming and going) does not keep the
--- places of waiters that died.
-local function prune(s, now)
-  for i = #s.queue, 1, -1 do
-    if s.queue[i].ends <= now then
-      table.remove(s.queue, i)
-    end
-  end
-end
-
 -- wake tells the readers at the head of the queue of key (state s, held
 -- shared), up to the first writer, that they may join: a writer ahead of
 -- them left the queue.
@@ -147,28 +138,56 @@ local function wake(key, s, now)
   end
 end
 
+-- drop_lapsed drops the places in the queue of key (state s) that lapsed
+-- by now, and tells each of their waiters (with its hold field), which,
+-- should it still be alive, queues again at once. It returns whether some
+-- place lapsed, and whether one of them was a writer's.
+local function drop_lapsed(key, s, now)
+  local lapsed, writer = false, false
+  for i = #s.queue, 1, -1 do
+    local e = s.queue[i]
+    if e.ends <= now then
+      table.remove(s.queue, i)
+      redis.call('SPUBLISH', key, e.hold)
+      lapsed = true
+      writer = writer or not e.shared
+    end
+  end
+  return lapsed, writer
+end
+
+-- lapse drops the places in the queue of key (state s) that lapsed, so that
+-- a key that never changes hands (readers coming and going) does not keep
+-- the places of waiters that died, and tells their waiters. When a writer's
+-- place went from a key held shared, the readers it kept waiting are told
+-- they may join.
+local function lapse(key, s, now)
+  local _, writer = drop_lapsed(key, s, now)
+  if writer and s.owner == SHARED then
+    wake(key, s, now)
+  end
+end
+
 -- hand gives key, whose holds have all ended, to the first waiter of s whose
 -- place has not lapsed, as its claim, and tells it with one message on the
 -- key's channel (its hold field). A first waiter that asks for the key shared
 -- is handed it together with the readers right behind it, up to the first
--- waiter that asks for it exclusively; each is told. With no such waiter the
--- key is deleted, and the release announced to anyone polling ("released")
--- if some waiter's place had lapsed.
+-- waiter that asks for it exclusively; each is told. A claim lasts for
+-- CLAIM_MS, and the claim of a waiter that polls until its place would have
+-- lapsed, if that is later: it comes back within its place. With no such
+-- waiter the key is deleted, and the release announced to anyone polling
+-- ("released") if some waiter's place had lapsed.
 local function hand(key, s, now)
-  local lapsed = false
+  local lapsed = drop_lapsed(key, s, now)
   local handed = {}
   while #s.queue > 0 do
     local first = s.queue[1]
-    if first.ends > now then
-      if #handed > 0 and not (handed[1].shared and first.shared) then
-        break
-      end
-      handed[#handed + 1] = first
-    else
-      lapsed = true
+    if #handed > 0 and not (handed[1].shared and first.shared) then
+      break
     end
+    handed[#handed + 1] = first
     table.remove(s.queue, 1)
-    if #handed > 0 and not handed[1].shared then
+    if not first.shared then
       break
     end
   end
@@ -177,13 +196,19 @@ local function hand(key, s, now)
     if handed[1].shared then
       s.owner, s.owners, s.token = SHARED, {}, 0
     end
+    local expires = 0
     for _, w in ipairs(handed) do
-      s.holds[w.hold] = now + CLAIM_MS
+      local ends = now + CLAIM_MS
+      if w.polls then
+        ends = math.max(ends, w.ends)
+      end
+      s.holds[w.hold] = ends
+      expires = math.max(expires, ends)
       if s.owners then
         s.owners[w.hold] = ''
       end
     end
-    redis.call('SET', key, format(s), 'PXAT', now + CLAIM_MS)
+    redis.call('SET', key, format(s), 'PXAT', expires)
     for _, w in ipairs(handed) do
       redis.call('SPUBLISH', key, w.hold)
     end

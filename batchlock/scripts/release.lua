@@ -1,7 +1,7 @@
 -- release.lua: drop one hold from lock keys that this master serves.
 --
--- KEYS[1]   a key in the slot of ARGV[5] or of the first lock key, which
---           routes the call
+-- KEYS      none; or, on a call that follows a redirection, one of its lock
+--           keys, for the server to check where their slot is
 -- ARGV[1]   owner id, escaped (see layout.lua)
 -- ARGV[2]   hold field, "h:" .. hold id
 -- ARGV[3]   how long a cancel mark lives, in milliseconds
@@ -23,8 +23,9 @@
 -- Returns {{key, ...}, {key, ...}}: the keys, among those without the hold,
 -- that another owner holds (the lock on them was lost), and the keys this
 -- master does not serve (moved, or in migration), left as they were. A key
--- without the hold that is gone or still the owner's says nothing: a release
--- run twice (a client retrying a pipeline) finds its own work done.
+-- without the hold that is gone, still the owner's, or handed to waiters
+-- that have not taken it yet says nothing: a release run twice (a client
+-- retrying a pipeline) finds its own work done.
 local owner, hold, remember, m = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 
 for i = 5, 4 + m do
@@ -33,7 +34,19 @@ for i = 5, 4 + m do
   elsewhere(redis.pcall('SET', ARGV[i], '1', 'PX', remember))
 end
 
+-- claimed reports whether every hold of the key of state s is a waiter's
+-- claim: the key was handed on by a release, maybe this one run before.
+local function claimed(s)
+  for id in pairs(s.holds) do
+    if s.owner ~= '' and not (s.owners and s.owners[id] == '') then
+      return false
+    end
+  end
+  return true
+end
+
 local taken, away = {}, {}
+local now
 local single = '^%d+ %- ' .. string.gsub(hold, '%p', '%%%0') .. '=%d+ '
 for i = 5 + m, #ARGV do
   local key = ARGV[i]
@@ -48,10 +61,10 @@ for i = 5 + m, #ARGV do
   elseif v then
     local s = parse(v)
     if s then
+      now = now or now_ms()
       local mine = s.holds[hold] ~= nil
       local queued = leave(s, hold)
       if mine or queued then
-        local now = now_ms()
         s.holds[hold] = nil
         rewrite(key, s, now)
         if queued and not queued.shared and s.owner == SHARED then
@@ -59,7 +72,7 @@ for i = 5 + m, #ARGV do
           wake(key, s, now)
         end
       end
-      if not mine and not holder(s, owner) then
+      if not mine and live(s, now) > 0 and not holder(s, owner) and not claimed(s) then
         taken[#taken + 1] = key
       end
     end

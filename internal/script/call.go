@@ -8,13 +8,28 @@ import (
 
 // Call is one script evaluation and, once sent, its outcome.
 type Call struct {
-	Slot int      // the slot of Keys, for messages
-	Keys []string // Keys[0] routes the call
+	Slot int      // the slot of Route, for messages
+	Keys []string // the keys declared to the server; none lets the script run on any master
 	Args []any
+	// Route is a key whose master receives the call (Keys[0] when empty),
+	// unless Addr names the node.
+	Route string
+	// Addr, when set, is the node the call goes to: where a redirection
+	// pointed. Asking sends ASKING before the call, for a node importing
+	// the slot of Keys[0].
+	Addr   string
+	Asking bool
 
 	Reply *redis.Cmd // the reply or error of the last attempt
 	Acks  int64      // replicas that acknowledged it, when asked; -1 when unknown
-	Ran   bool       // some attempt may have run the script
+}
+
+// route is the key whose master receives c.
+func (c *Call) route() string {
+	if c.Route != "" {
+		return c.Route
+	}
+	return c.Keys[0]
 }
 
 // Ack asks for replica acknowledgement: WAIT Replicas Timeout after a

@@ -11,7 +11,7 @@ import (
 )
 
 const (
-	// RetryWindow bounds the retries of one Run whose context has no
+	// RetryWindow bounds the retries of one Route whose context has no
 	// deadline: long enough to ride out a failover (a few seconds of
 	// CLUSTERDOWN, MOVED and refused connections), short enough that a slot
 	// left in migration or a master that stays down fails the call.
@@ -65,13 +65,6 @@ func NewWith(sender Sender, master func(ctx context.Context, key string) (string
 	return &Runner{sender: sender, master: master, reload: reload}
 }
 
-// Master returns the address of the master that serves key's slot, as the
-// cluster client's map of slots has it ("" for one node): calls to one
-// master go in one pipeline.
-func (r *Runner) Master(ctx context.Context, key string) (string, error) {
-	return r.master(ctx, key)
-}
-
 // Refresh asks for the cluster's map of slots to be reloaded, after a call
 // failed in a way that suggests it moved; it returns at once.
 func (r *Runner) Refresh(ctx context.Context) {
@@ -83,43 +76,8 @@ func (r *Runner) Refresh(ctx context.Context) {
 // Send makes one attempt at every call.
 func (r *Runner) Send(ctx context.Context, s *redis.Script, calls []*Call, ack Ack) {
 	r.sender.Send(ctx, s, calls, ack)
-	for _, c := range calls {
-		c.Ran = c.Ran || !Refused(c.Reply.Err())
-	}
 }
 
-// Run evaluates s once per call, sending again, with jittered backoff, the
-// calls whose error is Retryable, while ctx lasts and for at most RetryWindow.
-// Every script given to Run must be safe to repeat. Each call's Reply holds
-// its final reply or error.
-func (r *Runner) Run(ctx context.Context, s *redis.Script, calls []*Call, ack Ack) {
-	began := time.Now()
-	pending := calls
-	for attempt := 0; ; attempt++ {
-		r.Send(ctx, s, pending, ack)
-		var again []*Call
-		for _, c := range pending {
-			if Retryable(c.Reply.Err()) {
-				again = append(again, c)
-			}
-		}
-		if len(again) == 0 || !r.Wait(ctx, began, attempt) {
-			return
-		}
-		pending = again
-	}
-}
+func jittered(attempt int) time.Duration { return backoff.Jittered(attempt, retryBase, retryMax) }
 
-// Wait is the pause before attempt number attempt+1 of a round that began
-// at began, for Run and for callers that plan their calls again (a slot
-// found elsewhere): it refreshes the map of slots and sleeps a jittered
-// backoff. It reports false, at once, when ctx is done or RetryWindow has
-// passed since began.
-func (r *Runner) Wait(ctx context.Context, began time.Time, attempt int) bool {
-	left := RetryWindow - time.Since(began)
-	if left <= 0 || ctx.Err() != nil {
-		return false
-	}
-	r.Refresh(ctx)
-	return backoff.Sleep(ctx, min(backoff.Jittered(attempt, retryBase, retryMax), left)) == nil
-}
+func sleep(ctx context.Context, d time.Duration) bool { return backoff.Sleep(ctx, d) == nil }

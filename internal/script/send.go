@@ -10,15 +10,15 @@ import (
 	"github.com/batchlock/batchlock/internal/lease"
 )
 
-// masters sends each call to the master of its first key's slot, as the
-// cluster client's map of slots has it.
+// masters sends each call to the master of its route key's slot, as the
+// cluster client's map of slots has it, or to the node a redirection named.
 type masters struct{ rdb *redis.ClusterClient }
 
 func (m masters) Send(ctx context.Context, s *redis.Script, calls []*Call, ack Ack) {
 	nodes := make(map[string]*redis.Client)
 	byNode := make(map[string][]*Call)
 	for _, c := range calls {
-		node, err := m.rdb.MasterForKey(ctx, c.Keys[0])
+		node, err := m.node(ctx, c)
 		if err != nil {
 			c.Reply = redis.NewCmd(ctx)
 			c.Reply.SetErr(fmt.Errorf("%w: %w", errUnrouted, err))
@@ -34,6 +34,27 @@ func (m masters) Send(ctx context.Context, s *redis.Script, calls []*Call, ack A
 		wg.Go(func() { sendTo(ctx, nodes[addr], s, calls, ack) })
 	}
 	wg.Wait()
+}
+
+// node is the client of the node c goes to.
+func (m masters) node(ctx context.Context, c *Call) (*redis.Client, error) {
+	if c.Addr == "" {
+		return m.rdb.MasterForKey(ctx, c.route())
+	}
+	var found *redis.Client
+	var mu sync.Mutex
+	err := m.rdb.ForEachMaster(ctx, func(_ context.Context, node *redis.Client) error {
+		if node.Options().Addr == c.Addr {
+			mu.Lock()
+			found = node
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err == nil && found == nil {
+		err = fmt.Errorf("%s is not a master the client knows", c.Addr)
+	}
+	return found, err
 }
 
 // single sends every call to one node.
@@ -56,6 +77,9 @@ func sendTo(ctx context.Context, node *redis.Client, s *redis.Script, calls []*C
 	exec := func(calls []*Call, bySource bool) {
 		pipe := node.Pipeline()
 		for _, c := range calls {
+			if c.Asking {
+				pipe.Do(ctx, "ASKING")
+			}
 			if bySource {
 				c.Reply = s.Eval(ctx, pipe, c.Keys, c.Args...)
 			} else {

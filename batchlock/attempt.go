@@ -1,0 +1,225 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+// acquireOutcome is what one attempt at some groups found.
+type acquireOutcome struct {
+	refused        int      // index of the first refused group, -1 when none was
+	part           int      // keys of the first refused group now held (waiting)
+	queued         []int    // refused groups whose first conflict queues this hold (waiting)
+	granted        []int    // groups now held
+	conflicts      []string // lock keys held by other owners
+	groupConflicts []string // those of the first refused group
+	wait           time.Duration
+	unknown        []int    // groups that may be held although no reply says so
+	marks          []string // cancel marks of the groups some call may have taken unseen
+	err            error
+}
+
+// mayHold returns the groups, among those the attempt was made at, that it
+// may have left held or queued for: to give back, or to roll back.
+func (o acquireOutcome) mayHold(groups []group) []group {
+	var out []group
+	seen := map[int]bool{}
+	for _, list := range [][]int{o.granted, o.queued, o.unknown} {
+		for _, i := range list {
+			if !seen[i] {
+				seen[i] = true
+				out = append(out, groups[i])
+			}
+		}
+	}
+	return out
+}
+
+// Modes of an acquire (ARGV[4] of acquire.lua): every key of a call or
+// none, or the keys up to the first refused one and a place in its queue,
+// for a waiter that listens for its hand-off or for one that polls.
+const (
+	modeTry  = "try"
+	modeWait = "wait"
+	modePoll = "poll"
+)
+
+// acquire makes one attempt at groups in mode: each call takes its groups in
+// order, all or none (modeTry) or up to the first refused one (waiting), and
+// the routing layer tries again, slot by slot, groups whose slot was found
+// elsewhere (a call that finds one changes nothing).
+func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode string) acquireOutcome {
+	out := acquireOutcome{refused: -1}
+	wait := mode != modeTry
+	leaseMs, placeMs := lease.Millis(l.lease), lease.Millis(c.place())
+	parts := make([]script.Part, len(groups))
+	for i, g := range groups {
+		parts[i] = script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)}
+	}
+	results := c.runner.Route(ctx, script.Batch{
+		Step:    "batchlock: acquire",
+		Script:  acquireScript,
+		Parts:   parts,
+		Ordered: true,
+		Ack:     l.ack,
+		Args: func(at []int) []any {
+			return acquireArgs(l, groups, at, leaseMs, mode, placeMs)
+		},
+		Read: func(cl *script.Call, at []int) ([]int, error) {
+			return c.acquired(l, &out, groups, at, cl, wait)
+		},
+	})
+	marked := map[string]bool{}
+	for i, r := range results {
+		if r.Unknown {
+			if mark := groups[i].cancelKey(l.hold); !marked[mark] {
+				marked[mark] = true
+				out.marks = append(out.marks, mark)
+			}
+		}
+		if r.Err == nil {
+			continue
+		}
+		if r.Unknown {
+			out.unknown = append(out.unknown, i)
+		}
+		if out.err == nil {
+			out.err = r.Err
+		}
+	}
+	return out
+}
+
+func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, placeMs int64) []any {
+	first := groups[at[0]]
+	args := []any{escapeOwner(l.owner), l.hold, leaseMs, mode, first.cancelKey(l.hold), placeMs}
+	for _, i := range at {
+		g := groups[i]
+		args = append(args, g.fenceKey, len(g.keys), string(g.modes))
+		for _, k := range g.keys {
+			args = append(args, k)
+		}
+	}
+	return args
+}
+
+// acquired records what the call for groups at (indices into groups) did. It
+// returns them all when their slots were elsewhere (nothing was changed), or
+// the error the reply means.
+func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call, wait bool) ([]int, error) {
+	vals, _ := cl.Reply.Slice()
+	status := int64(acquireMalformed)
+	if len(vals) > 0 {
+		status, _ = vals[0].(int64)
+	}
+	switch {
+	case status == acquireGranted && len(vals) == 2:
+		c.granted(l, out, groups, at, vals[1])
+		if !l.ack.Acknowledged(cl) {
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
+		}
+	case status == acquireRefused && len(vals) == 6:
+		held, _ := vals[1].(int64)
+		waitMs, _ := vals[2].(int64)
+		conflicts := stringsOf(vals[3])
+		part, _ := vals[5].(int64)
+		held = min(held, int64(len(at)-1))
+		refused := at[held]
+		if held == 0 && len(conflicts) > 0 {
+			refused = groupOf(groups, at, conflicts[0])
+		}
+		out.conflicts = append(out.conflicts, conflicts...)
+		c.granted(l, out, groups, at[:held], vals[4])
+		// The part keys' tokens come last, after those of the held groups.
+		if toks, _ := vals[4].([]any); part > 0 && int(part) <= min(len(toks), len(groups[refused].keys)) {
+			l.setTokens(groups[refused].keys[:part], toks[len(toks)-int(part):])
+		}
+		if wait {
+			out.queued = append(out.queued, refused)
+		}
+		if out.refused < 0 || refused < out.refused {
+			out.refused = refused
+			out.part = int(part)
+			out.groupConflicts = inGroup(groups[refused], conflicts)
+			out.wait = time.Duration(waitMs) * time.Millisecond
+		}
+		if held+part > 0 && !l.ack.Acknowledged(cl) {
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
+		}
+	case status == acquireElsewhere:
+		return at, nil
+	case status == acquireUpgrade && len(vals) == 2:
+		// Nothing was changed, and waiting would not help.
+		key, _ := vals[1].(string)
+		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, strings.TrimPrefix(key, c.cfg.prefix))
+	default:
+		// A cancelled hold (a rollback overtook this acquire) or a reply
+		// of another shape: the groups may or may not be held.
+		out.unknown = append(out.unknown, at...)
+		err := fmt.Errorf("unexpected reply %v", vals)
+		if status == acquireCancelled {
+			err = errors.New("a rollback overtook it")
+		}
+		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, err)
+	}
+	return nil, nil
+}
+
+// granted records groups at (indices into groups) as held, with the tokens
+// of their keys in order.
+func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens any) {
+	var keys []string
+	for _, gi := range at {
+		out.granted = append(out.granted, gi)
+		keys = append(keys, groups[gi].keys...)
+	}
+	toks, _ := tokens.([]any)
+	l.setTokens(keys, toks)
+}
+
+// setTokens records the fencing tokens of keys, in order, as far as tokens
+// go.
+func (l *Lock) setTokens(keys []string, tokens []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, k := range keys[:min(len(keys), len(tokens))] {
+		l.tokens[k], _ = tokens[i].(int64)
+	}
+}
+
+// groupOf returns the index (among at) of the group holding key.
+func groupOf(groups []group, at []int, key string) int {
+	for _, gi := range at {
+		for _, k := range groups[gi].keys {
+			if k == key {
+				return gi
+			}
+		}
+	}
+	return at[0]
+}
+
+func inGroup(g group, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		for _, gk := range g.keys {
+			if gk == k {
+				out = append(out, k)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// unacknowledged says that fewer replicas than asked for acknowledged cl.
+func unacknowledged(cl *script.Call, ack script.Ack) error {
+	return fmt.Errorf("%w: slot %d: %d of %d replicas acknowledged within %v",
+		ErrNoReplicas, cl.Slot, max(cl.Acks, 0), ack.Replicas, ack.Timeout)
+}

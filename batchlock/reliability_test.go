@@ -1,0 +1,176 @@
+package batchlock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+// keysNamed returns n distinct keys.
+func keysNamed(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s:%d", prefix, i)
+	}
+	return keys
+}
+
+// Every call carries at most script.MaxCallKeys keys, whatever it does: an
+// acquire of a big batch, its release, an Extend, a forced release, and a
+// watchdog round that merges several big locks on each master.
+func TestEveryCallIsCapped(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	c, f, renewed := newCountingRenewals(t, lease)
+	var locks []*Lock
+	for i := range 4 {
+		l, err := c.Lock(t.Context(), keysNamed(fmt.Sprintf("big%d", i), 2000))
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	require.Eventually(t, func() bool { return renewed.Load() >= 8 }, 10*time.Second, time.Millisecond, "renewed twice")
+	require.NoError(t, locks[0].Extend(t.Context(), time.Minute))
+	_, err := c.ForceUnlock(t.Context(), keysNamed("big1", 2000)...)
+	require.NoError(t, err)
+	for _, l := range locks[2:] {
+		require.NoError(t, l.Unlock(t.Context()))
+	}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, name := range []string{"acquire", "release", "extend", "force"} {
+		sizes := f.callKeys[name]
+		require.NotEmpty(t, sizes, "no %s call", name)
+		total, largest := 0, 0
+		for _, n := range sizes {
+			total += n
+			largest = max(largest, n)
+		}
+		assert.LessOrEqual(t, largest, script.MaxCallKeys, "a %s call carries %d keys", name, largest)
+		assert.Greater(t, total, script.MaxCallKeys, "%s calls carried a big lock", name)
+	}
+}
+
+// A release whose reply was lost is sent again. When the first run had
+// handed a key to a waiter that took it meanwhile, the second run finds it
+// held by another owner: that is the first run's work, not a loss, and
+// Unlock succeeds.
+func TestUnlockRetriedAfterItHandedAKeyOn(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
+	require.NoError(t, err)
+	key := bySlot(basket)[2]
+	var runs atomic.Int64
+	f.with(func() {
+		f.fault = func(name string, cl *script.Call) (bool, error) {
+			if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
+				return true, io.ErrUnexpectedEOF // it ran; its reply was lost
+			}
+			return false, nil
+		}
+		f.after = func(name string, cl *script.Call) {
+			if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
+				// The waiter it was handed to takes it.
+				f.keys[key] = &fakeKey{owner: "waiter", fence: 2000, holds: map[string]time.Time{"h:waiter": time.Now().Add(time.Minute)}}
+			}
+		}
+	})
+	require.NoError(t, l.Unlock(t.Context()))
+	assert.EqualValues(t, 2, runs.Load(), "the release was sent again")
+	assert.Equal(t, ownedBy("waiter", key), f.held())
+}
+
+// A lock handed out with just over half its lease left (a slow acquire) is
+// renewed at once, rather than at the watchdog's next round, which could
+// come after the lock counts as lost. The renewals are slow too, and the
+// lock is handed out right after a round of an earlier lock.
+func TestLockHandedOutWithHalfItsLeaseIsRenewedAtOnce(t *testing.T) {
+	const lease = 3 * time.Second
+	c, f, renewed := newCountingRenewals(t, lease)
+	first, err := c.Lock(t.Context(), []string{"first"})
+	require.NoError(t, err)
+	// The earlier lock is renewed every lease/3 from now. The slow acquire
+	// starts so as to end just after its second renewal began, with 1.6s of
+	// the 3s lease left: the lock counts as lost 1.1s later, and a round
+	// takes 0.3s.
+	began := time.Now()
+	f.with(func() {
+		f.delays = map[string]time.Duration{"acquire": 1400 * time.Millisecond, "extend": 300 * time.Millisecond}
+	})
+	time.Sleep(650*time.Millisecond - time.Since(began)) // the moment the slow acquire starts is the fault
+	l, err := c.Lock(t.Context(), basket)
+	require.NoError(t, err)
+	left := time.Until(l.ValidUntil())
+	require.Less(t, left, 2*lease/3, "the test needs a lock with about half its lease left")
+	before := renewed.Load()
+	select {
+	case <-l.Done():
+		t.Fatalf("lost with %v of %v left at hand-out: %v", left, lease, l.Err())
+	case <-time.After(lease):
+	}
+	assert.Greater(t, renewed.Load(), before)
+	require.NoError(t, l.Unlock(t.Context()))
+	require.NoError(t, first.Unlock(t.Context()))
+}
+
+// ForceUnlock through a Client ends that Client's own locks on the keys it
+// released at once, renewed or not; others are left alone.
+func TestForceUnlockEndsOwnLocksAtOnce(t *testing.T) {
+	c, _ := newFaked(t)
+	renewed, err := c.Lock(t.Context(), basket[:2])
+	require.NoError(t, err)
+	fixed, err := c.Lock(t.Context(), basket[2:4], WithTTL(time.Hour))
+	require.NoError(t, err)
+	other, err := c.Lock(t.Context(), basket[4:])
+	require.NoError(t, err)
+	_, err = c.ForceUnlock(t.Context(), basket[1], basket[3])
+	require.NoError(t, err)
+	for _, l := range []*Lock{renewed, fixed} {
+		select {
+		case <-l.Done():
+			assert.ErrorIs(t, l.Err(), ErrLockLost)
+			assert.ErrorContains(t, l.Err(), "force-unlocked")
+		default:
+			t.Fatal("a lock whose key was force-unlocked by its own Client is still held")
+		}
+		assert.ErrorIs(t, l.Unlock(t.Context()), ErrNotHeld)
+	}
+	assert.NoError(t, other.Err())
+	require.NoError(t, other.Unlock(t.Context()))
+}
+
+// An acquire whose reply was lost after it ran, then found elsewhere until
+// the call gives up: the last reply says nothing was changed, but the first
+// run took keys. They are released, and the hold marked cancelled in each of
+// their slots, so that nothing is left held.
+func TestAcquireFoundElsewhereAfterALostReplyRollsBack(t *testing.T) {
+	c, f := newFaked(t)
+	key := bySlot(basket)[3]
+	var sent atomic.Int64
+	f.with(func() {
+		f.fault = func(name string, cl *script.Call) (bool, error) {
+			if name == "acquire" && slicesContains(cl.Args, key) && sent.Add(1) == 1 {
+				return true, io.ErrUnexpectedEOF // it ran; its reply was lost
+			}
+			return false, nil
+		}
+		f.elsewhere = func(name string, cl *script.Call) bool {
+			return name == "acquire" && slicesContains(cl.Args, key) && sent.Load() > 1
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.TryLock(ctx, basket)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "being migrated or has moved")
+	f.with(func() { f.elsewhere = nil })
+	require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "the keys the lost run took are released")
+	assert.NotEmpty(t, f.cancelMarks(), "and the hold is marked cancelled")
+}

@@ -1,0 +1,327 @@
+package batchlock
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The scripts, run against one redis-server: each case sets lock keys to a
+// value, runs a script with its arguments, and checks the reply, the value
+// after, and the messages published. Values are written with times relative
+// to the server's clock: {now+N} is its time in milliseconds plus N; the
+// values after the call match within a second.
+
+// scriptCase is one run of a script.
+type scriptCase struct {
+	name   string
+	before map[string]string // lock key -> value; each key expires with its value's last hold
+	script *redis.Script
+	args   []any
+	reply  any
+	after  map[string]string // lock key -> value, "" for a key that must be gone
+	told   map[string][]string
+}
+
+var (
+	relativeTime    = regexp.MustCompile(`\{now([+-]\d+)\}`)
+	fieldSeparators = regexp.MustCompile(`[=@]`)
+)
+
+// atTime writes the {now+N} of tmpl at the server time now.
+func atTime(tmpl string, now int64) string {
+	return relativeTime.ReplaceAllStringFunc(tmpl, func(m string) string {
+		d, _ := strconv.ParseInt(m[4:len(m)-1], 10, 64)
+		return strconv.FormatInt(now+d, 10)
+	})
+}
+
+// serverNow returns the server's time in milliseconds.
+func serverNow(t *testing.T, rdb *redis.Client) int64 {
+	now, err := rdb.Time(t.Context()).Result()
+	require.NoError(t, err)
+	return now.UnixMilli()
+}
+
+func runScriptCases(t *testing.T, cases []scriptCase) {
+	rdb := serverClient(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			require.NoError(t, rdb.FlushAll(ctx).Err())
+			var channels []string
+			for key := range tc.told {
+				channels = append(channels, key)
+			}
+			var sub *redis.PubSub
+			if len(channels) > 0 {
+				sub = rdb.SSubscribe(ctx, channels...)
+				defer sub.Close()
+				for range channels {
+					_, err := sub.Receive(ctx) // the confirmation
+					require.NoError(t, err)
+				}
+			}
+			now := serverNow(t, rdb)
+			for key, v := range tc.before {
+				v = atTime(v, now)
+				expires := int64(0)
+				for _, e := range holdEnds(v) {
+					expires = max(expires, e)
+				}
+				if expires <= now {
+					expires = now + 5000 // a value whose holds ended, not yet expired
+				}
+				require.NoError(t, rdb.Set(ctx, key, v, 0).Err())
+				require.NoError(t, rdb.PExpireAt(ctx, key, time.UnixMilli(expires)).Err())
+			}
+			reply, err := tc.script.Run(ctx, rdb, nil, tc.args...).Result()
+			require.NoError(t, err)
+			assert.True(t, similar(tc.reply, reply), "reply %v, want %v", reply, tc.reply)
+			for key, want := range tc.after {
+				got, err := rdb.Get(ctx, key).Result()
+				if want == "" {
+					assert.ErrorIs(t, err, redis.Nil, "%s is still there: %q", key, got)
+					continue
+				}
+				require.NoError(t, err, "reading %s", key)
+				sameValue(t, atTime(want, now), got)
+				pttl, err := rdb.PTTL(ctx, key).Result()
+				require.NoError(t, err)
+				last := int64(0)
+				for _, e := range holdEnds(got) {
+					last = max(last, e)
+				}
+				assert.InDelta(t, last-now, pttl.Milliseconds(), 1000, "%s expires with its last hold", key)
+			}
+			for key, holds := range tc.told {
+				var got []string
+				for range holds {
+					ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					msg, err := sub.ReceiveMessage(ctx)
+					cancel()
+					require.NoError(t, err, "waiting for the messages on %s", key)
+					got = append(got, msg.Payload)
+				}
+				assert.ElementsMatch(t, holds, got, "messages on %s", key)
+			}
+		})
+	}
+}
+
+// similar compares replies: numbers of a thousand and more (durations in
+// milliseconds) within a second, the rest exactly.
+func similar(want, got any) bool {
+	switch w := want.(type) {
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !similar(w[i], g[i]) {
+				return false
+			}
+		}
+		return true
+	case int64:
+		g, ok := got.(int64)
+		if w >= 1000 {
+			return ok && g > w-1000 && g < w+1000
+		}
+		return ok && g == w
+	}
+	return want == got
+}
+
+// holdEnds returns the ends of the holds of a lock value.
+func holdEnds(v string) []int64 {
+	fields := strings.SplitN(v, " ", 4)
+	if len(fields) < 3 {
+		return nil
+	}
+	var out []int64
+	for e := range strings.SplitSeq(fields[2], ",") {
+		parts := strings.Split(e, "=")
+		if len(parts) >= 2 {
+			n, _ := strconv.ParseInt(parts[1], 10, 64)
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// sameValue compares lock values field by field: holds in any order, and
+// times within a second.
+func sameValue(t *testing.T, want, got string) {
+	t.Helper()
+	w, g := strings.SplitN(want, " ", 4), strings.SplitN(got, " ", 4)
+	require.Len(t, g, 4, "lock value %q", got)
+	require.Len(t, w, 4, "lock value %q", want)
+	assert.Equal(t, w[0], g[0], "token of %q", got)
+	assert.Equal(t, w[3], g[3], "owner of %q", got)
+	near := func(a, b string) bool {
+		an, aerr := strconv.ParseInt(a, 10, 64)
+		bn, berr := strconv.ParseInt(b, 10, 64)
+		if aerr != nil || berr != nil {
+			return a == b
+		}
+		return an-bn < 1000 && bn-an < 1000
+	}
+	same := func(a, b string) bool {
+		as, bs := fieldSeparators.Split(a, -1), fieldSeparators.Split(b, -1)
+		if len(as) != len(bs) {
+			return false
+		}
+		for i := range as {
+			an, bn := strings.TrimRight(as[i], "sp"), strings.TrimRight(bs[i], "sp")
+			if !near(an, bn) || as[i][len(an):] != bs[i][len(bn):] {
+				return false
+			}
+		}
+		return true
+	}
+	// The queue keeps its order; holds may come in any order.
+	wq, gq := strings.Split(w[1], ","), strings.Split(g[1], ",")
+	assert.True(t, len(wq) == len(gq) && !slices.ContainsFunc(wq, func(e string) bool {
+		i := slices.Index(wq, e)
+		return !same(e, gq[i])
+	}), "queue of %q, want %q", got, want)
+	wh, gh := strings.Split(w[2], ","), strings.Split(g[2], ",")
+	matched := len(wh) == len(gh)
+	for _, e := range wh {
+		if !slices.ContainsFunc(gh, func(o string) bool { return same(e, o) }) {
+			matched = false
+		}
+	}
+	assert.True(t, matched, "holds of %q, want %q", got, want)
+}
+
+// acquireArgv is acquire.lua's arguments for one key of one slot.
+func acquireArgv(owner, hold string, leaseMs int64, mode, modes, key string) []any {
+	return []any{owner, hold, leaseMs, mode, "cancel:{a}:" + hold, 2000, "fence:{a}", 1, modes, key}
+}
+
+func releaseArgv(owner, hold string, keys ...string) []any {
+	args := []any{owner, hold, 60000, 0}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	return args
+}
+
+func TestScriptAcquire(t *testing.T) {
+	runScriptCases(t, []scriptCase{
+		{name: "a fresh key gets the next token",
+			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			reply: []any{int64(1), []any{int64(1)}},
+			after: map[string]string{"k": "1 - h:b={now+1000} bob"}},
+		{name: "a claim taken with a lease shorter than the claim ends with the lease",
+			before: map[string]string{"k": "7 - h:w={now+3000} "},
+			script: acquireScript, args: acquireArgv("bob", "h:w", 100, "wait", "", "k"),
+			reply: []any{int64(1), []any{int64(1)}},
+			after: map[string]string{"k": "1 - h:w={now+100} bob"}},
+		{name: "a waiter that polls has its place marked",
+			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
+			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "poll", "", "k"),
+			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0)},
+			after: map[string]string{"k": "3 h:b@{now+2000}p h:a={now+60000} alice"}},
+		{name: "a hold taken again keeps the later end",
+			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
+			script: acquireScript, args: acquireArgv("alice", "h:a", 1000, "wait", "", "k"),
+			reply: []any{int64(1), []any{int64(3)}},
+			after: map[string]string{"k": "3 - h:a={now+60000} alice"}},
+		{name: "a key whose holds all ended is free",
+			before: map[string]string{"k": "3 h:x@{now+2000} h:a={now-10} alice"},
+			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			reply: []any{int64(1), []any{int64(1)}},
+			after: map[string]string{"k": "1 - h:b={now+1000} bob"}},
+		{name: "the readers behind a writer whose place lapsed are told they may join",
+			before: map[string]string{"k": "4 h:x@{now-5},h:r2@{now+2000}s h:r1={now+60000}=ann *"},
+			script: acquireScript, args: acquireArgv("cid", "h:r3", 1000, "wait", "s", "k"),
+			reply: []any{int64(1), []any{int64(4)}},
+			after: map[string]string{"k": "4 h:r2@{now+2000}s h:r1={now+60000}=ann,h:r3={now+1000}=cid *"},
+			told:  map[string][]string{"k": {"h:x", "h:r2"}}},
+	})
+}
+
+func TestScriptRelease(t *testing.T) {
+	runScriptCases(t, []scriptCase{
+		{name: "a lone hold is deleted",
+			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: []any{[]any{}, []any{}},
+			after: map[string]string{"k": ""}},
+		{name: "a key handed to a waiter that listens is its claim for 3s",
+			before: map[string]string{"k": "3 h:w@{now+9000} h:a={now+60000} alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: []any{[]any{}, []any{}},
+			after: map[string]string{"k": "3 - h:w={now+3000} "},
+			told:  map[string][]string{"k": {"h:w"}}},
+		{name: "a key handed to a waiter that polls is its claim until its place would have lapsed",
+			before: map[string]string{"k": "3 h:w@{now+9000}p h:a={now+60000} alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: []any{[]any{}, []any{}},
+			after: map[string]string{"k": "3 - h:w={now+9000} "},
+			told:  map[string][]string{"k": {"h:w"}}},
+		{name: "a release run again after it handed the key on reports nothing",
+			before: map[string]string{"k": "3 - h:w={now+3000} "},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: []any{[]any{}, []any{}},
+			after: map[string]string{"k": "3 - h:w={now+3000} "}},
+		{name: "a key another owner holds is reported",
+			before: map[string]string{"k": "5 - h:b={now+60000} bob"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: []any{[]any{"k"}, []any{}},
+			after: map[string]string{"k": "5 - h:b={now+60000} bob"}},
+		{name: "waiters whose place lapsed are told, and the first live one is handed the key",
+			before: map[string]string{"k": "3 h:x@{now-5},h:w@{now+2000} h:a={now+60000} alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: []any{[]any{}, []any{}},
+			after: map[string]string{"k": "3 - h:w={now+3000} "},
+			told:  map[string][]string{"k": {"h:x", "h:w"}}},
+	})
+}
+
+// A waiter that stops listening to a key just before another starts: the
+// reply to the first one's unsubscription, arriving once the second one
+// listens, is not taken for the server dropping the channel, which would
+// tear the slot's listener down and make every waiter on it subscribe
+// again.
+func TestWaitersOwnUnsubscriptionIsNoDrop(t *testing.T) {
+	rdb := serverClient(t)
+	c, err := New(rdb)
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := t.Context()
+	// A waiter on another key keeps the listener of the slot open.
+	other := c.waiters.subscribe(ctx, "h:other", []string{"k2"})
+	require.True(t, other.active())
+	defer other.close()
+	for round := range 50 {
+		first := c.waiters.subscribe(ctx, "h:first", []string{"k"})
+		require.True(t, first.active(), "round %d: the first waiter listens", round)
+		first.close()
+		second := c.waiters.subscribe(ctx, "h:second", []string{"k"})
+		require.True(t, second.active(), "round %d: the second waiter listens", round)
+		require.NoError(t, rdb.SPublish(ctx, "k", "h:second").Err())
+		select {
+		case <-second.wakeups():
+		case <-time.After(2 * time.Second):
+			t.Fatalf("round %d: the second waiter was not woken", round)
+		}
+		c.waiters.mu.Lock()
+		broken := second.broken
+		c.waiters.mu.Unlock()
+		require.False(t, broken, "round %d: the listener was dropped", round)
+		second.close()
+	}
+}

@@ -1,0 +1,235 @@
+package script
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxCallKeys bounds the keys one call carries, so that no script blocks a
+// master for long, whatever the size of a batch or of a watchdog round.
+const MaxCallKeys = 1024
+
+// Part is one unit of a routed batch: keys of one slot that a call carries
+// whole (the keys of a slot taken together, or one key released).
+type Part struct {
+	Slot int
+	// Route is a key of the slot: it finds the slot's master, and it is
+	// declared on the calls that follow a redirection, for the server to
+	// check where the slot is.
+	Route string
+	Keys  int // counted against MaxCallKeys
+}
+
+// Batch is one script run over parts.
+type Batch struct {
+	Step   string // names the call in errors, such as "batchlock: release"
+	Script *redis.Script
+	Parts  []Part
+	// Ordered keeps the parts of a call consecutive in the order given, for
+	// a script that takes them in that order.
+	Ordered bool
+	// Follow sends the parts a node found elsewhere to the node importing
+	// their slot, with ASKING, rather than wait for the slot to settle. Only
+	// for scripts that touch nothing but the keys of their parts: the node
+	// that found them elsewhere no longer has them, so the importing node
+	// is where they are.
+	Follow bool
+	Ack    Ack
+	// Args returns the arguments of a call that carries parts (indices into
+	// Parts, ascending).
+	Args func(parts []int) []any
+	// Read takes the reply of a call that ran, and returns the parts it
+	// found elsewhere, to be sent again, or the error the reply means for
+	// all of the call's parts.
+	Read func(c *Call, parts []int) (elsewhere []int, err error)
+}
+
+// Result is what became of one part.
+type Result struct {
+	// Err is nil once a call carrying the part ran and Read took its reply
+	// without error (unless Read found the part elsewhere until the retries
+	// gave up).
+	Err error
+	// Unknown says that an attempt carrying the part may have run without
+	// its reply being read: it may have changed the part, also when a later
+	// attempt's reply was read.
+	Unknown bool
+}
+
+// errElsewhere says that a slot was not served where a call went: it moved,
+// or it is being migrated.
+var errElsewhere = errors.New("the slot is being migrated or has moved")
+
+// plan is one call to make: parts, and where a redirection pointed.
+type plan struct {
+	parts   []int
+	declare bool   // declare the first part's route key
+	addr    string // "": the master of the route key
+	asking  bool
+}
+
+// Route runs b: one call per master (per run of consecutive parts when
+// Ordered), at most MaxCallKeys keys each, with no key declared, so that
+// each part is judged by the script where it is. Parts that a call finds
+// elsewhere go again, one call per slot declaring a key of it: MOVED sends
+// them to the slot's new master, ASK to the importing master (with Follow),
+// and otherwise they wait for the slot to settle. Calls that failed without
+// running, or in a way that is safe to repeat, are sent again as they were.
+// All of this within ctx and RetryWindow; every script given to Route must
+// be safe to repeat.
+func (r *Runner) Route(ctx context.Context, b Batch) []Result {
+	res := make([]Result, len(b.Parts))
+	all := make([]int, len(b.Parts))
+	for i := range all {
+		all[i] = i
+	}
+	work := r.byMaster(ctx, b, all)
+	last := make([]error, len(b.Parts)) // what each part's last attempt met
+	began := time.Now()
+	for attempt := 0; len(work) > 0; attempt++ {
+		calls := make([]*Call, len(work))
+		for i, p := range work {
+			first := b.Parts[p.parts[0]]
+			calls[i] = &Call{Slot: first.Slot, Route: first.Route, Args: b.Args(p.parts), Addr: p.addr, Asking: p.asking}
+			if p.declare {
+				calls[i].Keys = []string{first.Route}
+			}
+		}
+		r.sender.Send(ctx, b.Script, calls, b.Ack)
+
+		var again []plan
+		var moved []int
+		hints := map[int]plan{} // by slot: where a redirection pointed
+		for i, c := range calls {
+			p := work[i]
+			err := c.Reply.Err()
+			if err == nil {
+				elsewhere, err := b.Read(c, p.parts)
+				for _, j := range p.parts {
+					res[j].Err = err
+				}
+				for _, j := range elsewhere {
+					last[j] = errElsewhere
+					res[j].Err = Describe(ctx, b.Step, &Call{Slot: b.Parts[j].Slot}, errElsewhere)
+				}
+				moved = append(moved, elsewhere...)
+				continue
+			}
+			described := Describe(ctx, b.Step, c, err)
+			for _, j := range p.parts {
+				last[j] = err
+				res[j].Err = described
+				res[j].Unknown = res[j].Unknown || !Refused(err)
+			}
+			if addr, asking, ok := redirection(err); ok {
+				moved = append(moved, p.parts...)
+				hints[c.Slot] = plan{addr: addr, asking: asking && b.Follow}
+				if asking && !b.Follow {
+					hints[c.Slot] = plan{}
+				}
+				continue
+			}
+			if Retryable(err) {
+				again = append(again, p)
+			}
+		}
+		slices.Sort(moved)
+		work = append(again, r.perSlot(b, moved, hints)...)
+		if len(work) > 0 && !r.wait(ctx, began, attempt) {
+			// Given up: say what the last attempt met, and why it was
+			// the last.
+			for _, p := range work {
+				for _, j := range p.parts {
+					res[j].Err = Describe(ctx, b.Step, &Call{Slot: b.Parts[j].Slot}, last[j])
+				}
+			}
+			break
+		}
+	}
+	return res
+}
+
+// redirection reads a MOVED or ASK reply: the node it names, and whether
+// the slot is being imported there (ASK).
+func redirection(err error) (addr string, asking, ok bool) {
+	if addr, ok := redis.IsMovedError(err); ok {
+		return addr, false, true
+	}
+	if addr, ok := redis.IsAskError(err); ok {
+		return addr, true, true
+	}
+	return "", false, false
+}
+
+// byMaster plans parts as the map of slots places them: one call per master
+// (per run of consecutive parts when b is Ordered), at most MaxCallKeys keys
+// each. A part whose master is unknown goes alone, to fail and be tried again.
+func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) []plan {
+	var out []plan
+	open := map[string]int{} // by master, the plan being filled
+	keys := map[int]int{}    // by plan, its keys
+	masterOf := map[int]string{}
+	prev := ""
+	for _, j := range parts {
+		part := b.Parts[j]
+		addr, ok := masterOf[part.Slot]
+		if !ok {
+			var err error
+			if addr, err = r.master(ctx, part.Route); err != nil {
+				addr = "unknown:" + strconv.Itoa(part.Slot)
+			}
+			masterOf[part.Slot] = addr
+		}
+		i, ok := open[addr]
+		if b.Ordered && addr != prev {
+			ok = false
+		}
+		if !ok || keys[i]+part.Keys > MaxCallKeys {
+			i = len(out)
+			out = append(out, plan{})
+			open[addr] = i
+		}
+		out[i].parts = append(out[i].parts, j)
+		keys[i] += part.Keys
+		prev = addr
+	}
+	return out
+}
+
+// perSlot plans parts found elsewhere: one call per slot (at most MaxCallKeys
+// keys each) declaring a key of it, sent where a redirection for the slot
+// pointed.
+func (r *Runner) perSlot(b Batch, parts []int, hints map[int]plan) []plan {
+	var out []plan
+	keys := 0
+	for n, j := range parts {
+		part := b.Parts[j]
+		if n == 0 || b.Parts[out[len(out)-1].parts[0]].Slot != part.Slot || keys+part.Keys > MaxCallKeys {
+			hint := hints[part.Slot]
+			out = append(out, plan{declare: true, addr: hint.addr, asking: hint.asking})
+			keys = 0
+		}
+		last := &out[len(out)-1]
+		last.parts = append(last.parts, j)
+		keys += part.Keys
+	}
+	return out
+}
+
+// wait is the pause before attempt number attempt+1 of a round that began
+// at began: it refreshes the map of slots and sleeps a jittered backoff. It
+// reports false, at once, when ctx is done or RetryWindow has passed since
+// began.
+func (r *Runner) wait(ctx context.Context, began time.Time, attempt int) bool {
+	left := RetryWindow - time.Since(began)
+	if left <= 0 || ctx.Err() != nil {
+		return false
+	}
+	r.Refresh(ctx)
+	return sleep(ctx, min(jittered(attempt), left))
+}
