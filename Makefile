@@ -19,10 +19,12 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 UNIT_MODULES := . localcluster cmd/batchlock batchlockotel
 CLUSTER_TEST = $(GO) -C cluster_test test -count=1 -timeout 15m -skip '^TestSoak$$' ./...
 # The randomized fault soak: SOAK is its length, SEED replays a schedule,
-# SOAK_BACKEND picks the backend (default: as for the suite).
+# SOAK_BACKEND picks the backend (default: as for the suite), SOAK_REPLICAS
+# the replicas per master (default 1).
 SOAK        ?= 10m
 SEED        ?=
 SOAK_BACKEND ?=
+SOAK_REPLICAS ?= 1
 SOAK_LOG    ?= $${TMPDIR:-/tmp}/batchlock-soak.log
 TEST_SOAK   ?= 60s
 COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "docker compose"; \
@@ -86,7 +88,7 @@ test-soak:
 # violations, <n> leftovers".
 soak: deps
 	@set -o pipefail; log=$(SOAK_LOG); \
-	env -u BATCHLOCK_CLUSTER_ADDRS $(if $(SOAK_BACKEND),BATCHLOCK_BACKEND=$(SOAK_BACKEND)) SOAK=$(SOAK) SEED=$(SEED) \
+	env -u BATCHLOCK_CLUSTER_ADDRS $(if $(SOAK_BACKEND),BATCHLOCK_BACKEND=$(SOAK_BACKEND)) SOAK=$(SOAK) SEED=$(SEED) SOAK_REPLICAS=$(SOAK_REPLICAS) \
 		$(GO) -C cluster_test test -count=1 -timeout 3h -run '^TestSoak$$' -v . >$$log 2>&1; status=$$?; \
 	if [ $$status -ne 0 ]; then grep -v '^redis: ' $$log | grep -v '^soak: ' | tail -n 40; echo "(whole output: $$log)"; fi; \
 	grep '^soak: ' $$log; exit $$status

@@ -140,19 +140,21 @@ func TestACLUserLimitedToPrefix(t *testing.T) {
 	t.Cleanup(func() { _ = outside.Close() })
 	_, err = outside.TryLock(ctx, keys[:1])
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "NOPERM", "the ACL refuses keys outside the prefix")
 	assert.Empty(t, lockKeysUnder(t, admin, "outside:"))
 
 	// Nothing else was refused: not a command go-redis sends on its own
 	// and ignores the failure of, nor one batchlock needs.
+	outsideRefused := 0
 	for _, addr := range cl.Addrs() {
 		for _, e := range aclLog(ctx, t, cl, addr) {
 			if e["reason"] == "key" && strings.HasPrefix(e["object"], "outside:") {
+				outsideRefused++
 				continue
 			}
 			t.Errorf("%s refused %s %q of %s (context %s)", addr, e["reason"], e["object"], e["username"], e["context"])
 		}
 	}
+	assert.Positive(t, outsideRefused, "the ACL refuses keys outside the prefix")
 }
 
 func anySlice(ss []string) []any {

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/localcluster"
 )
 
 func TestReplicaAcknowledgement(t *testing.T) {
@@ -73,4 +76,62 @@ func TestRenewalNeedsReplicaAcknowledgement(t *testing.T) {
 	require.NoError(t, plain.Unlock(ctx))
 	_ = acked.Unlock(ctx)
 	require.NoError(t, cl.Restart(ctx, replica.Addr))
+}
+
+// With two replicas per master, WithReplicas(n) protects a lock from a
+// failover only when every replica that can be promoted acknowledged it.
+// The lagging replica promoted (CLUSTER FAILOVER TAKEOVER on the one that
+// did not acknowledge): a lock acknowledged by one replica of two is gone
+// from the new master and a second owner takes the key, the documented
+// limit; asking for both replicas refuses the lock up front instead.
+func TestReplicasOfTwoAndTheLaggingOnePromoted(t *testing.T) {
+	cl := newCluster(t, localcluster.WithReplicasPerMaster(2))
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := ctxTimeout(t, 3*time.Minute)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+
+	for i, tc := range []struct {
+		name     string
+		replicas int
+	}{
+		{"acknowledged by one of two: lost when the other is promoted", 1},
+		{"acknowledged by both: refused while one lags", 2},
+	} {
+		master := masters[i] // each case breaks a master of its own
+		t.Run(tc.name, func(t *testing.T) {
+			c, prefix := newLocker(t, rdb)
+			key := keysOn(t, master, prefix, "two-replicas", 1)
+			replicas, err := cl.ReplicasOf(ctx, master.Addr)
+			require.NoError(t, err)
+			require.Len(t, replicas, 2)
+			lagging := replicas[1]
+
+			var first *batchlock.Lock
+			var lockErr error
+			err = cl.PromoteLagging(ctx, master.Addr, lagging.Addr, func(ctx context.Context) error {
+				first, lockErr = c.TryLock(ctx, key, batchlock.WithTTL(time.Minute), batchlock.WithReplicas(tc.replicas, 500*time.Millisecond))
+				return nil
+			})
+			require.NoError(t, err)
+			require.NoError(t, cl.WaitReady(ctx))
+			now, err := cl.MasterOfSlot(ctx, hashtag.Slot(prefix+key[0]))
+			require.NoError(t, err)
+			require.Equal(t, lagging.Addr, now.Addr, "the lagging replica serves the key")
+
+			second, err := c.TryLock(ctx, key, batchlock.WithTTL(time.Minute))
+			if tc.replicas == 1 {
+				require.NoError(t, lockErr, "one replica acknowledged the first lock")
+				require.NoError(t, err, "the failover lost the first lock: a second owner takes the key")
+				assert.NoError(t, first.Err(), "the first holder was told nothing (fencing is the defence)")
+				_ = first.Unlock(ctx)
+			} else {
+				require.ErrorIs(t, lockErr, batchlock.ErrNoReplicas, "one replica of two cannot acknowledge")
+				require.Nil(t, first)
+				require.NoError(t, err, "nothing was granted, so nothing was lost")
+			}
+			require.NoError(t, second.Unlock(ctx))
+		})
+	}
 }

@@ -51,6 +51,8 @@ func (s *soak) judge() (violations []string, excused, overlapped int) {
 		violations = append(violations, fmt.Sprintf("key %s: write of %s with token %d refused at %s, within its validity",
 			r.key, r.owner, r.token, r.at.Format("15:04:05.000000")))
 	}
+	lost, _ := s.judgeHolders()
+	violations = append(violations, lost...)
 	return violations, excused, overlapped
 }
 

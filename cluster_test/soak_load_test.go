@@ -146,8 +146,10 @@ func (s *soak) options(rng *rand.Rand, sc *soakClient) (opts []batchlock.LockOpt
 		opts = append(opts, batchlock.WithTTL(lease))
 	}
 	if rng.IntN(10) < 3 {
+		// Every replica: with fewer, a failover to one that did not
+		// acknowledge loses the lock (the documented limit).
 		replicas = true
-		opts = append(opts, batchlock.WithReplicas(1, 200*time.Millisecond))
+		opts = append(opts, batchlock.WithReplicas(s.replicas, 200*time.Millisecond))
 	}
 	return opts, lease, replicas
 }
@@ -173,18 +175,32 @@ func (s *soak) callContext(rng *rand.Rand) (context.Context, context.CancelFunc)
 }
 
 // operate makes one TryLock, Lock or Do and, when it gets the lock, holds
-// and unlocks it.
+// and unlocks it. One call in six is ended by the observer at its first
+// conflict. A call that fails is checked for keys left held.
 func (s *soak) operate(rng *rand.Rand) {
 	sc := s.client(rng)
 	keys, shared := s.split(rng, s.basket(rng))
 	opts, lease, replicas := s.options(rng, sc)
-	opts = append(opts, withShared(shared))
+	owner := fmt.Sprintf("soak-%016x", rng.Uint64())
+	opts = append(opts, withShared(shared), batchlock.WithOwner(owner))
 	ctx, cancel := s.callContext(rng)
 	defer cancel()
+	if rng.IntN(6) == 0 {
+		s.mu.Lock()
+		s.cancelAt[owner] = cancel
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.cancelAt, owner)
+			s.mu.Unlock()
+		}()
+	}
 
 	var kind string
 	var l *batchlock.Lock
 	var err error
+	ran := false
+	start := time.Now()
 	switch r := rng.IntN(10); {
 	case r < 3:
 		kind = "TryLock"
@@ -195,6 +211,7 @@ func (s *soak) operate(rng *rand.Rand) {
 	default:
 		kind = "Do"
 		err = sc.c.Do(ctx, keys, func(fnCtx context.Context) error {
+			ran = true
 			held, _ := batchlock.LockFromContext(fnCtx)
 			s.hold(rng, sc, s.watch(held, shared, lease, replicas), fnCtx)
 			return nil
@@ -202,6 +219,9 @@ func (s *soak) operate(rng *rand.Rand) {
 	}
 	s.count(s.ops, kind)
 	s.outcome(kind, err)
+	if err != nil && !ran {
+		s.checkRolledBack(owner, append(slices.Clone(keys), keysOf(shared)...), start)
+	}
 	if l == nil {
 		return
 	}

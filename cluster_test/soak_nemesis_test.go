@@ -20,10 +20,11 @@ import (
 // its role to a replica during [at, until]: locks taken there without
 // WithReplicas may have been lost then, the documented exception.
 type faultEvent struct {
-	kind  string
-	at    time.Time
-	until time.Time
-	slots [][2]int
+	kind   string
+	at     time.Time
+	until  time.Time
+	slots  [][2]int
+	served [][2]int // the slots of the master the fault was made on
 }
 
 // nemesisFault is a fault: its name, its weight in the schedule, and how it
@@ -102,6 +103,9 @@ func (s *soak) faultKinds() []nemesisFault {
 			}
 			time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond) // the half-done state is the fault
 			return false, cl.MigrateSlot(ctx, slot, to.Addr)
+		}},
+		{"slot migrated key by key", 3, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+			return false, s.migrateKeyByKey(ctx, rng)
 		}},
 		{"normal connections killed", 2, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "normal")
@@ -204,7 +208,7 @@ func (s *soak) injectOne(rng *rand.Rand, kind nemesisFault) error {
 	if err != nil {
 		return err
 	}
-	ev := faultEvent{kind: kind.name, at: time.Now()}
+	ev := faultEvent{kind: kind.name, at: time.Now(), served: m.Slots}
 	lost, err := kind.inject(ctx, rng, m, r)
 	if err != nil {
 		return err
@@ -216,6 +220,7 @@ func (s *soak) injectOne(rng *rand.Rand, kind nemesisFault) error {
 	if lost {
 		ev.slots = m.Slots
 	}
+	s.t.Logf("soak: fault %q on %s from %s to %s", ev.kind, m.Addr, ev.at.Format("15:04:05.000000"), ev.until.Format("15:04:05.000000"))
 	s.mu.Lock()
 	s.faults = append(s.faults, ev)
 	s.injected[kind.name]++
@@ -247,10 +252,50 @@ func (s *soak) waitPromoted(ctx context.Context, m, r localcluster.Node) error {
 	}
 }
 
-// slotToMove picks the slot of a random key and a master that does not serve
-// it.
+// migrateKeyByKey moves a slot the way a slow resharding does: its keys
+// (lock keys, the fencing counter, cancel marks) one MIGRATE at a time with
+// pauses, half of them, a longer pause half-way, then the rest; one time in
+// four the migration is aborted half-way instead (the keys go back).
+func (s *soak) migrateKeyByKey(ctx context.Context, rng *rand.Rand) error {
+	slot, to, err := s.slotToMove(ctx, rng)
+	if err != nil {
+		return err
+	}
+	m, err := s.cl.BeginMigration(ctx, slot, to.Addr)
+	if err != nil {
+		return err
+	}
+	reply, err := s.cl.Do(ctx, m.From().Addr, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
+	if err != nil {
+		return err
+	}
+	keys, _ := reply.([]any)
+	for _, k := range keys[:(len(keys)+1)/2] {
+		if err := m.Move(ctx, fmt.Sprint(k)); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(10+rng.IntN(100)) * time.Millisecond) // the pace of the migration is the fault
+	}
+	time.Sleep(time.Duration(300+rng.IntN(2000)) * time.Millisecond) // the half-way state is the fault
+	if rng.IntN(4) == 0 {
+		s.count(s.injected, "slot migration aborted half-way")
+		return m.Abort(ctx)
+	}
+	if err := m.MoveAll(ctx, time.Duration(10+rng.IntN(50))*time.Millisecond); err != nil {
+		return err
+	}
+	return m.Finish(ctx)
+}
+
+// slotToMove picks the slot of a random key (half the time one of the long
+// holders', which are held and renewed throughout) and a master that does
+// not serve it.
 func (s *soak) slotToMove(ctx context.Context, rng *rand.Rand) (int, localcluster.Node, error) {
-	slot := hashtag.Slot(s.prefix + s.keys[rng.IntN(len(s.keys))])
+	key := s.keys[rng.IntN(len(s.keys))]
+	if len(s.holderKeys) > 0 && rng.IntN(2) == 0 {
+		key = s.holderKeys[rng.IntN(len(s.holderKeys))]
+	}
+	slot := hashtag.Slot(s.prefix + key)
 	masters, err := s.cl.Masters(ctx)
 	if err != nil {
 		return 0, localcluster.Node{}, err

@@ -26,8 +26,9 @@ import (
 // faults in the same order, and the same choices by every worker (their
 // timing, and so the interleaving, still varies).
 const (
-	envSoak = "SOAK"
-	envSeed = "SEED"
+	envSoak     = "SOAK"
+	envSeed     = "SEED"
+	envReplicas = "SOAK_REPLICAS"
 
 	defaultSoak = time.Minute
 )
@@ -55,6 +56,15 @@ type soak struct {
 	refusals []refusal    // fenced writes refused while their writer believed it held the key
 	register *fencedStore // the storage the sections write to
 	locks    sync.WaitGroup
+
+	replicas     int                           // replicas per master
+	admin        *batchlock.Client             // reads locks for the checks; never replaced
+	cancelAt     map[string]context.CancelFunc // by owner: calls to end at their next conflict
+	holderKeys   []string                      // the long holders' keys
+	holderLosses []holderLoss
+	checks       chan struct{} // failed calls being checked
+	checked      int
+	failedCalls  []failedCall // checked, and found holding keys
 }
 
 // soakClient is one batchlock Client of the run and the lease of its
@@ -77,11 +87,19 @@ func TestSoak(t *testing.T) {
 		require.NoError(t, err, "%s=%q", envSeed, v)
 		seed = s
 	}
-	cl := newCluster(t)
+	replicas := 1
+	if v := os.Getenv(envReplicas); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "%s=%q", envReplicas, v)
+		replicas = n
+	}
+	cl := newCluster(t, localcluster.WithReplicasPerMaster(replicas))
 	s := newSoak(t, cl, seed, duration)
-	s.say("seed %d (replay with SEED=%d), %v on the %s backend, %d keys, %d clients",
-		seed, seed, duration, cl.Backend(), len(s.keys), len(s.clients))
+	s.replicas = replicas
+	s.say("seed %d (replay with SEED=%d), %v on the %s backend, %d replicas per master, %d keys, %d clients, %d holder clients of %d locks",
+		seed, seed, duration, cl.Backend(), replicas, len(s.keys), len(s.clients), holderClients, holderLocks)
 
+	stopHolders := s.startHolders()
 	var wg sync.WaitGroup
 	for w := range soakWorkers {
 		wg.Go(func() { s.worker(w) })
@@ -89,16 +107,21 @@ func TestSoak(t *testing.T) {
 	wg.Go(s.replaceClients)
 	s.nemesis()
 	wg.Wait()
+	stopHolders()
 	s.closeAll()
 
 	leftovers := s.leftovers()
 	violations, exceptions, overlapped := s.judge()
-	s.report(exceptions, overlapped)
+	s.mu.Lock()
+	stuck, stuckExcused := s.judgeRollbacks()
+	s.mu.Unlock()
+	leftovers = append(leftovers, stuck...)
+	s.report(exceptions, overlapped, stuckExcused)
 	for _, v := range violations[:min(len(violations), 30)] {
 		s.say("violation: %s", v)
 	}
 	for _, k := range leftovers[:min(len(leftovers), 10)] {
-		s.say("leftover: %s", k)
+		s.say("leftover: %s", s.describeKey(k))
 	}
 	s.say("%d operations, %d faults, %d violations, %d leftovers", s.total(s.ops), s.total(s.injected), len(violations), len(leftovers))
 	if len(violations) > 0 || len(leftovers) > 0 {
@@ -130,6 +153,8 @@ func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.
 		outcomes: map[string]int{},
 		injected: map[string]int{},
 		register: &fencedStore{last: map[string]int64{}},
+		cancelAt: map[string]context.CancelFunc{},
+		checks:   make(chan struct{}, maxChecks),
 	}
 	for i := range soakKeys {
 		s.keys = append(s.keys, fmt.Sprintf("sku:%d", i))
@@ -147,6 +172,10 @@ func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.
 	for i := range soakClients {
 		s.clients = append(s.clients, s.newClient(i))
 	}
+	admin, err := batchlock.New(s.rdbs[0], batchlock.WithPrefix(s.prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	s.admin = admin
 	return s
 }
 
@@ -155,9 +184,29 @@ var soakLeases = []time.Duration{300 * time.Millisecond, time.Second, 3 * time.S
 
 func (s *soak) newClient(i int) *soakClient {
 	lease := soakLeases[i%len(soakLeases)]
-	c, err := batchlock.New(s.rdbs[i%len(s.rdbs)], batchlock.WithPrefix(s.prefix), batchlock.WithLease(lease))
+	c, err := batchlock.New(s.rdbs[i%len(s.rdbs)], batchlock.WithPrefix(s.prefix), batchlock.WithLease(lease),
+		batchlock.WithObserver(s.observe))
 	require.NoError(s.t, err)
 	return &soakClient{c: c, lease: lease}
+}
+
+// observe ends the calls marked to end at their next conflict, right when
+// the conflict is found: what comes next is a rollback (TryLock), a
+// give-back of keys taken out of order, or a wait (Lock).
+func (s *soak) observe(e batchlock.Event) {
+	if e.Kind != batchlock.EventConflict {
+		return
+	}
+	s.mu.Lock()
+	cancel := s.cancelAt[e.Owner]
+	delete(s.cancelAt, e.Owner)
+	if cancel != nil {
+		s.injected["call ended at its conflict"]++
+	}
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // say prints a line of the soak's report on standard output, where make soak
@@ -242,10 +291,29 @@ func (s *soak) bookkeeping() []string {
 	return found
 }
 
+// describeKey is a leftover key with what it holds, for the report.
+func (s *soak) describeKey(key string) string {
+	if !strings.HasPrefix(key, s.prefix) {
+		return key
+	}
+	ctx := ctxTimeout(s.t, 10*time.Second)
+	v, err := s.rdbs[0].Get(ctx, key).Result()
+	ttl := s.rdbs[0].PTTL(ctx, key).Val()
+	if err != nil {
+		return fmt.Sprintf("%s (%v)", key, err)
+	}
+	return fmt.Sprintf("%s = %q, expires in %v", key, v, ttl)
+}
+
 // report prints what ran and what was injected, by kind.
-func (s *soak) report(exceptions, overlapped int) {
+func (s *soak) report(exceptions, overlapped, stuckExcused int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.say("%d holder losses (%d excused by a stopping fault); %d failed calls checked after the rollback bound, %d holding keys then (%d excused by a stopping fault)",
+		len(s.holderLosses), s.holdersExcused(), s.checked, len(s.failedCalls), stuckExcused)
+	for _, loss := range s.holderLosses[:min(len(s.holderLosses), 5)] {
+		s.say("holder loss: %s at %s: %v", loss.owner, loss.at.Format("15:04:05.000000"), loss.err)
+	}
 	s.say("operations: %s", describeCounts(s.ops))
 	s.say("outcomes: %s", describeCounts(s.outcomes))
 	s.say("faults: %s", describeCounts(s.injected))
