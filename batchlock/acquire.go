@@ -87,8 +87,8 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		if err != nil {
 			c.rollback(ctx, l, l.groups)
 		} else {
-			c.hold(l)
 			c.watchdog.add(l)
+			c.hold(l)
 		}
 	}
 	if err != nil {
@@ -156,7 +156,9 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			}
 		}
 		if err := c.releaseAside(ctx, l, after, nil); err != nil {
-			c.rollback(ctx, l, l.groups[:failed+1])
+			// A give-back that failed is tried again by the rollback; one
+			// whose call ended goes on in the background meanwhile.
+			c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
 			return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
 		}
 		if wt.held == 0 && failed+outcome.part > 0 {

@@ -215,6 +215,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 	for i, k := range lockKeys {
 		parts[i] = script.Part{Slot: hashtag.Slot(k), Route: k, Keys: 1}
 	}
+	released := map[string]bool{} // the holds of the keys released
 	results := c.runner.Route(ctx, script.Batch{
 		Step:   "batchlock: force unlock",
 		Script: forceScript,
@@ -241,20 +242,20 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 				v, _ := vals[2+n].(string)
 				if s, ok := parseLock(v, time.UnixMilli(now)); ok {
 					out[i] = Released{Key: keys[i], Held: true, Owner: s.firstHolder(), Holders: s.holders, Holds: s.holds, Token: s.token}
+					for _, h := range holdsIn(v) {
+						released[h] = true
+					}
 				}
 			}
 			return away, nil
 		},
 	})
-	released := map[string]bool{}
 	for i, r := range results {
 		out[i].Err = r.Err
-		if out[i].Held {
-			released[lockKeys[i]] = true
-		}
 	}
-	// This Client's own locks on those keys end at once; another Client's
-	// find out at their next renewal.
+	// This Client's own locks among those released end at once (those
+	// whose holds were in the keys, not later ones handed the keys since);
+	// another Client's find out at their next renewal.
 	for _, l := range c.holding(released) {
 		l.lose(fmt.Errorf("%w: force-unlocked", ErrLockLost))
 	}

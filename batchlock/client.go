@@ -2,6 +2,7 @@ package batchlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -91,7 +92,7 @@ func (c *Client) Close() error {
 	c.stopCalls(ErrClosed)
 	c.calls.Wait()
 	c.watchdog.close()
-	return c.waiters.close()
+	return errors.Join(c.waiters.close(), c.runner.Close())
 }
 
 // begin registers a call that sends requests, so that Close can end it and
@@ -110,11 +111,14 @@ func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ er
 	}, nil
 }
 
-// hold registers a lock handed out, until it ends (see Lock.finish).
+// hold registers a lock handed out, until it ends (see Lock.finish); one
+// that ended already is not registered.
 func (c *Client) hold(l *Lock) {
 	c.heldMu.Lock()
-	c.held[l] = struct{}{}
-	c.heldMu.Unlock()
+	defer c.heldMu.Unlock()
+	if l.Err() == nil {
+		c.held[l] = struct{}{}
+	}
 }
 
 func (c *Client) unhold(l *Lock) {
@@ -123,17 +127,14 @@ func (c *Client) unhold(l *Lock) {
 	c.heldMu.Unlock()
 }
 
-// holding returns the locks handed out that hold one of lockKeys.
-func (c *Client) holding(lockKeys map[string]bool) []*Lock {
+// holding returns the locks handed out whose hold is one of holds.
+func (c *Client) holding(holds map[string]bool) []*Lock {
 	c.heldMu.Lock()
 	defer c.heldMu.Unlock()
 	var out []*Lock
 	for l := range c.held {
-		for _, k := range l.lockKeys() {
-			if lockKeys[k] {
-				out = append(out, l)
-				break
-			}
+		if holds[l.hold] {
+			out = append(out, l)
 		}
 	}
 	return out

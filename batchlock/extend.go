@@ -3,6 +3,8 @@ package batchlock
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
@@ -17,22 +19,33 @@ type holdKeys struct {
 	groups []group
 }
 
+// extended is what an extension did to one lock: the lock keys that no
+// longer carry its hold, and the first error among its keys (or
+// ErrNoReplicas).
+type extended struct {
+	lost []string
+	err  error
+}
+
 // extend makes the lease of l's hold on groups run at least ttl from now, and
 // returns the lock keys that no longer carry it. With WithReplicas, the
 // extension counts only once acknowledged: otherwise the error wraps
 // ErrNoReplicas.
 func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.Duration) ([]string, error) {
-	lost, errs := c.extendAll(ctx, []holdKeys{{hold: l.hold, lease: lease.Millis(ttl), groups: groups}}, l.ack)
-	return lost[0], errs[0]
+	var out extended
+	c.extendAll(ctx, []holdKeys{{hold: l.hold, lease: lease.Millis(ttl), groups: groups}}, l.ack,
+		func(_ int, e extended) { out = e })
+	return out.lost, out.err
 }
 
-// extendAll extends the holds of several locks, one call per master for all
-// of them (the watchdog's round), and returns per lock the keys lost and its
-// error: the first error among its keys, or ErrNoReplicas. Locks of one owner
-// may share keys: every hold is extended on its own.
-func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack) ([][]string, []error) {
-	lost := make([][]string, len(locks))
-	errs := make([]error, len(locks))
+// extendAll extends the holds of several locks (the watchdog's round): the
+// keys each master serves, for all the locks, go in one call per master (at
+// most script.MaxCallKeys keys each), and the masters are asked apart, so
+// that done is called for each lock as soon as the masters of its keys have
+// answered, not held up by a master that is slow for others. Locks of one
+// owner may share keys: every hold is extended on its own. It returns once
+// every lock is done.
+func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack, done func(lock int, e extended)) {
 	var parts []script.Part
 	var lockOf []int // the lock of parts[i]
 	for i, h := range locks {
@@ -43,60 +56,150 @@ func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack
 			}
 		}
 	}
-	if len(parts) == 0 {
-		return lost, errs
+	results := make([]extended, len(locks))
+	pending := make([]int, len(locks)) // masters each lock still waits for
+	var mu sync.Mutex                  // guards results and pending
+	finish := func(at []int) {
+		var ready []int
+		mu.Lock()
+		seen := map[int]bool{}
+		for _, j := range at {
+			if i := lockOf[j]; !seen[i] {
+				seen[i] = true
+				if pending[i]--; pending[i] == 0 {
+					ready = append(ready, i)
+				}
+			}
+		}
+		mu.Unlock()
+		for _, i := range ready {
+			done(i, results[i])
+		}
 	}
-	// segments cuts the parts of a call by lock, in order: the parts of one
-	// lock are consecutive.
-	segments := func(at []int) [][]int {
+
+	byMaster := c.partsByMaster(ctx, parts)
+	for _, at := range byMaster {
+		seen := map[int]bool{}
+		for _, j := range at {
+			if i := lockOf[j]; !seen[i] {
+				seen[i] = true
+				pending[i]++
+			}
+		}
+	}
+	for i := range locks {
+		if pending[i] == 0 {
+			done(i, extended{})
+		}
+	}
+	var wg sync.WaitGroup
+	for n, at := range byMaster {
+		run := func() {
+			c.extendOn(ctx, parts, at, lockOf, locks, ack, &mu, results)
+			finish(at)
+		}
+		if n == len(byMaster)-1 {
+			run()
+		} else {
+			wg.Go(run)
+		}
+	}
+	wg.Wait()
+}
+
+// partsByMaster cuts parts (indices) by the master that serves them, as the
+// map of slots has it; parts whose master is unknown go together.
+func (c *Client) partsByMaster(ctx context.Context, parts []script.Part) [][]int {
+	index := map[string]int{}
+	masterOf := map[int]string{}
+	var out [][]int
+	for j, p := range parts {
+		addr, ok := masterOf[p.Slot]
+		if !ok {
+			var err error
+			if addr, err = c.runner.Master(ctx, p.Route); err != nil {
+				addr = "unknown:" + strconv.Itoa(p.Slot)
+			}
+			masterOf[p.Slot] = addr
+		}
+		n, ok := index[addr]
+		if !ok {
+			n = len(out)
+			index[addr] = n
+			out = append(out, nil)
+		}
+		out[n] = append(out[n], j)
+	}
+	return out
+}
+
+// extendOn extends the parts at (indices into parts) of one master, and
+// records in results what it found for their locks.
+func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf []int, locks []holdKeys,
+	ack script.Ack, mu *sync.Mutex, results []extended) {
+	sub := make([]script.Part, len(at))
+	for n, j := range at {
+		sub[n] = parts[j]
+	}
+	// segments cuts the parts of a call (indices into sub) by lock: the
+	// parts of one lock are consecutive.
+	segments := func(in []int) [][]int {
 		var out [][]int
-		for n, i := range at {
-			if n == 0 || lockOf[i] != lockOf[at[n-1]] {
+		for n, i := range in {
+			if n == 0 || lockOf[at[i]] != lockOf[at[in[n-1]]] {
 				out = append(out, nil)
 			}
 			out[len(out)-1] = append(out[len(out)-1], i)
 		}
 		return out
 	}
-	results := c.runner.Route(ctx, script.Batch{
+	fail := func(i int, err error) {
+		if results[i].err == nil {
+			results[i].err = err
+		}
+	}
+	routed := c.runner.Route(ctx, script.Batch{
 		Step:   "batchlock: extend",
 		Script: extendScript,
-		Parts:  parts,
+		Parts:  sub,
 		Follow: true,
 		Ack:    ack,
-		Args: func(at []int) []any {
-			args := make([]any, 0, len(at)+3*len(locks))
-			for _, seg := range segments(at) {
-				h := locks[lockOf[seg[0]]]
+		Args: func(in []int) []any {
+			args := make([]any, 0, len(in)+3*len(locks))
+			for _, seg := range segments(in) {
+				h := locks[lockOf[at[seg[0]]]]
 				args = append(args, h.hold, h.lease, len(seg))
 				for _, i := range seg {
-					args = append(args, parts[i].Route)
+					args = append(args, sub[i].Route)
 				}
 			}
 			return args
 		},
-		Read: func(cl *script.Call, at []int) ([]int, error) {
-			segs := segments(at)
+		Read: func(cl *script.Call, in []int) ([]int, error) {
+			segs := segments(in)
 			vals, err := cl.Reply.Slice()
 			if err != nil || len(vals) != 2*len(segs) {
 				return nil, script.Describe(ctx, "batchlock: extend", cl, fmt.Errorf("unexpected reply %v", vals))
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			var again []int
 			for n, seg := range segs {
-				i := lockOf[seg[0]]
-				lost[i] = append(lost[i], stringsOf(vals[2*n])...)
-				again = append(again, partsNamed(parts, seg, stringsOf(vals[2*n+1]))...)
-				if !ack.Acknowledged(cl) && errs[i] == nil {
-					errs[i] = unacknowledged(cl, ack)
+				i := lockOf[at[seg[0]]]
+				results[i].lost = append(results[i].lost, stringsOf(vals[2*n])...)
+				again = append(again, partsNamed(sub, seg, stringsOf(vals[2*n+1]))...)
+				if !ack.Acknowledged(cl) {
+					fail(i, unacknowledged(cl, ack))
 				}
 			}
 			return again, nil
 		},
 	})
-	for j, r := range results {
-		if r.Err != nil && errs[lockOf[j]] == nil {
-			errs[lockOf[j]] = r.Err
+	mu.Lock()
+	defer mu.Unlock()
+	for n, r := range routed {
+		if r.Err != nil {
+			fail(lockOf[at[n]], r.Err)
 		}
 	}
-	return lost, errs
 }

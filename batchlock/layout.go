@@ -100,6 +100,20 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	return s, true
 }
 
+// holdsIn returns the hold fields of a lock value.
+func holdsIn(value string) []string {
+	_, rest, _ := strings.Cut(value, " ")
+	_, rest, _ = strings.Cut(rest, " ")
+	holds, _, _ := strings.Cut(rest, " ")
+	var out []string
+	for e := range strings.SplitSeq(holds, ",") {
+		if hold, _, ok := strings.Cut(e, "="); ok {
+			out = append(out, hold)
+		}
+	}
+	return out
+}
+
 // live reports whether ends, in milliseconds, is after now.
 func live(ends string, now time.Time) bool {
 	ms, err := strconv.ParseInt(ends, 10, 64)

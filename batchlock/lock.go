@@ -59,15 +59,6 @@ func newLock(ctx context.Context, c *Client, owner string, keys []string, groups
 	}
 }
 
-// lockKeys returns the lock keys of every group.
-func (l *Lock) lockKeys() []string {
-	var out []string
-	for _, g := range l.groups {
-		out = append(out, g.keys...)
-	}
-	return out
-}
-
 // Keys returns the lock's keys, deduplicated and sorted, without the prefix.
 func (l *Lock) Keys() []string { return append([]string(nil), l.keys...) }
 

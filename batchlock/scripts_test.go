@@ -325,3 +325,43 @@ func TestWaitersOwnUnsubscriptionIsNoDrop(t *testing.T) {
 		second.close()
 	}
 }
+
+// A key under the prefix that holds something other than a string is not a
+// lock key: a release, an extension and a forced release leave it alone and
+// go on with the other keys, rather than stop half-way.
+func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
+	rdb := serverClient(t)
+	ctx := t.Context()
+	now := serverNow(t, rdb)
+	hold := atTime("3 - h:a={now+60000} alice", now)
+	for _, tc := range []struct {
+		name   string
+		script *redis.Script
+		args   []any
+		reply  any
+	}{
+		{"release", releaseScript, releaseArgv("alice", "h:a", "list", "k"), []any{[]any{}, []any{}}},
+		{"extend", extendScript, []any{"h:a", 1000, 2, "list", "k"}, []any{[]any{"list"}, []any{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, rdb.FlushAll(ctx).Err())
+			require.NoError(t, rdb.RPush(ctx, "list", "x").Err())
+			require.NoError(t, rdb.Set(ctx, "k", hold, time.Minute).Err())
+			reply, err := tc.script.Run(ctx, rdb, nil, tc.args...).Result()
+			require.NoError(t, err)
+			assert.True(t, similar(tc.reply, reply), "reply %v, want %v", reply, tc.reply)
+			n, err := rdb.LLen(ctx, "list").Result()
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, n, "the list is left alone")
+			if tc.name == "release" {
+				assert.ErrorIs(t, rdb.Get(ctx, "k").Err(), redis.Nil, "the lock key after it is released")
+			}
+		})
+	}
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	require.NoError(t, rdb.RPush(ctx, "list", "x").Err())
+	reply, err := forceScript.Run(ctx, rdb, nil, "list").Result()
+	require.NoError(t, err)
+	vals := reply.([]any)
+	assert.Equal(t, []any{[]any{}, nil}, vals[1:], "a forced release says the list was not held")
+}

@@ -192,7 +192,16 @@ func (ws *waiters) sync(ctx context.Context, ln *listener) {
 			ln.leaving[key]++
 		}
 		ws.mu.Unlock()
-		_ = ln.ps.SUnsubscribe(context.WithoutCancel(ctx), drop...)
+		if err := ln.ps.SUnsubscribe(context.WithoutCancel(ctx), drop...); err != nil {
+			// Not sent: no reply will come for it.
+			ws.mu.Lock()
+			for _, key := range drop {
+				if ln.leaving[key]--; ln.leaving[key] <= 0 {
+					delete(ln.leaving, key)
+				}
+			}
+			ws.mu.Unlock()
+		}
 		for _, key := range drop {
 			delete(ln.sent, key)
 		}

@@ -15,25 +15,36 @@ import (
 // of its lease has passed since the lease was last confirmed, so that a lock
 // handed out with just over half its lease left is renewed at once. Locks
 // due within a sixth of a lease of each other share a round: one script call
-// per master for all the locks of an acknowledgement setting. Loss is
-// detected apart from it, by each lock's expiry timer, so a round stuck on a
-// frozen master cannot delay it.
+// per master for all the locks of an acknowledgement setting. A round runs
+// on its own, so that the next one is not held up by a master slow to
+// answer, and each lock is confirmed as soon as the masters of its keys have
+// answered; a lock is in one round at a time. Loss is detected apart from
+// it, by each lock's expiry timer, so a round stuck on a frozen master
+// cannot delay it.
 type watchdog struct {
 	c *Client
 
 	mu      sync.Mutex
-	due     map[*Lock]time.Time // when each watched lock is next renewed
+	due     map[*Lock]renewal // the watched locks
 	running bool
-	poke    chan struct{} // a lock was added: its due time may come first
+	poke    chan struct{} // a lock was added, or a round ended: the next due time may have changed
 
-	ctx  context.Context // ends with close
-	stop context.CancelFunc
-	done chan struct{}
+	ctx    context.Context // ends with close
+	stop   context.CancelFunc
+	done   chan struct{}
+	rounds sync.WaitGroup
+}
+
+// renewal is when a watched lock is renewed next, and whether a round is
+// renewing it now.
+type renewal struct {
+	at   time.Time
+	busy bool
 }
 
 func newWatchdog(c *Client) *watchdog {
 	ctx, stop := context.WithCancel(context.Background())
-	return &watchdog{c: c, due: make(map[*Lock]time.Time), poke: make(chan struct{}, 1),
+	return &watchdog{c: c, due: make(map[*Lock]renewal), poke: make(chan struct{}, 1),
 		ctx: ctx, stop: stop, done: make(chan struct{})}
 }
 
@@ -46,21 +57,29 @@ func (wd *watchdog) add(l *Lock) {
 		return
 	}
 	wd.mu.Lock()
-	wd.due[l] = wd.renewal(l.ValidUntil())
+	if l.Err() != nil {
+		wd.mu.Unlock()
+		return
+	}
+	wd.due[l] = renewal{at: wd.renewalOf(l.ValidUntil())}
 	if !wd.running {
 		wd.running = true
 		go wd.loop()
 	}
 	wd.mu.Unlock()
+	wd.wake()
+}
+
+func (wd *watchdog) wake() {
 	select {
 	case wd.poke <- struct{}{}:
 	default:
 	}
 }
 
-// renewal is when a lock whose lease is confirmed until validUntil is
+// renewalOf is when a lock whose lease is confirmed until validUntil is
 // renewed: a third of a lease after that lease began.
-func (wd *watchdog) renewal(validUntil time.Time) time.Time {
+func (wd *watchdog) renewalOf(validUntil time.Time) time.Time {
 	return validUntil.Add(-2 * wd.c.cfg.lease / 3)
 }
 
@@ -89,50 +108,52 @@ func (wd *watchdog) loop() {
 		timer.Reset(time.Until(next))
 		select {
 		case <-wd.ctx.Done():
+			wd.rounds.Wait()
 			return
 		case <-wd.poke:
 			continue
 		case <-timer.C:
 		}
-		roundCtx, cancel := context.WithTimeout(wd.ctx, wd.c.cfg.lease/3)
-		wd.renew(roundCtx)
-		cancel()
+		wd.startRound()
 	}
 }
 
-// next returns the earliest due time of the watched locks.
+// next returns the earliest due time of the watched locks not in a round.
 func (wd *watchdog) next() (time.Time, bool) {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	var first time.Time
-	for _, due := range wd.due {
-		if first.IsZero() || due.Before(first) {
-			first = due
+	for _, r := range wd.due {
+		if !r.busy && (first.IsZero() || r.at.Before(first)) {
+			first = r.at
 		}
 	}
 	return first, !first.IsZero()
 }
 
-// renew extends the locks due within a sixth of a lease. Locks taken
-// WithReplicas have their renewal acknowledged the same way, so that a
-// failover cannot roll a lease back further than the holder was told; they
-// go in a batch of their own per acknowledgement setting.
-func (wd *watchdog) renew(ctx context.Context) {
+// startRound starts renewing the locks due within a sixth of a lease that no
+// round is renewing. Locks taken WithReplicas have their renewal
+// acknowledged the same way, so that a failover cannot roll a lease back
+// further than the holder was told; they go in a batch of their own per
+// acknowledgement setting.
+func (wd *watchdog) startRound() {
 	horizon := time.Now().Add(wd.c.cfg.lease / 6)
 	wd.mu.Lock()
 	batches := make(map[script.Ack][]*Lock)
-	for l, due := range wd.due {
-		if !due.After(horizon) {
+	for l, r := range wd.due {
+		if !r.busy && !r.at.After(horizon) {
 			batches[l.ack] = append(batches[l.ack], l)
+			wd.due[l] = renewal{at: r.at, busy: true}
 		}
 	}
 	wd.mu.Unlock()
-
-	var wg sync.WaitGroup
 	for ack, locks := range batches {
-		wg.Go(func() { wd.renewBatch(ctx, locks, ack) })
+		wd.rounds.Go(func() {
+			ctx, cancel := context.WithTimeout(wd.ctx, wd.c.cfg.lease/3)
+			defer cancel()
+			wd.renewBatch(ctx, locks, ack)
+		})
 	}
-	wg.Wait()
 }
 
 // renewBatch renews locks with one call per master for all of them; a loss
@@ -146,30 +167,35 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ac
 		holds[i] = holdKeys{hold: l.hold, lease: ms, groups: l.groups}
 	}
 	start := time.Now()
-	lost, errs := wd.c.extendAll(ctx, holds, ack)
-	for i, l := range locks {
+	wd.c.extendAll(ctx, holds, ack, func(i int, e extended) {
+		l := locks[i]
 		switch {
-		case len(lost[i]) > 0 && wd.watching(l):
+		case len(e.lost) > 0:
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
-			l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(lost[i]), len(l.keys), wd.c.userKeys(lost[i])[0]))
-		case errs[i] == nil:
+			if wd.watching(l) {
+				l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.userKeys(e.lost)[0]))
+			}
+			wd.remove(l)
+		case e.err == nil:
 			l.confirm(start.Add(wd.c.cfg.lease))
-			wd.reschedule(l, wd.renewal(start.Add(wd.c.cfg.lease)))
+			wd.reschedule(l, wd.renewalOf(start.Add(wd.c.cfg.lease)))
 			wd.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
 		default:
 			wd.reschedule(l, time.Now().Add(wd.c.cfg.lease/12))
 		}
-	}
+	})
 }
 
-// reschedule sets when l is renewed next, unless it is no longer watched.
-func (wd *watchdog) reschedule(l *Lock, due time.Time) {
+// reschedule sets when l is renewed next, out of its round, unless it is no
+// longer watched.
+func (wd *watchdog) reschedule(l *Lock, at time.Time) {
 	wd.mu.Lock()
-	defer wd.mu.Unlock()
 	if _, ok := wd.due[l]; ok {
-		wd.due[l] = due
+		wd.due[l] = renewal{at: at}
 	}
+	wd.mu.Unlock()
+	wd.wake()
 }
 
 // close stops renewal and reports every renewed lock lost, since nothing
@@ -178,7 +204,7 @@ func (wd *watchdog) close() {
 	wd.mu.Lock()
 	running := wd.running
 	locks := wd.due
-	wd.due = make(map[*Lock]time.Time)
+	wd.due = make(map[*Lock]renewal)
 	wd.mu.Unlock()
 	wd.stop()
 	if running {

@@ -153,11 +153,16 @@ func (s *soak) holdersExcused() int {
 }
 
 // stoppedBetween reports whether a stopping fault overlapped [from, to] on
-// a master that served one of keys.
+// a master that served one of keys. A master that lost its role stops every
+// master: until its replica takes over, the cluster is down (with the
+// default cluster-require-full-coverage) and every master refuses calls.
 func (s *soak) stoppedBetween(from, to time.Time, keys []string) bool {
 	return slices.ContainsFunc(s.faults, func(ev faultEvent) bool {
 		if !stopping[ev.kind] || ev.at.After(to) || ev.until.Before(from) {
 			return false
+		}
+		if ev.slots != nil {
+			return true
 		}
 		return slices.ContainsFunc(keys, func(k string) bool {
 			slot := hashtag.Slot(s.prefix + k)

@@ -91,14 +91,30 @@ func TestSoakJudge(t *testing.T) {
 	}
 	failover := faultEvent{kind: "failover", at: at(50), until: at(60), slots: [][2]int{{slot, slot}}}
 	elsewhere := faultEvent{kind: "failover", at: at(50), until: at(60), slots: [][2]int{{(slot + 1) % 16384, (slot + 1) % 16384}}}
+	served := [][2]int{{slot, slot}}
+	sleep := faultEvent{kind: "master DEBUG SLEEP", at: at(50), until: at(60), served: served}
+	sleepElsewhere := faultEvent{kind: "master DEBUG SLEEP", at: at(50), until: at(60), served: [][2]int{{(slot + 1) % 16384, (slot + 1) % 16384}}}
+	migrated := faultEvent{kind: "slot migrated key by key", at: at(50), until: at(60), served: served}
+	failoverOf := func(ev faultEvent) faultEvent {
+		ev.kind, ev.served = "master frozen until failed over", ev.slots
+		return ev
+	}
+	loss := holderLoss{owner: "h", keys: []string{key}, lease: 100 * time.Millisecond, at: at(100)}
 	for _, tc := range []struct {
 		name       string
 		sections   []soakSection
 		faults     []faultEvent
 		refusals   []refusal
+		losses     []holderLoss
 		violations []string
 		excused    int
 	}{
+		{name: "holder lost while its master slept", losses: []holderLoss{loss}, faults: []faultEvent{sleep}},
+		{name: "holder lost while another master slept", losses: []holderLoss{loss}, faults: []faultEvent{sleepElsewhere},
+			violations: []string{"holder h lost its lock"}},
+		{name: "holder lost while another master failed over", losses: []holderLoss{loss}, faults: []faultEvent{failoverOf(elsewhere)}},
+		{name: "holder lost while its slot moved", losses: []holderLoss{loss}, faults: []faultEvent{migrated},
+			violations: []string{"holder h lost its lock"}},
 		{name: "clean", sections: []soakSection{sec("a", 0, 10, 1, false), sec("b", 10, 20, 2, true)}},
 		{name: "overlap", sections: []soakSection{sec("a", 0, 100, 1, true), sec("b", 90, 120, 2, true)},
 			violations: []string{"key sku:1: b held it"}},
@@ -122,7 +138,7 @@ func TestSoakJudge(t *testing.T) {
 			violations: []string{"write of a with token 4 refused"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &soak{t: t, prefix: prefix, sections: tc.sections, faults: tc.faults, refusals: tc.refusals}
+			s := &soak{t: t, prefix: prefix, sections: tc.sections, faults: tc.faults, refusals: tc.refusals, holderLosses: tc.losses}
 			violations, excused, _ := s.judge()
 			require.Len(t, violations, len(tc.violations), "violations: %q", violations)
 			for i, want := range tc.violations {

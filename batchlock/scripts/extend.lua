@@ -21,8 +21,8 @@ while i <= #ARGV do
   local lost, away = {}, {}
   for j = i + 3, i + 2 + n do
     local key = ARGV[j]
-    local v = redis.pcall('GET', key)
-    if elsewhere(v) then
+    local v = get(key)
+    if v == nil then
       away[#away + 1] = key
     else
       local s = parse(v)

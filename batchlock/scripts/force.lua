@@ -15,8 +15,8 @@ local away = {}
 local reply = {now_ms(), away}
 for i = 1, #ARGV do
   local key = ARGV[i]
-  local v = redis.pcall('GET', key)
-  if elsewhere(v) then
+  local v = get(key)
+  if v == nil then
     away[#away + 1] = key
     v = false
   elseif v then

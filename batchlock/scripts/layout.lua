@@ -258,6 +258,22 @@ local function moved(r)
     string.find(r.err, 'cluster is down', 1, true) ~= nil)
 end
 
+-- get reads key: its value, false when it has none or is not a string (not a
+-- lock key), or nil when this master does not serve it (moved, or in
+-- migration). Any other error is raised as it is.
+local function get(key)
+  local v = redis.pcall('GET', key)
+  if moved(v) then
+    return nil
+  elseif failed(v) then
+    if string.find(v.err, 'WRONGTYPE', 1, true) then
+      return false
+    end
+    error(v)
+  end
+  return v
+end
+
 -- elsewhere reports a reply of redis.pcall that is moved; any other error is
 -- raised as it is.
 local function elsewhere(r)

@@ -52,8 +52,8 @@ for i = 5 + m, #ARGV do
   local key = ARGV[i]
   -- Read before writing: in a slot being migrated a key this script
   -- deleted is no longer local, and writing it again would fail half-way.
-  local v = redis.pcall('GET', key)
-  if elsewhere(v) then
+  local v = get(key)
+  if v == nil then
     away[#away + 1] = key
   elseif v and string.find(v, single) then
     -- The usual case: the hold alone, nobody waiting.

@@ -104,7 +104,7 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 
 		var again []plan
 		var moved []int
-		hints := map[int]plan{} // by slot: where a redirection pointed
+		hints := map[int]plan{} // by part: where a redirection pointed
 		for i, c := range calls {
 			p := work[i]
 			err := c.Reply.Err()
@@ -128,9 +128,17 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 			}
 			if addr, asking, ok := redirection(err); ok {
 				moved = append(moved, p.parts...)
-				hints[c.Slot] = plan{addr: addr, asking: asking && b.Follow}
-				if asking && !b.Follow {
-					hints[c.Slot] = plan{}
+				switch {
+				case !asking:
+					// MOVED vouches for the whole slot.
+					for _, j := range p.parts {
+						hints[j] = plan{addr: addr}
+					}
+				case b.Follow:
+					// ASK vouches only for the key declared, which the
+					// source no longer has: the others are asked about
+					// again, each declaring its own key.
+					hints[p.parts[0]] = plan{addr: addr, asking: true}
 				}
 				continue
 			}
@@ -202,15 +210,16 @@ func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) []plan {
 }
 
 // perSlot plans parts found elsewhere: one call per slot (at most MaxCallKeys
-// keys each) declaring a key of it, sent where a redirection for the slot
-// pointed.
+// keys each) declaring a key of it, sent where a redirection pointed; with
+// Follow, one call per part, so that an ASK, which vouches for the key
+// declared, vouches for all that the call carries.
 func (r *Runner) perSlot(b Batch, parts []int, hints map[int]plan) []plan {
 	var out []plan
 	keys := 0
-	for n, j := range parts {
-		part := b.Parts[j]
-		if n == 0 || b.Parts[out[len(out)-1].parts[0]].Slot != part.Slot || keys+part.Keys > MaxCallKeys {
-			hint := hints[part.Slot]
+	for _, j := range parts {
+		part, hint := b.Parts[j], hints[j]
+		if n := len(out); n == 0 || b.Follow || b.Parts[out[n-1].parts[0]].Slot != part.Slot ||
+			out[n-1].addr != hint.addr || out[n-1].asking != hint.asking || keys+part.Keys > MaxCallKeys {
 			out = append(out, plan{declare: true, addr: hint.addr, asking: hint.asking})
 			keys = 0
 		}

@@ -30,6 +30,7 @@ type Runner struct {
 	sender Sender
 	master func(ctx context.Context, key string) (string, error)
 	reload func(context.Context) // refreshes the cluster's map of slots; nil for one node
+	close  func() error          // closes the clients the Runner opened; nil when none
 }
 
 // New returns a Runner on rdb: a *redis.ClusterClient, or a *redis.Client for
@@ -37,8 +38,10 @@ type Runner struct {
 func New(rdb redis.UniversalClient) (*Runner, error) {
 	switch r := rdb.(type) {
 	case *redis.ClusterClient:
+		m := &masters{rdb: r, nodes: nodes{rdb: r}}
 		return &Runner{
-			sender: masters{r},
+			sender: m,
+			close:  m.nodes.close,
 			master: func(ctx context.Context, key string) (string, error) {
 				node, err := r.MasterForKey(ctx, key)
 				if err != nil {
@@ -63,6 +66,22 @@ func NewWith(sender Sender, master func(ctx context.Context, key string) (string
 		master = oneNode
 	}
 	return &Runner{sender: sender, master: master, reload: reload}
+}
+
+// Master returns the address of the master that serves key's slot, as the
+// cluster client's map of slots has it ("" for one node).
+func (r *Runner) Master(ctx context.Context, key string) (string, error) {
+	return r.master(ctx, key)
+}
+
+// Close closes the node clients the Runner opened itself (to follow a
+// redirection to a node the cluster client's map of slots did not list); the
+// redis client it was made with stays open.
+func (r *Runner) Close() error {
+	if r.close == nil {
+		return nil
+	}
+	return r.close()
 }
 
 // Refresh asks for the cluster's map of slots to be reloaded, after a call

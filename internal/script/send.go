@@ -12,9 +12,12 @@ import (
 
 // masters sends each call to the master of its route key's slot, as the
 // cluster client's map of slots has it, or to the node a redirection named.
-type masters struct{ rdb *redis.ClusterClient }
+type masters struct {
+	rdb   *redis.ClusterClient
+	nodes nodes
+}
 
-func (m masters) Send(ctx context.Context, s *redis.Script, calls []*Call, ack Ack) {
+func (m *masters) Send(ctx context.Context, s *redis.Script, calls []*Call, ack Ack) {
 	nodes := make(map[string]*redis.Client)
 	byNode := make(map[string][]*Call)
 	for _, c := range calls {
@@ -29,6 +32,13 @@ func (m masters) Send(ctx context.Context, s *redis.Script, calls []*Call, ack A
 		nodes[addr] = node
 		byNode[addr] = append(byNode[addr], c)
 	}
+	if len(byNode) == 1 {
+		// One master: no goroutine.
+		for addr, calls := range byNode {
+			sendTo(ctx, nodes[addr], s, calls, ack)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	for addr, calls := range byNode {
 		wg.Go(func() { sendTo(ctx, nodes[addr], s, calls, ack) })
@@ -37,24 +47,11 @@ func (m masters) Send(ctx context.Context, s *redis.Script, calls []*Call, ack A
 }
 
 // node is the client of the node c goes to.
-func (m masters) node(ctx context.Context, c *Call) (*redis.Client, error) {
+func (m *masters) node(ctx context.Context, c *Call) (*redis.Client, error) {
 	if c.Addr == "" {
 		return m.rdb.MasterForKey(ctx, c.route())
 	}
-	var found *redis.Client
-	var mu sync.Mutex
-	err := m.rdb.ForEachMaster(ctx, func(_ context.Context, node *redis.Client) error {
-		if node.Options().Addr == c.Addr {
-			mu.Lock()
-			found = node
-			mu.Unlock()
-		}
-		return nil
-	})
-	if err == nil && found == nil {
-		err = fmt.Errorf("%s is not a master the client knows", c.Addr)
-	}
-	return found, err
+	return m.nodes.at(ctx, c.Addr)
 }
 
 // single sends every call to one node.

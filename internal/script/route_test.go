@@ -1,0 +1,143 @@
+package script
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// slotMove models, for Route, a cluster with one slot on the move: "src"
+// serves the slot and has the keys not moved yet, "dst" imports it and has
+// the moved ones; "old" is where a stale map of slots sends calls. A call's
+// arguments are keys; a node that serves a key processes it, one that does
+// not reports it back (the script's "elsewhere"); a declared key that a node
+// does not have is redirected, as Redis does before running a script.
+type slotMove struct {
+	mu        sync.Mutex
+	moved     map[string]bool // on dst
+	processed map[string][]string
+	refreshed bool
+}
+
+func (f *slotMove) Send(ctx context.Context, _ *redis.Script, calls []*Call, _ Ack) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range calls {
+		c.Reply = redis.NewCmd(ctx)
+		node := c.Addr
+		if node == "" {
+			node = "old"
+			if f.refreshed {
+				node = "src"
+			}
+		}
+		if len(c.Keys) > 0 {
+			declared := c.Keys[0]
+			switch {
+			case node == "old":
+				c.Reply.SetErr(redisError("MOVED 7 src"))
+				continue
+			case node == "src" && f.moved[declared]:
+				c.Reply.SetErr(redisError("ASK 7 dst"))
+				continue
+			case node == "dst" && !c.Asking:
+				c.Reply.SetErr(redisError("MOVED 7 src"))
+				continue
+			}
+		}
+		var away []any
+		for _, a := range c.Args {
+			key := a.(string)
+			here := node == "src" && !f.moved[key] || node == "dst" && c.Asking
+			if !here {
+				away = append(away, key)
+				continue
+			}
+			f.processed[node] = append(f.processed[node], key)
+		}
+		c.Reply.SetVal(away)
+	}
+}
+
+func TestRouteFollowsKeysWhereTheyAre(t *testing.T) {
+	f := &slotMove{moved: map[string]bool{"k1": true}, processed: map[string][]string{}}
+	r := NewWith(f, func(context.Context, string) (string, error) { return "one master", nil },
+		func(context.Context) { f.mu.Lock(); f.refreshed = true; f.mu.Unlock() })
+	keys := []string{"k1", "k2", "k3"}
+	parts := make([]Part, len(keys))
+	for i, k := range keys {
+		parts[i] = Part{Slot: 7, Route: k, Keys: 1}
+	}
+	results := r.Route(t.Context(), Batch{
+		Step: "test", Parts: parts, Follow: true,
+		Args: func(at []int) []any {
+			out := make([]any, len(at))
+			for n, i := range at {
+				out[n] = keys[i]
+			}
+			return out
+		},
+		Read: func(c *Call, at []int) ([]int, error) {
+			vals, _ := c.Reply.Slice()
+			var again []int
+			for _, v := range vals {
+				again = append(again, slices.Index(keys, v.(string)))
+			}
+			return again, nil
+		},
+	})
+	for i, res := range results {
+		assert.NoError(t, res.Err, keys[i])
+	}
+	// Found elsewhere by the stale master, each key is asked about on its
+	// own: the moved one is followed to the importing master, the others
+	// stay on the source, where they are.
+	assert.Equal(t, []string{"k1"}, f.processed["dst"], "only the moved key goes to the importing master")
+	assert.ElementsMatch(t, []string{"k2", "k3"}, f.processed["src"])
+}
+
+// Every call carries at most MaxCallKeys keys; parts of one master go
+// together, in order when the batch is Ordered.
+func TestRouteCapsCalls(t *testing.T) {
+	var sizes []int
+	sender := senderFunc(func(ctx context.Context, calls []*Call) {
+		for _, c := range calls {
+			sizes = append(sizes, len(c.Args))
+			c.Reply = redis.NewCmd(ctx)
+			c.Reply.SetVal([]any{})
+		}
+	})
+	r := NewWith(sender, func(_ context.Context, key string) (string, error) { return key[:1], nil }, nil)
+	var parts []Part
+	for i := range 2500 {
+		parts = append(parts, Part{Slot: i, Route: fmt.Sprintf("%c%d", 'a'+i%2, i), Keys: 1})
+	}
+	for _, ordered := range []bool{false, true} {
+		sizes = nil
+		results := r.Route(t.Context(), Batch{Step: "test", Parts: parts, Ordered: ordered,
+			Args: func(at []int) []any { return make([]any, len(at)) },
+			Read: func(*Call, []int) ([]int, error) { return nil, nil }})
+		require.Len(t, results, len(parts))
+		total := 0
+		for _, n := range sizes {
+			assert.LessOrEqual(t, n, MaxCallKeys)
+			total += n
+		}
+		assert.Equal(t, len(parts), total)
+		if !ordered {
+			assert.Len(t, sizes, 4, "two masters, two calls each")
+		} else {
+			assert.Len(t, sizes, len(parts), "alternating masters: a call per run of one part")
+		}
+	}
+}
+
+type senderFunc func(ctx context.Context, calls []*Call)
+
+func (f senderFunc) Send(ctx context.Context, _ *redis.Script, calls []*Call, _ Ack) { f(ctx, calls) }
