@@ -399,16 +399,22 @@ func TestHarnessCloseLeavesNothing(t *testing.T) {
 		_, err := os.Stat(filepath.Join(os.TempDir(), "batchlock-localcluster-"+c.ID()))
 		assert.ErrorIs(t, err, os.ErrNotExist, "temporary directory left")
 	case localcluster.Docker:
-		cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-		require.NoError(t, err)
-		defer cli.Close()
-		res, err := cli.ContainerList(ctx, client.ContainerListOptions{
-			All:     true,
-			Filters: make(client.Filters).Add("label", localcluster.LabelID+"="+c.ID()),
-		})
-		require.NoError(t, err)
-		assert.Empty(t, res.Items, "containers left")
+		assertNoContainers(ctx, t, c)
 	}
+}
+
+// assertNoContainers checks that no container of c is left.
+func assertNoContainers(ctx context.Context, t *testing.T, c *localcluster.Cluster) {
+	t.Helper()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	require.NoError(t, err)
+	defer cli.Close()
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", localcluster.LabelID+"="+c.ID()),
+	})
+	require.NoError(t, err)
+	assert.Empty(t, res.Items, "containers left")
 }
 
 // redisProcessesOn lists processes whose command line names one of addrs:
@@ -765,15 +771,7 @@ func TestHarnessTwoReplicasPerMaster(t *testing.T) {
 		}
 		assert.Empty(t, redisProcessesOn(t, addrs), "redis-server processes left")
 		if c.Backend() == localcluster.Docker {
-			cli, err := testcontainers.NewDockerClientWithOpts(ctx)
-			require.NoError(t, err)
-			defer cli.Close()
-			res, err := cli.ContainerList(ctx, client.ContainerListOptions{
-				All:     true,
-				Filters: make(client.Filters).Add("label", localcluster.LabelID+"="+c.ID()),
-			})
-			require.NoError(t, err)
-			assert.Empty(t, res.Items, "containers left")
+			assertNoContainers(ctx, t, c)
 		}
 	})
 }

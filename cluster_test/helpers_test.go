@@ -118,20 +118,27 @@ func heldKeys(t testing.TB, c *batchlock.Client, keys ...string) []batchlock.Hel
 	return held
 }
 
-// halfMigrate leaves slot MIGRATING on its master and IMPORTING on another
-// one, its keys not moved, and returns the function that makes it stable
-// again (also run at the end of the test).
-func halfMigrate(ctx context.Context, t *testing.T, cl *localcluster.Cluster, slot int) (stable func()) {
+// migrationEnds returns the master of slot and another one to move it to.
+func migrationEnds(ctx context.Context, t *testing.T, cl *localcluster.Cluster, slot int) (src, dst localcluster.Node) {
 	t.Helper()
 	src, err := cl.MasterOfSlot(ctx, slot)
 	require.NoError(t, err)
 	masters, err := cl.Masters(ctx)
 	require.NoError(t, err)
-	dst := masters[0]
+	dst = masters[0]
 	if dst.ID == src.ID {
 		dst = masters[1]
 	}
-	_, err = cl.Do(ctx, dst.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID)
+	return src, dst
+}
+
+// halfMigrate leaves slot MIGRATING on its master and IMPORTING on another
+// one, its keys not moved, and returns the function that makes it stable
+// again (also run at the end of the test).
+func halfMigrate(ctx context.Context, t *testing.T, cl *localcluster.Cluster, slot int) (stable func()) {
+	t.Helper()
+	src, dst := migrationEnds(ctx, t, cl, slot)
+	_, err := cl.Do(ctx, dst.Addr, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID)
 	require.NoError(t, err)
 	_, err = cl.Do(ctx, src.Addr, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID)
 	require.NoError(t, err)

@@ -20,14 +20,7 @@ import (
 func moveHalfway(ctx context.Context, t *testing.T, cl *localcluster.Cluster, lockKeys ...string) {
 	t.Helper()
 	slot := hashtag.Slot(lockKeys[0])
-	src, err := cl.MasterOfSlot(ctx, slot)
-	require.NoError(t, err)
-	masters, err := cl.Masters(ctx)
-	require.NoError(t, err)
-	dst := masters[0]
-	if dst.ID == src.ID {
-		dst = masters[1]
-	}
+	_, dst := migrationEnds(ctx, t, cl, slot)
 	m, err := cl.BeginMigration(ctx, slot, dst.Addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, m.Finish(context.Background())) })
