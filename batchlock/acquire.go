@@ -92,11 +92,11 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		}
 	}
 	if err != nil {
-		c.emit(Event{Kind: EventFailed, Owner: owner, Keys: userKeys, Duration: time.Since(start), Err: err})
+		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
 		return nil, err
 	}
 	l.acquiredAt = time.Now()
-	c.emit(Event{Kind: EventAcquired, Owner: owner, Keys: userKeys, Duration: l.acquiredAt.Sub(start)})
+	l.emit(Event{Kind: EventAcquired, Duration: l.acquiredAt.Sub(start)})
 	return l, nil
 }
 
@@ -136,7 +136,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		}
 
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts)}
-		c.emit(Event{Kind: EventConflict, Owner: l.owner, Keys: l.keys, Conflict: conflict.Keys})
+		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		if !wait {
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
 			return conflict

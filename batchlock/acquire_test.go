@@ -498,15 +498,8 @@ func TestForceUnlock(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 }
 
-// groupsIn counts the slots of an acquire call (each is a fencing counter,
-// then a count, modes, then keys).
-func groupsIn(c *script.Call) int {
-	n := 0
-	for i := 6; i < len(c.Args); i += 3 + c.Args[i+1].(int) {
-		n++
-	}
-	return n
-}
+// groupsIn counts the slots of an acquire call.
+func groupsIn(c *script.Call) int { return len(acquireSlots(c)) }
 
 // A call that finds a slot elsewhere changed nothing; its slots are tried
 // again one call each, and the lock is taken; a slot that stays elsewhere

@@ -78,7 +78,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	marked := map[string]bool{}
 	for i, r := range results {
 		if r.Unknown {
-			if mark := groups[i].cancelKey(l.hold); !marked[mark] {
+			if mark := l.c.cancelMark(groups[i].slot, l.hold); !marked[mark] {
 				marked[mark] = true
 				out.marks = append(out.marks, mark)
 			}
@@ -97,11 +97,32 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 }
 
 func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, placeMs int64) []any {
+	n := 6
+	shared := false
+	for _, i := range at {
+		n += 2 + len(groups[i].keys)
+		if groups[i].modes != nil {
+			shared = true
+		}
+	}
+	if shared {
+		// Each slot says which of its keys are shared.
+		mode += "s"
+		n += len(at)
+	}
 	first := groups[at[0]]
-	args := []any{escapeOwner(l.owner), l.hold, leaseMs, mode, first.cancelKey(l.hold), placeMs}
+	args := make([]any, 0, n)
+	args = append(args, escapeOwner(l.owner), l.hold, leaseMs, mode, l.c.cancelMark(first.slot, l.hold), placeMs)
 	for _, i := range at {
 		g := groups[i]
-		args = append(args, g.fenceKey, len(g.keys), string(g.modes))
+		args = append(args, g.fenceKey, len(g.keys))
+		if shared {
+			modes := string(g.modes)
+			if modes == "" {
+				modes = strings.Repeat("x", len(g.keys))
+			}
+			args = append(args, modes)
+		}
 		for _, k := range g.keys {
 			args = append(args, k)
 		}
@@ -119,8 +140,8 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 		status, _ = vals[0].(int64)
 	}
 	switch {
-	case status == acquireGranted && len(vals) == 2:
-		c.granted(l, out, groups, at, vals[1])
+	case status == acquireGranted:
+		c.granted(l, out, groups, at, vals[1:])
 		if !l.ack.Acknowledged(cl) {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
@@ -135,7 +156,8 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 			refused = groupOf(groups, at, conflicts[0])
 		}
 		out.conflicts = append(out.conflicts, conflicts...)
-		c.granted(l, out, groups, at[:held], vals[4])
+		toks, _ := vals[4].([]any)
+		c.granted(l, out, groups, at[:held], toks)
 		// The part keys' tokens come last, after those of the held groups.
 		if toks, _ := vals[4].([]any); part > 0 && int(part) <= min(len(toks), len(groups[refused].keys)) {
 			l.setTokens(groups[refused].keys[:part], toks[len(toks)-int(part):])
@@ -173,14 +195,13 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 
 // granted records groups at (indices into groups) as held, with the tokens
 // of their keys in order.
-func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens any) {
-	var keys []string
+func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens []any) {
+	n := 0
 	for _, gi := range at {
 		out.granted = append(out.granted, gi)
-		keys = append(keys, groups[gi].keys...)
+		l.setTokens(groups[gi].keys, tokens[min(n, len(tokens)):])
+		n += len(groups[gi].keys)
 	}
-	toks, _ := tokens.([]any)
-	l.setTokens(keys, toks)
 }
 
 // setTokens records the fencing tokens of keys, in order, as far as tokens

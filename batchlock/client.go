@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
 )
@@ -22,6 +24,10 @@ type Client struct {
 
 	watchdog *watchdog
 	waiters  *waiters
+
+	// fences are the names of the slots' fencing counters, by slot, made
+	// on first use.
+	fences []atomic.Pointer[string]
 
 	// held are the locks handed out and not ended yet, so that ForceUnlock
 	// ends at once the ones it takes keys from.
@@ -61,6 +67,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	for _, o := range opts {
 		o.apply(&c.cfg)
+	}
+	c.fences = make([]atomic.Pointer[string], 1)
+	if c.cluster {
+		c.fences = make([]atomic.Pointer[string], hashtag.SlotCount)
 	}
 	if err := c.cfg.validate(); err != nil {
 		return nil, err

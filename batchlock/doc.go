@@ -164,9 +164,11 @@
 // "<token> <queue> <holds> <owner>": the fencing token of the ownership (of
 // the shared ownership, for a key held shared), the waiters' places as
 // "<hold>@<ends>" comma-separated in arrival order, with "s" after the place
-// of a reader and then "p" after that of a waiter that polls (else "-"), its holds as "<hold>=<ends>" comma-separated, or
-// "<hold>=<ends>=<owner>" on a key held shared (ends: the server time in
-// milliseconds at which that place or hold's lease ends), and the owner id,
+// of a reader and then "p" after that of a waiter that polls (else "-"),
+// its holds as "<hold>=<ends>" comma-separated, or "<hold>=<ends>=<owner>"
+// on a key held shared (ends: the server time in milliseconds at which that
+// place or hold's lease ends; nothing for the one hold of a key taken
+// afresh, which ends with the key), and the owner id,
 // "*" for a key held shared, empty while the key is a waiter's claim. Owner
 // ids are stored with space, comma, "=", "@", "*" and "%" written as %XX, so
 // that no id reads as a separator. The key expires with its longest hold. Per slot, prefix+"fence:{" + tag + "}" counts fencing tokens

@@ -134,8 +134,8 @@ func lockKeysIn(name string, c *script.Call) int {
 	switch name {
 	case "acquire":
 		n := 0
-		for i := 6; i < len(c.Args); i += 3 + c.Args[i+1].(int) {
-			n += c.Args[i+1].(int)
+		for _, sl := range acquireSlots(c) {
+			n += len(sl.keys)
 		}
 		return n
 	case "release":
@@ -154,7 +154,7 @@ func lockKeysIn(name string, c *script.Call) int {
 func (f *fakeRedis) firstLockKey(name string, c *script.Call) string {
 	switch name {
 	case "acquire":
-		return c.Args[9].(string)
+		return acquireSlots(c)[0].keys[0]
 	case "release":
 		// A call may carry cancel marks only.
 		return c.Args[min(4+c.Args[3].(int), len(c.Args)-1)].(string)
@@ -284,6 +284,32 @@ func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 	panic("no elsewhere reply for " + name)
 }
 
+// acquireSlot is one slot of an acquire call: its fencing counter and keys.
+type acquireSlot struct {
+	fence string
+	keys  []string
+}
+
+// acquireSlots reads the slots of an acquire call's arguments (see
+// acquire.lua: a mode ending in "s" has each slot's modes after its count).
+func acquireSlots(c *script.Call) []acquireSlot {
+	modes := 0
+	if strings.HasSuffix(c.Args[3].(string), "s") {
+		modes = 1
+	}
+	var out []acquireSlot
+	for i := 6; i < len(c.Args); {
+		n := c.Args[i+1].(int)
+		sl := acquireSlot{fence: c.Args[i].(string)}
+		for _, a := range c.Args[i+2+modes : i+2+modes+n] {
+			sl.keys = append(sl.keys, a.(string))
+		}
+		out = append(out, sl)
+		i += 2 + modes + n
+	}
+	return out
+}
+
 // acquire is acquire.lua's logic but for queues and shared keys (taken as
 // exclusive ones): the groups of a run in
 // order, all or none ("try") or up to the first refused key ("wait").
@@ -292,20 +318,7 @@ func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 	if until, ok := f.marks[mark]; ok && until.After(now) {
 		return []any{int64(-1)}
 	}
-	type slot struct {
-		fence string
-		keys  []string
-	}
-	var slots []slot
-	for i := 6; i < len(c.Args); {
-		n := c.Args[i+1].(int)
-		sl := slot{fence: c.Args[i].(string)}
-		for _, a := range c.Args[i+3 : i+3+n] {
-			sl.keys = append(sl.keys, a.(string))
-		}
-		slots = append(slots, sl)
-		i += 3 + n
-	}
+	slots := acquireSlots(c)
 	refusedBy := func(key string) (bool, int64) {
 		k := f.live(key, now)
 		if k == nil || k.owner == owner {
@@ -365,7 +378,7 @@ func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 		take(slots[held].fence, slots[held].keys[:part])
 		return []any{int64(0), int64(held), wait, conflicts, tokens, int64(part)}
 	}
-	return []any{int64(1), tokens}
+	return append([]any{int64(1)}, tokens...)
 }
 
 func maxTime(a, b time.Time) time.Time {

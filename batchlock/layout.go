@@ -14,9 +14,9 @@ import (
 // prefix+key, a string "<token> <queue> <holds> <owner>" (the fencing token
 // of the ownership, the waiters as "<hold>@<ends>" comma-separated in
 // arrival order, "s" after a shared request's and "p" after a poller's, or
-// "-", the holds as
-// "<hold>=<ends>" comma-separated, or "<hold>=<ends>=<owner>" on a key held
-// shared, ends being the server time in milliseconds at which a place or a
+// "-", the holds as "<hold>=<ends>" comma-separated (no ends: the one hold
+// of a key taken afresh, ending with the key), or "<hold>=<ends>=<owner>" on
+// a key held shared, ends being the server time in milliseconds at which a place or a
 // lease ends, and the owner id, escaped (escapeOwner), "*" for a key held
 // shared, empty while the key is handed to a waiter), expiring with its
 // longest hold. Per slot, a fencing counter and the cancel marks of
@@ -34,15 +34,20 @@ func reserved(key string) bool {
 	return strings.HasPrefix(key, fenceName) || strings.HasPrefix(key, cancelName)
 }
 
-// fenceKey is the fencing counter of slot.
+// fenceKey is the fencing counter of slot, made once per slot and kept: a
+// batch names one per slot it touches.
 func (c *Client) fenceKey(slot int) string {
-	return c.cfg.prefix + fenceName + hashtag.ForSlot(slot) + "}"
+	if name := c.fences[slot].Load(); name != nil {
+		return *name
+	}
+	name := c.cfg.prefix + fenceName + hashtag.ForSlot(slot) + "}"
+	c.fences[slot].Store(&name)
+	return name
 }
 
-// cancelKeys is the common part of slot's cancel marks: the mark of a hold
-// is cancelKeys + hold.
-func (c *Client) cancelKeys(slot int) string {
-	return c.cfg.prefix + cancelName + hashtag.ForSlot(slot) + "}:"
+// cancelMark is the key that marks hold cancelled in slot.
+func (c *Client) cancelMark(slot int, hold string) string {
+	return c.cfg.prefix + cancelName + hashtag.ForSlot(slot) + "}:" + hold
 }
 
 // newHold returns a fresh hold field.
@@ -78,7 +83,9 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	for e := range strings.SplitSeq(holds, ",") {
 		_, e, _ = strings.Cut(e, "=")
 		ends, who, _ := strings.Cut(e, "=")
-		if !live(ends, now) {
+		// No end: the one hold of a key taken afresh, which ends with the
+		// key, there to be read.
+		if ends != "" && !live(ends, now) {
 			continue
 		}
 		s.holds++

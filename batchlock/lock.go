@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,14 +15,17 @@ import (
 // Lock is a batch of keys held by one owner. Its methods are safe for
 // concurrent use.
 type Lock struct {
-	c      *Client
-	owner  string
-	hold   string // this handle's hold in the values of its keys: "h:" + random id
-	keys   []string
-	groups []group
-	lease  time.Duration
-	renew  bool // kept alive by the watchdog, rather than a fixed TTL
-	ack    script.Ack
+	c     *Client
+	owner string
+	hold  string // this handle's hold in the values of its keys: "h:" + random id
+	// keys are the keys without the prefix, sorted once asked for (see
+	// sortedKeys), in the groups' order until then.
+	keys     []string
+	sortKeys sync.Once
+	groups   []group
+	lease    time.Duration
+	renew    bool // kept alive by the watchdog, rather than a fixed TTL
+	ack      script.Ack
 	// marks are the cancel marks of the hold in the slots where a call of
 	// the acquire may have run unseen: set when the lock ends, so that
 	// such a call, still in flight, cannot take anything after. Written
@@ -60,7 +64,23 @@ func newLock(ctx context.Context, c *Client, owner string, keys []string, groups
 }
 
 // Keys returns the lock's keys, deduplicated and sorted, without the prefix.
-func (l *Lock) Keys() []string { return append([]string(nil), l.keys...) }
+func (l *Lock) Keys() []string { return append([]string(nil), l.sortedKeys()...) }
+
+// emit hands e, about l, to the Client's observer, if it has one.
+func (l *Lock) emit(e Event) {
+	if l.c.cfg.observer == nil {
+		return
+	}
+	e.Owner, e.Keys = l.owner, l.sortedKeys()
+	l.c.cfg.observer(e)
+}
+
+// sortedKeys sorts the lock's keys, once: most locks are never asked for
+// them, and a big batch sorts for a while.
+func (l *Lock) sortedKeys() []string {
+	l.sortKeys.Do(func() { slices.Sort(l.keys) })
+	return l.keys
+}
 
 // Owner returns the lock's owner id.
 func (l *Lock) Owner() string { return l.owner }
@@ -156,13 +176,13 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	taken, err := l.c.release(ctx, l, l.groups, l.marks)
 	held := time.Since(l.acquiredAt)
 	if err != nil {
-		l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held, Err: err})
+		l.emit(Event{Kind: EventReleased, Duration: held, Err: err})
 		return fmt.Errorf("batchlock: unlock: %w", err)
 	}
 	l.released = true
 	lost := l.Err()
 	l.finish(ErrNotHeld)
-	l.c.emit(Event{Kind: EventReleased, Owner: l.owner, Keys: l.keys, Duration: held})
+	l.emit(Event{Kind: EventReleased, Duration: held})
 	switch {
 	case len(taken) > 0:
 		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.userKeys(taken)[0])
@@ -220,7 +240,7 @@ func (l *Lock) expire() {
 func (l *Lock) lose(err error) {
 	if l.finish(err) {
 		l.c.watchdog.remove(l)
-		l.c.emit(Event{Kind: EventLost, Owner: l.owner, Keys: l.keys, Err: err})
+		l.emit(Event{Kind: EventLost, Err: err})
 	}
 }
 

@@ -17,16 +17,12 @@ type group struct {
 	// one taken exclusively; nil when every key is exclusive.
 	modes    []byte
 	fenceKey string
-	// cancelKeys + hold is the cancel mark of one hold in the slot.
-	cancelKeys string
 }
-
-// cancelKey returns the key that marks hold cancelled in g's slot.
-func (g group) cancelKey(hold string) string { return g.cancelKeys + hold }
 
 // plan validates keys, taken exclusively, and shared ones (WithShared), and
 // turns them into groups. Keys may repeat; a key given both ways is taken
-// exclusively.
+// exclusively. It returns the keys without the prefix, deduplicated, in the
+// groups' order (see Lock.sortedKeys).
 func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 	if len(keys)+len(shared) == 0 {
 		return nil, nil, invalid("no keys")
@@ -64,10 +60,10 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 	var groups []group
 	var userKeys []string
 	for _, s := range slots {
-		fence, cancel := c.fenceKey(s.Slot), c.cancelKeys(s.Slot)
+		fence := c.fenceKey(s.Slot)
 		for start := 0; start < len(s.Keys); start += maxGroupKeys {
 			end := min(start+maxGroupKeys, len(s.Keys))
-			g := group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence, cancelKeys: cancel}
+			g := group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence}
 			if len(shared) > 0 {
 				g.modes = make([]byte, len(g.keys))
 				for i, k := range g.keys {
@@ -80,7 +76,6 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 			userKeys = append(userKeys, k[len(c.cfg.prefix):])
 		}
 	}
-	sort.Strings(userKeys)
 	return userKeys, groups, nil
 }
 

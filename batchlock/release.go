@@ -45,9 +45,12 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 			return args
 		},
 		Read: func(cl *script.Call, at []int) ([]int, error) {
+			if n, err := cl.Reply.Int64(); err == nil && n == 0 {
+				return nil, nil // every key released
+			}
 			vals, err := cl.Reply.Slice()
 			if err != nil || len(vals) != 2 {
-				return nil, script.Describe(ctx, "batchlock: release", cl, fmt.Errorf("unexpected reply %v", vals))
+				return nil, script.Describe(ctx, "batchlock: release", cl, fmt.Errorf("unexpected reply %v", cl.Reply.Val()))
 			}
 			taken = append(taken, partsNamed(parts, at, stringsOf(vals[0]))...)
 			return partsNamed(parts, at, stringsOf(vals[1])), nil

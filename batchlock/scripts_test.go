@@ -28,7 +28,10 @@ type scriptCase struct {
 	args   []any
 	reply  any
 	after  map[string]string // lock key -> value, "" for a key that must be gone
-	told   map[string][]string
+	// ttl is what is left of the lease, in milliseconds, of the keys after
+	// whose one hold ends with the key ("<hold>=" with no end).
+	ttl  int64
+	told map[string][]string
 }
 
 var (
@@ -100,7 +103,11 @@ func runScriptCases(t *testing.T, cases []scriptCase) {
 				for _, e := range holdEnds(got) {
 					last = max(last, e)
 				}
-				assert.InDelta(t, last-now, pttl.Milliseconds(), 1000, "%s expires with its last hold", key)
+				if last == 0 {
+					assert.InDelta(t, tc.ttl, pttl.Milliseconds(), 1000, "%s expires with its hold", key)
+				} else {
+					assert.InDelta(t, last-now, pttl.Milliseconds(), 1000, "%s expires with its last hold", key)
+				}
 			}
 			for key, holds := range tc.told {
 				var got []string
@@ -205,9 +212,13 @@ func sameValue(t *testing.T, want, got string) {
 	assert.True(t, matched, "holds of %q, want %q", got, want)
 }
 
-// acquireArgv is acquire.lua's arguments for one key of one slot.
+// acquireArgv is acquire.lua's arguments for one key of one slot, asked for
+// shared when modes is "s".
 func acquireArgv(owner, hold string, leaseMs int64, mode, modes, key string) []any {
-	return []any{owner, hold, leaseMs, mode, "cancel:{a}:" + hold, 2000, "fence:{a}", 1, modes, key}
+	if modes == "" {
+		return []any{owner, hold, leaseMs, mode, "cancel:{a}:" + hold, 2000, "fence:{a}", 1, key}
+	}
+	return []any{owner, hold, leaseMs, mode + "s", "cancel:{a}:" + hold, 2000, "fence:{a}", 1, modes, key}
 }
 
 func releaseArgv(owner, hold string, keys ...string) []any {
@@ -220,14 +231,23 @@ func releaseArgv(owner, hold string, keys ...string) []any {
 
 func TestScriptAcquire(t *testing.T) {
 	runScriptCases(t, []scriptCase{
-		{name: "a fresh key gets the next token",
+		{name: "a fresh key gets the next token, its hold ending with the key",
 			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
-			reply: []any{int64(1), []any{int64(1)}},
-			after: map[string]string{"k": "1 - h:b={now+1000} bob"}},
+			reply: []any{int64(1), int64(1)},
+			after: map[string]string{"k": "1 - h:b= bob"}, ttl: 1000},
+		{name: "a fresh key asked for shared",
+			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "s", "k"),
+			reply: []any{int64(1), int64(1)},
+			after: map[string]string{"k": "1 - h:b==bob *"}, ttl: 1000},
+		{name: "an owner joins its own fresh key: both holds get their ends",
+			before: map[string]string{"k": "3 - h:a= alice"},
+			script: acquireScript, args: acquireArgv("alice", "h:b", 20000, "try", "", "k"),
+			reply: []any{int64(1), int64(3)},
+			after: map[string]string{"k": "3 - h:a={now+5000},h:b={now+20000} alice"}},
 		{name: "a claim taken with a lease shorter than the claim ends with the lease",
 			before: map[string]string{"k": "7 - h:w={now+3000} "},
 			script: acquireScript, args: acquireArgv("bob", "h:w", 100, "wait", "", "k"),
-			reply: []any{int64(1), []any{int64(1)}},
+			reply: []any{int64(1), int64(1)},
 			after: map[string]string{"k": "1 - h:w={now+100} bob"}},
 		{name: "a waiter that polls has its place marked",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
@@ -237,45 +257,81 @@ func TestScriptAcquire(t *testing.T) {
 		{name: "a hold taken again keeps the later end",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
 			script: acquireScript, args: acquireArgv("alice", "h:a", 1000, "wait", "", "k"),
-			reply: []any{int64(1), []any{int64(3)}},
+			reply: []any{int64(1), int64(3)},
 			after: map[string]string{"k": "3 - h:a={now+60000} alice"}},
 		{name: "a key whose holds all ended is free",
 			before: map[string]string{"k": "3 h:x@{now+2000} h:a={now-10} alice"},
 			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
-			reply: []any{int64(1), []any{int64(1)}},
-			after: map[string]string{"k": "1 - h:b={now+1000} bob"}},
+			reply: []any{int64(1), int64(1)},
+			after: map[string]string{"k": "1 - h:b= bob"}, ttl: 1000},
 		{name: "the readers behind a writer whose place lapsed are told they may join",
 			before: map[string]string{"k": "4 h:x@{now-5},h:r2@{now+2000}s h:r1={now+60000}=ann *"},
 			script: acquireScript, args: acquireArgv("cid", "h:r3", 1000, "wait", "s", "k"),
-			reply: []any{int64(1), []any{int64(4)}},
+			reply: []any{int64(1), int64(4)},
 			after: map[string]string{"k": "4 h:r2@{now+2000}s h:r1={now+60000}=ann,h:r3={now+1000}=cid *"},
 			told:  map[string][]string{"k": {"h:x", "h:r2"}}},
 	})
 }
 
+func TestScriptExtend(t *testing.T) {
+	runScriptCases(t, []scriptCase{
+		{name: "a fresh hold, ending with its key, is lengthened with the key",
+			before: map[string]string{"k": "3 - h:a= alice"},
+			script: extendScript, args: []any{"h:a", 60000, 1, "k"},
+			reply: int64(0),
+			after: map[string]string{"k": "3 - h:a= alice"}, ttl: 60000},
+		{name: "a fresh hold with a longer lease left keeps it",
+			before: map[string]string{"k": "3 - h:a= alice"},
+			script: extendScript, args: []any{"h:a", 1000, 1, "k"},
+			reply: int64(0),
+			after: map[string]string{"k": "3 - h:a= alice"}, ttl: 5000},
+		{name: "a hold with its end written is lengthened in the value",
+			before: map[string]string{"k": "3 - h:a={now+2000},h:b={now+3000} alice"},
+			script: extendScript, args: []any{"h:a", 60000, 1, "k"},
+			reply: int64(0),
+			after: map[string]string{"k": "3 - h:a={now+60000},h:b={now+3000} alice"}},
+		{name: "a key without the hold is lost",
+			before: map[string]string{"k": "3 - h:b= bob"},
+			script: extendScript, args: []any{"h:a", 60000, 2, "k", "gone"},
+			reply: []any{[]any{"k", "gone"}, []any{}},
+			after: map[string]string{"k": "3 - h:b= bob"}, ttl: 5000},
+	})
+}
+
 func TestScriptRelease(t *testing.T) {
 	runScriptCases(t, []scriptCase{
+		{name: "a fresh lone hold is deleted",
+			before: map[string]string{"k": "3 - h:a= alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": ""}},
+		{name: "a fresh hold with a waiter hands the key on",
+			before: map[string]string{"k": "3 h:w@{now+2000} h:a= alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "3 - h:w={now+3000} "},
+			told:  map[string][]string{"k": {"h:w"}}},
 		{name: "a lone hold is deleted",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
-			reply: []any{[]any{}, []any{}},
+			reply: int64(0),
 			after: map[string]string{"k": ""}},
 		{name: "a key handed to a waiter that listens is its claim for 3s",
 			before: map[string]string{"k": "3 h:w@{now+9000} h:a={now+60000} alice"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
-			reply: []any{[]any{}, []any{}},
+			reply: int64(0),
 			after: map[string]string{"k": "3 - h:w={now+3000} "},
 			told:  map[string][]string{"k": {"h:w"}}},
 		{name: "a key handed to a waiter that polls is its claim until its place would have lapsed",
 			before: map[string]string{"k": "3 h:w@{now+9000}p h:a={now+60000} alice"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
-			reply: []any{[]any{}, []any{}},
+			reply: int64(0),
 			after: map[string]string{"k": "3 - h:w={now+9000} "},
 			told:  map[string][]string{"k": {"h:w"}}},
 		{name: "a release run again after it handed the key on reports nothing",
 			before: map[string]string{"k": "3 - h:w={now+3000} "},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
-			reply: []any{[]any{}, []any{}},
+			reply: int64(0),
 			after: map[string]string{"k": "3 - h:w={now+3000} "}},
 		{name: "a key another owner holds is reported",
 			before: map[string]string{"k": "5 - h:b={now+60000} bob"},
@@ -285,7 +341,7 @@ func TestScriptRelease(t *testing.T) {
 		{name: "waiters whose place lapsed are told, and the first live one is handed the key",
 			before: map[string]string{"k": "3 h:x@{now-5},h:w@{now+2000} h:a={now+60000} alice"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
-			reply: []any{[]any{}, []any{}},
+			reply: int64(0),
 			after: map[string]string{"k": "3 - h:w={now+3000} "},
 			told:  map[string][]string{"k": {"h:x", "h:w"}}},
 	})
@@ -340,7 +396,7 @@ func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
 		args   []any
 		reply  any
 	}{
-		{"release", releaseScript, releaseArgv("alice", "h:a", "list", "k"), []any{[]any{}, []any{}}},
+		{"release", releaseScript, releaseArgv("alice", "h:a", "list", "k"), int64(0)},
 		{"extend", extendScript, []any{"h:a", 1000, 2, "list", "k"}, []any{[]any{"list"}, []any{}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -180,7 +180,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ac
 		case e.err == nil:
 			l.confirm(start.Add(wd.c.cfg.lease))
 			wd.reschedule(l, wd.renewalOf(start.Add(wd.c.cfg.lease)))
-			wd.c.emit(Event{Kind: EventRenewed, Owner: l.owner, Keys: l.keys})
+			l.emit(Event{Kind: EventRenewed})
 		default:
 			wd.reschedule(l, time.Now().Add(wd.c.cfg.lease/12))
 		}

@@ -29,18 +29,3 @@ func (b *Batchlock) Lock(ctx context.Context, keys []string) (Held, error) {
 func (b *Batchlock) LockShared(ctx context.Context, keys, shared []string) (Held, error) {
 	return b.c.Lock(ctx, keys, batchlock.WithTTL(TTL), batchlock.WithShared(shared...))
 }
-
-// OneSlot makes every key of a batch share one hash tag, so that batchlock
-// takes the whole batch with one script call per 512 keys instead of one
-// per slot: the report's measure of what the per-slot calls cost.
-type OneSlot struct{ *Batchlock }
-
-func (o OneSlot) Name() string { return o.Batchlock.Name() + "-one-slot" }
-
-func (o OneSlot) Lock(ctx context.Context, keys []string) (Held, error) {
-	tagged := make([]string, len(keys))
-	for i, k := range keys {
-		tagged[i] = "{one-slot}" + k
-	}
-	return o.Batchlock.Lock(ctx, tagged)
-}

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -27,5 +29,38 @@ func TestCostPerKey(t *testing.T) {
 	usec, cpu := c.PerKey()
 	if usec != 40 || cpu != 60 || c.CallsPerLock() != 200 {
 		t.Errorf("per key: %v µs, %v µs CPU; %v calls per lock", usec, cpu, c.CallsPerLock())
+	}
+}
+
+func TestCostPerLock(t *testing.T) {
+	c := CostResult{Keys: 100, Iterations: 10, Calls: 2000, Usec: 40000, CPU: 60 * time.Millisecond}
+	usec, cpu := c.PerLock()
+	if usec != 4000 || cpu != 6000 {
+		t.Errorf("per lock: %v µs, %v µs CPU", usec, cpu)
+	}
+}
+
+func TestPlansCoverTheSizes(t *testing.T) {
+	want := []int{1, 10, 100, 1000, 10000}
+	var latency, cost []int
+	for _, p := range DefaultLatencyPlans {
+		latency = append(latency, p.Keys)
+		if p.Keys < 10000 && len(p.Skip) > 0 {
+			t.Errorf("latency at %d keys skips %v", p.Keys, p.Skip)
+		}
+	}
+	for _, p := range DefaultCostPlans {
+		cost = append(cost, p.Keys)
+		if p.Keys < 10000 && len(p.Skip) > 0 {
+			t.Errorf("cost at %d keys skips %v", p.Keys, p.Skip)
+		}
+	}
+	if fmt.Sprint(latency) != fmt.Sprint(want) || fmt.Sprint(cost) != fmt.Sprint(want) {
+		t.Errorf("latency sizes %v, cost sizes %v, want %v", latency, cost, want)
+	}
+	for _, n := range TargetSizes {
+		if !slices.Contains(want, n) {
+			t.Errorf("target at %d keys, not measured", n)
+		}
 	}
 }

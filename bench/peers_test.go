@@ -56,7 +56,8 @@ func benchSuite(b *testing.B) *Suite {
 // time: lock N keys spread over all masters, unlock them.
 func BenchmarkLockUnlock(b *testing.B) {
 	for _, n := range []int{1, 10, 100, 1000} {
-		for _, name := range []string{NameBatchlock, NameFloor, NameRedsyncSeq, NameRedsyncPar, NameRedislockSeq, NameRedislockPar, NameOneSlot} {
+		for _, name := range []string{NameBatchlock, NameFloor, NameFencedFloor, NameRedsyncSeq, NameRedsyncPar, NameRedislockSeq, NameRedislockPar,
+			NameOneSlot, NameFloorOneSlot, NameFencedFloorOneSlot} {
 			b.Run(fmt.Sprintf("lib=%s/keys=%d", name, n), func(b *testing.B) {
 				l := lockerNamed(b, benchSuite(b).Lockers, name)
 				keys := Keys("bench:"+name, n)

@@ -2,9 +2,12 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/batchlock/batchlock/hashtag"
 )
 
 // Report is one run of every workload.
@@ -38,6 +41,98 @@ func (r Report) latency(name string, keys int) (Summary, bool) {
 		}
 	}
 	return Summary{}, false
+}
+
+// floorsOf are the fenced floor and the floor with their keys laid out as
+// lib's: spread over the slots for batchlock, in one slot for batchlock in
+// one slot.
+func floorsOf(lib string) (fenced, floor string) {
+	if lib == NameOneSlot {
+		return NameFencedFloorOneSlot, NameFloorOneSlot
+	}
+	return NameFencedFloor, NameFloor
+}
+
+// baseOf is the batchlock a library's row compares with: batchlock in one
+// slot for the floors in one slot, batchlock otherwise.
+func baseOf(lib string) string {
+	if strings.HasSuffix(lib, OneSlotSuffix) {
+		return NameOneSlot
+	}
+	return NameBatchlock
+}
+
+// latencyMedians are the median latencies at n keys of lib (batchlock, or
+// batchlock in one slot) and of its fenced floor and floor; 0 where one was
+// not measured.
+func (r Report) latencyMedians(lib string, n int) (b, fenced, floor time.Duration) {
+	fencedName, floorName := floorsOf(lib)
+	sb, _ := r.latency(lib, n)
+	sf, _ := r.latency(fencedName, n)
+	sl, _ := r.latency(floorName, n)
+	return sb.Median, sf.Median, sl.Median
+}
+
+// times is v/base as "1.23x", or "—" where either is missing.
+func times(v, base float64) string {
+	if v <= 0 || base <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2fx", v/base)
+}
+
+// millisOrDash is Millis(d), or "—" for no figure.
+func millisOrDash(d time.Duration) string {
+	if d <= 0 {
+		return "—"
+	}
+	return Millis(d)
+}
+
+// layout says how the keys of batchlock's row are laid out.
+func layout(lib string) string {
+	if lib == NameOneSlot {
+		return "in one slot"
+	}
+	return "spread over the slots"
+}
+
+// notRun says which libraries were not run at a size (DefaultLatencyPlans'
+// Skip), and what one sample would have taken.
+func (r Report) notRun(p func(string, ...any)) {
+	sizes := r.sizes()
+	for i, n := range sizes {
+		var missing []string
+		for _, lib := range r.libraries() {
+			if _, ok := r.latency(lib, n); ok {
+				continue
+			}
+			what := Label(lib)
+			for j := i - 1; j >= 0; j-- {
+				if prev, ok := r.latency(lib, sizes[j]); ok {
+					what += fmt.Sprintf(" (%s ms at N=%d, so about %s ms a sample)", Millis(prev.Median), sizes[j],
+						Millis(prev.Median*time.Duration(n)/time.Duration(sizes[j])))
+					break
+				}
+			}
+			missing = append(missing, what)
+		}
+		if len(missing) > 0 {
+			p("\nNot run at N=%d, to keep the run short: %s. Their time grows with N; their ratios at smaller N stand for them.\n", n, strings.Join(missing, "; "))
+		}
+	}
+}
+
+// micros formats µs with a decimal below 100, or "—" for no figure.
+func micros(v float64) string {
+	switch {
+	case v <= 0:
+		return "—"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.1f", v)
+	}
 }
 
 func (r Report) handoff(name string) Summary {
@@ -132,23 +227,46 @@ type Target struct {
 	Found   string
 }
 
+// FloorTarget is how far batchlock may be from the fenced floor, in p50
+// latency and in masters' CPU per lock+unlock, at TargetSizes.
+const FloorTarget = 1.25
+
+// TargetSizes are the numbers of keys the floor targets are set at.
+var TargetSizes = []int{1, 100, 1000}
+
 // Targets checks the run against the goals set for batchlock.
 func (r Report) Targets() []Target {
 	var ts []Target
-	toFloor := func(n int) (float64, string) {
-		b, _ := r.latency(NameBatchlock, n)
-		f, _ := r.latency(NameFloor, n)
-		if b.Median == 0 || f.Median == 0 {
-			return 0, "not measured"
+	for _, n := range TargetSizes {
+		b, fenced, floor := r.latencyMedians(NameBatchlock, n)
+		t := Target{Goal: fmt.Sprintf("batchlock within %.2fx of the fenced floor at N=%d in p50 latency", FloorTarget, n), Found: "not measured"}
+		if b > 0 && fenced > 0 {
+			x := float64(b) / float64(fenced)
+			t.Reached = x <= FloorTarget
+			t.Found = fmt.Sprintf("%s ms against the fenced floor's %s ms: %.2fx", Millis(b), Millis(fenced), x)
+			if floor > 0 {
+				t.Found += fmt.Sprintf(" (the floor's %s ms: %.2fx)", Millis(floor), float64(b)/float64(floor))
+			}
 		}
-		x := float64(b.Median) / float64(f.Median)
-		return x, fmt.Sprintf("%s ms against the floor's %s ms: %.2fx", Millis(b.Median), Millis(f.Median), x)
+		ts = append(ts, t)
 	}
-	x1, found1 := toFloor(1)
-	ts = append(ts, Target{Goal: "N=1 within 1.2x of the floor", Reached: x1 > 0 && x1 <= 1.2, Found: found1})
-	for _, n := range []int{100, 1000} {
-		x, found := toFloor(n)
-		ts = append(ts, Target{Goal: fmt.Sprintf("N=%d within 1.5x of the floor", n), Reached: x > 0 && x <= 1.5, Found: found})
+	for _, n := range TargetSizes {
+		t := Target{Goal: fmt.Sprintf("batchlock within %.2fx of the fenced floor at N=%d in masters' CPU per lock+unlock", FloorTarget, n), Found: "not measured"}
+		b, okB := r.cost(NameBatchlock, n)
+		fenced, okF := r.cost(NameFencedFloor, n)
+		_, bcpu := b.PerLock()
+		_, fcpu := fenced.PerLock()
+		if okB && okF && bcpu > 0 && fcpu > 0 {
+			x := bcpu / fcpu
+			t.Reached = x <= FloorTarget
+			t.Found = fmt.Sprintf("%.0f µs against the fenced floor's %.0f µs: %.2fx", bcpu, fcpu, x)
+			if floor, ok := r.cost(NameFloor, n); ok {
+				if _, cpu := floor.PerLock(); cpu > 0 {
+					t.Found += fmt.Sprintf(" (the floor's %.0f µs: %.2fx)", cpu, bcpu/cpu)
+				}
+			}
+		}
+		ts = append(ts, t)
 	}
 
 	bl100, _ := r.latency(NameBatchlock, 100)
@@ -169,15 +287,6 @@ func (r Report) Targets() []Target {
 		Reached: reached,
 		Found:   "batchlock's median is faster than: " + strings.Join(found, ", "),
 	})
-
-	if b, f, ok := r.cpuPerKey(NameBatchlock, NameFloor); ok {
-		x := b / f
-		ts = append(ts, Target{
-			Goal:    "masters' CPU per key locked and released within 1.5x of the floor's",
-			Reached: x <= 1.5,
-			Found:   fmt.Sprintf("%.1f µs against the floor's %.1f µs at the largest N measured: %.2fx", b, f, x),
-		})
-	}
 
 	h, hr := r.handoff(NameBatchlock), r.handoff(NameRedsyncSeq)
 	x := float64(hr.Median) / float64(h.Median)
@@ -215,7 +324,7 @@ func (r Report) LatencyPlot() Plot {
 		YLabel: "median latency (ms)",
 	}
 	for _, lib := range r.libraries() {
-		s := Series{Name: Label(lib), Dashed: strings.HasSuffix(lib, "-par")}
+		s := Series{Name: plotLabel(lib), Dashed: strings.HasSuffix(lib, "-par")}
 		for _, n := range r.sizes() {
 			if sum, ok := r.latency(lib, n); ok {
 				s.Points = append(s.Points, Point{X: float64(n), Y: float64(sum.Median) / float64(time.Millisecond)})
@@ -224,6 +333,13 @@ func (r Report) LatencyPlot() Plot {
 		p.Series = append(p.Series, s)
 	}
 	return p
+}
+
+// plotLabel is Label short enough for the plot's legend: the floors
+// without their description, "one slot" for "all keys in one slot".
+func plotLabel(lib string) string {
+	l, _, _ := strings.Cut(Label(lib), ":")
+	return strings.Replace(l, ", all keys in one slot", ", one slot", 1)
 }
 
 // Markdown writes the report as docs/bench.md.
@@ -246,8 +362,10 @@ func (r Report) Markdown(svgName string) string {
 	}
 
 	p("\n## Lock and unlock N keys\n\n")
-	p("Median latency of taking N keys spread over all masters and releasing them, in ms, and how each library compares with batchlock; batchlock's row compares it with the floor, the least a lock with per-key leases must do (one script call per master that writes every key with `SET key v PX ttl`, then one that deletes them). ")
-	p("batchlock takes the batch with one `Lock` (`WithTTL`) and one `Unlock`; the peers take one lock per key, in sorted order one after the other, or with one goroutine per key (errgroup), and release the same way.\n\n")
+	p("Median latency of taking N keys spread over all masters and releasing them, in ms, and how each library compares with batchlock. ")
+	p("batchlock takes the batch with one `Lock` (`WithTTL`) and one `Unlock`; the peers take one lock per key, in sorted order one after the other, or with one goroutine per key (errgroup), and release the same way. ")
+	p("batchlock's rows compare it with two references: the **fenced floor**, the least a lock whose fencing tokens move with their slot must do (one script call per master that, for each slot of the batch, adds the slot's number of keys to a counter kept in that slot with `INCRBY` and writes each key with its token and `PX ttl`; then one that deletes the keys), and the **floor**, the least any lock with per-key leases must do (the same without the counters: `SET key v PX ttl`, then `DEL`). ")
+	p("The rows *all keys in one slot* give every key one hash tag: batchlock then makes one call per 512 keys and the fenced floor one `INCRBY`; the floors in one slot compare with batchlock in one slot.\n\n")
 	sizes := r.sizes()
 	p("| library |")
 	for _, n := range sizes {
@@ -261,24 +379,42 @@ func (r Report) Markdown(svgName string) string {
 	for _, lib := range r.libraries() {
 		p("| %s |", Label(lib))
 		for _, n := range sizes {
-			s, _ := r.latency(lib, n)
-			if lib == NameBatchlock {
-				floor, _ := r.latency(NameFloor, n)
-				p(" %s ms (%.2fx the floor) |", Millis(s.Median), float64(s.Median)/float64(floor.Median))
-				continue
+			s, ok := r.latency(lib, n)
+			switch {
+			case !ok:
+				p(" not run |")
+			case lib == NameBatchlock || lib == NameOneSlot:
+				b, fenced, floor := r.latencyMedians(lib, n)
+				p(" %s ms (%s the fenced floor, %s the floor) |", Millis(s.Median), times(float64(b), float64(fenced)), times(float64(b), float64(floor)))
+			default:
+				base, _ := r.latency(baseOf(lib), n)
+				p(" %s ms (%s) |", Millis(s.Median), Ratio(s.Median, base.Median))
 			}
-			base, _ := r.latency(NameBatchlock, n)
-			p(" %s ms (%s) |", Millis(s.Median), Ratio(s.Median, base.Median))
 		}
 		p("\n")
+	}
+	r.notRun(p)
+	p("\n### batchlock against the floors\n\n")
+	p("Median latency (p50) of lock+unlock of N keys, and batchlock's ratio to each floor with the keys laid out alike; the targets are set on the fenced floor, keys spread.\n\n")
+	p("| N | keys | p50 ms: batchlock / fenced floor / floor | vs the fenced floor | vs the floor |\n|---:|---|---|---:|---:|\n")
+	for _, n := range sizes {
+		for _, lib := range []string{NameBatchlock, NameOneSlot} {
+			b, fenced, floor := r.latencyMedians(lib, n)
+			if b == 0 && fenced == 0 && floor == 0 {
+				continue
+			}
+			p("| %d | %s | %s / %s / %s | %s | %s |\n", n, layout(lib), millisOrDash(b), millisOrDash(fenced), millisOrDash(floor),
+				times(float64(b), float64(fenced)), times(float64(b), float64(floor)))
+		}
 	}
 	p("\n![median latency against N, log-log](%s)\n\n", svgName)
 	p("Raw figures (p99 by nearest rank: with few samples it is their maximum):\n\n")
 	p("| library | N | samples | median ms | p99 ms |\n|---|---:|---:|---:|---:|\n")
 	for _, n := range sizes {
 		for _, lib := range r.libraries() {
-			s, _ := r.latency(lib, n)
-			p("| %s | %d | %d | %s | %s |\n", Label(lib), n, s.Samples, Millis(s.Median), Millis(s.P99))
+			if s, ok := r.latency(lib, n); ok {
+				p("| %s | %d | %d | %s | %s |\n", Label(lib), n, s.Samples, Millis(s.Median), Millis(s.P99))
+			}
 		}
 	}
 
@@ -334,20 +470,49 @@ func (r Report) Markdown(svgName string) string {
 	p("Each library alone (not interleaved): `CONFIG RESETSTAT` on every master, lock and unlock N keys many times, then `INFO commandstats` and `INFO cpu` from every master. ")
 	p("*Commands* and *commandstats µs* count only the commands the library sends itself (commands its scripts call are already inside the script's time). ")
 	p("Redis times commands by the wall clock, so where client and servers share the cores, commandstats also counts the time a server was descheduled in the middle of a command. ")
-	p("*Process CPU* is the masters' user+system CPU over the phase (`INFO cpu`): it also holds network I/O, replication to the replicas and background work, and is what the ratio compares.\n\n")
-	p("| library | N | commands per lock and unlock | commandstats µs per key | process CPU µs per key | vs batchlock (process CPU) |\n|---|---:|---:|---:|---:|---|\n")
+	p("*Process CPU* is the masters' user+system CPU over the phase (`INFO cpu`): it also holds network I/O, replication to the replicas and background work, and is what the ratios compare.\n\n")
+	p("Figures are per lock and unlock of the batch (and, for process CPU, per key too); batchlock's rows compare it with the fenced floor and the floor, keys laid out alike, the floors in one slot with batchlock in one slot, the others with batchlock.\n\n")
+	p("| library | N | commands per lock and unlock | commandstats µs per lock and unlock | process CPU µs per lock and unlock | process CPU µs per key | vs batchlock (process CPU) |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, c := range r.Cost {
-		usec, cpu := c.PerKey()
+		usec, cpu := c.PerLock()
+		_, cpuKey := c.PerKey()
 		vs := "—"
-		if c.Library != NameBatchlock {
-			for _, bc := range r.Cost {
-				if bc.Library == NameBatchlock && bc.Keys == c.Keys {
-					_, bcpu := bc.PerKey()
-					vs = costRatio(cpu, bcpu)
-				}
+		switch {
+		case c.Library == NameBatchlock || c.Library == NameOneSlot:
+			_, fenced, floor := r.costPerLock(c.Library, c.Keys)
+			vs = fmt.Sprintf("%s the fenced floor, %s the floor", times(cpu, fenced.cpu), times(cpu, floor.cpu))
+		default:
+			if bc, ok := r.cost(baseOf(c.Library), c.Keys); ok {
+				_, bcpu := bc.PerLock()
+				vs = costRatio(cpu, bcpu)
 			}
 		}
-		p("| %s | %d | %.0f | %.1f | %.1f | %s |\n", Label(c.Library), c.Keys, c.CallsPerLock(), usec, cpu, vs)
+		p("| %s | %d | %.0f | %s | %s | %.1f | %s |\n", Label(c.Library), c.Keys, c.CallsPerLock(), micros(usec), micros(cpu), cpuKey, vs)
+	}
+	for _, n := range r.costSizes() {
+		var missing []string
+		for _, c := range r.Cost {
+			if _, ok := r.cost(c.Library, n); !ok && !slices.Contains(missing, Label(c.Library)) {
+				missing = append(missing, Label(c.Library))
+			}
+		}
+		if len(missing) > 0 {
+			p("\nNot run at N=%d, to keep the run short: %s.\n", n, strings.Join(missing, ", "))
+		}
+	}
+	p("\n### batchlock against the floors, in Redis\n\n")
+	p("The masters' process CPU and commandstats µs per lock and unlock of N keys, and batchlock's ratio to each floor with the keys laid out alike; the targets are set on the fenced floor's process CPU, keys spread.\n\n")
+	p("| N | keys | process CPU µs: batchlock / fenced floor / floor | vs the fenced floor | vs the floor | commandstats µs: batchlock / fenced floor / floor | vs the fenced floor | vs the floor |\n|---:|---|---|---:|---:|---|---:|---:|\n")
+	for _, n := range r.costSizes() {
+		for _, lib := range []string{NameBatchlock, NameOneSlot} {
+			b, fenced, floor := r.costPerLock(lib, n)
+			if b.cpu == 0 && fenced.cpu == 0 && floor.cpu == 0 {
+				continue
+			}
+			p("| %d | %s | %s / %s / %s | %s | %s | %s / %s / %s | %s | %s |\n", n, layout(lib),
+				micros(b.cpu), micros(fenced.cpu), micros(floor.cpu), times(b.cpu, fenced.cpu), times(b.cpu, floor.cpu),
+				micros(b.usec), micros(fenced.usec), micros(floor.usec), times(b.usec, fenced.usec), times(b.usec, floor.usec))
+		}
 	}
 
 	r.whereTimeGoes(p)
@@ -358,25 +523,34 @@ func (r Report) Markdown(svgName string) string {
 	return b.String()
 }
 
-// cpuPerKey is the masters' CPU per key of two libraries, at the largest
-// size both were measured at.
-func (r Report) cpuPerKey(a, b string) (float64, float64, bool) {
-	best := -1
+// perLock is server time per lock and unlock, in µs: commandstats and
+// process CPU; zero where not measured.
+type perLock struct{ usec, cpu float64 }
+
+// costPerLock is the server time per lock and unlock of n keys of lib
+// (batchlock, or batchlock in one slot) and of its fenced floor and floor.
+func (r Report) costPerLock(lib string, n int) (b, fenced, floor perLock) {
+	fencedName, floorName := floorsOf(lib)
+	get := func(name string) perLock {
+		c, ok := r.cost(name, n)
+		if !ok || c.Iterations == 0 {
+			return perLock{}
+		}
+		usec, cpu := c.PerLock()
+		return perLock{usec, cpu}
+	}
+	return get(lib), get(fencedName), get(floorName)
+}
+
+// costSizes are the sizes of the cost workload, in the order they were run.
+func (r Report) costSizes() []int {
+	var out []int
 	for _, c := range r.Cost {
-		if c.Library == a && c.Keys > best {
-			if _, ok := r.cost(b, c.Keys); ok {
-				best = c.Keys
-			}
+		if !slices.Contains(out, c.Keys) {
+			out = append(out, c.Keys)
 		}
 	}
-	if best < 0 {
-		return 0, 0, false
-	}
-	ca, _ := r.cost(a, best)
-	cb, _ := r.cost(b, best)
-	_, x := ca.PerKey()
-	_, y := cb.PerKey()
-	return x, y, y > 0
+	return out
 }
 
 func (r Report) cost(name string, keys int) (CostResult, bool) {
@@ -388,36 +562,47 @@ func (r Report) cost(name string, keys int) (CostResult, bool) {
 	return CostResult{}, false
 }
 
-// whereTimeGoes compares, at the largest size measured, batchlock on keys
-// spread over the slots, batchlock on the same number of keys in one slot,
-// and the floor: the three make the same number of script calls (one per
-// master to lock, one to release), so what separates them is the work per
-// key inside the scripts.
+// whereTimeGoes compares, at the largest size measured, batchlock, the
+// fenced floor and the floor, with the keys spread over the slots and in
+// one slot: all make the same number of script calls (one per master to
+// lock, one to release), so what separates them is the work per key and
+// per slot inside the scripts.
 func (r Report) whereTimeGoes(p func(string, ...any)) {
 	n := 0
 	for _, c := range r.Cost {
-		_, one := r.cost(NameOneSlot, c.Keys)
+		_, fenced := r.cost(NameFencedFloor, c.Keys)
 		_, floor := r.cost(NameFloor, c.Keys)
-		if c.Library == NameBatchlock && one && floor {
+		if c.Library == NameBatchlock && c.Calls > 0 && fenced && floor {
 			n = max(n, c.Keys)
 		}
 	}
-	spread, ok1 := r.cost(NameBatchlock, n)
-	one, ok2 := r.cost(NameOneSlot, n)
-	floor, ok3 := r.cost(NameFloor, n)
-	if !ok1 || !ok2 || !ok3 || spread.Calls == 0 || one.Calls == 0 || floor.Calls == 0 {
+	if n == 0 {
 		return
 	}
-	su, sc := spread.PerKey()
-	ou, oc := one.PerKey()
-	fu, fc := floor.PerKey()
+	perKey := func(name string) string {
+		c, ok := r.cost(name, n)
+		if !ok || c.Calls == 0 {
+			return "—"
+		}
+		usec, cpu := c.PerKey()
+		return fmt.Sprintf("%.1f / %.1f", usec, cpu)
+	}
 	p("\n## Where batchlock's time goes\n\n")
-	p("batchlock sends one script call per master to lock (per run of consecutive slots on a master, at most 1024 keys) and one to release, as the floor does. ")
-	p("At N=%d, per key locked and released: the floor %.1f µs of Redis time (commandstats) and %.1f µs of the masters' CPU; ", n, fu, fc)
-	p("batchlock with the keys in one slot %.1f µs and %.1f µs; batchlock with the keys spread over the slots %.1f µs and %.1f µs. ", ou, oc, su, sc)
-	p("The first step is what a lock value costs beyond `SET PX` and `DEL`: the value carries the owner, the fencing token and the hold with its lease end, the release reads it back (`GET`, then `DEL`) to check the owner, and every call checks its cancel mark and reads the server's `TIME`. ")
-	p("The second step is the fencing counter: one per slot, so a batch spread over N slots makes N `INCRBY` calls where one slot makes one. ")
-	p("Both are the contract (owner-checked holds, fencing tokens per slot that move with their slot), not overhead of the protocol.\n")
+	p("batchlock sends one script call per master to lock (per run of consecutive slots on a master, at most 1024 keys) and one to release; the floors one per master each way, whatever N. ")
+	p("At N=%d, per key locked and released, µs of Redis time (commandstats) / µs of the masters' CPU:\n\n", n)
+	p("| | keys spread over the slots | keys in one slot |\n|---|---:|---:|\n")
+	for _, lib := range []string{NameFloor, NameFencedFloor, NameBatchlock} {
+		p("| %s | %s | %s |\n", plotLabel(lib), perKey(lib), perKey(lib+OneSlotSuffix))
+	}
+	p("\nFrom the floor to the fenced floor is the least that fencing tokens per slot cost: an `INCRBY` of the counter of every slot of the batch, and a token in every value: %d keys spread fall into about %.0f of the %d slots, in one slot they make one `INCRBY`. ", n, expectedSlots(n), hashtag.SlotCount)
+	p("From the fenced floor to batchlock, keys laid out alike, is batchlock's own work: its value carries the owner, the fencing token and the hold with its lease end, the release reads it back (`GET`, then `DEL`) to check the owner, and every call checks its cancel mark and reads the server's `TIME`. ")
+	p("The first step is the contract (fencing tokens per slot that move with their slot); the second is what the targets measure.\n")
+}
+
+// expectedSlots is how many distinct slots n keys spread at random fall
+// into, on average.
+func expectedSlots(n int) float64 {
+	return hashtag.SlotCount * (1 - math.Pow(1-1.0/hashtag.SlotCount, float64(n)))
 }
 
 // costRatio says how a cost compares with batchlock's: more costly reads as

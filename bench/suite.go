@@ -15,9 +15,15 @@ const (
 	NameRedsyncPar    = "redsync-par"
 	NameRedislockSeq  = "redislock-seq"
 	NameRedislockPar  = "redislock-par"
-	NameOneSlot       = NameBatchlock + "-one-slot"
 	NameFloor         = "floor"
+	NameFencedFloor   = "fenced-floor"
 	NameCeiling       = "ceiling"
+	// OneSlotSuffix ends the name of a locker whose keys are all in one
+	// slot (OneSlot).
+	OneSlotSuffix          = "-one-slot"
+	NameOneSlot            = NameBatchlock + OneSlotSuffix
+	NameFloorOneSlot       = NameFloor + OneSlotSuffix
+	NameFencedFloorOneSlot = NameFencedFloor + OneSlotSuffix
 	// The shared-keys comparison: batchlock with the orders' promotions
 	// taken shared, and exclusively.
 	NameSharedPromos    = "batchlock-promos-shared"
@@ -25,17 +31,20 @@ const (
 )
 
 var labels = map[string]string{
-	NameBatchlock:       "batchlock",
-	NameBatchlockPoll:   "batchlock, polling (WithoutPubSub)",
-	NameRedsyncSeq:      "redsync sequential",
-	NameRedsyncPar:      "redsync goroutine per key",
-	NameRedislockSeq:    "redislock sequential",
-	NameRedislockPar:    "redislock goroutine per key",
-	NameOneSlot:         "batchlock, all keys in one slot",
-	NameFloor:           "floor: SET PX per key, then DEL, one script call per master",
-	NameCeiling:         "ceiling: a sorted sync.Mutex per SKU, in process",
-	NameSharedPromos:    "batchlock, promotions shared (WithShared)",
-	NameExclusivePromos: "batchlock, promotions exclusive",
+	NameBatchlock:          "batchlock",
+	NameBatchlockPoll:      "batchlock, polling (WithoutPubSub)",
+	NameRedsyncSeq:         "redsync sequential",
+	NameRedsyncPar:         "redsync goroutine per key",
+	NameRedislockSeq:       "redislock sequential",
+	NameRedislockPar:       "redislock goroutine per key",
+	NameOneSlot:            "batchlock, all keys in one slot",
+	NameFloor:              "floor: SET PX per key, then DEL, one script call per master",
+	NameFencedFloor:        "fenced floor: per slot an INCRBY of its counter, SET PX per key, then DEL, one script call per master",
+	NameFloorOneSlot:       "floor, all keys in one slot",
+	NameFencedFloorOneSlot: "fenced floor, all keys in one slot",
+	NameCeiling:            "ceiling: a sorted sync.Mutex per SKU, in process",
+	NameSharedPromos:       "batchlock, promotions shared (WithShared)",
+	NameExclusivePromos:    "batchlock, promotions exclusive",
 }
 
 // Label is the name a reader of the report sees.
@@ -49,8 +58,9 @@ func Label(name string) string {
 // Suite is every library and mode the workloads compare, each on a cluster
 // client of its own so that none inherits another's connections.
 type Suite struct {
-	// Lockers: batchlock first, the ratios' base, then the floor, then the
-	// peers in both modes, then batchlock with every key in one slot.
+	// Lockers: batchlock first, the ratios' base, then the floor and the
+	// fenced floor, then the peers in both modes, then batchlock and the two
+	// floors with every key in one slot.
 	Lockers []Locker
 	// Handoff: waiters with pub/sub, polling, and the peers' retries.
 	Handoff []HandoffPair
@@ -88,16 +98,24 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	fenced, err := NewFencedFloor(client())
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	redsyncSeq, redislockSeq := NewRedsync(NameRedsyncSeq, client(), false), NewRedislock(NameRedislockSeq, client(), false)
 	s.Lockers = []Locker{
 		bl,
 		floor,
-		NewRedsync(NameRedsyncSeq, client(), false),
+		fenced,
+		redsyncSeq,
 		NewRedsync(NameRedsyncPar, client(), true),
-		NewRedislock(NameRedislockSeq, client(), false),
+		redislockSeq,
 		NewRedislock(NameRedislockPar, client(), true),
 		OneSlot{bl},
+		OneSlot{floor},
+		OneSlot{fenced},
 	}
-	s.Orders = []Locker{s.Lockers[0], NewCeiling(), s.Lockers[2]}
+	s.Orders = []Locker{bl, NewCeiling(), redsyncSeq}
 	s.Promotions = bl
 
 	waiter, err := newBatchlock(NameBatchlock)
@@ -109,10 +127,10 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		return nil, errors.Join(err, s.Close())
 	}
 	s.Handoff = []HandoffPair{
-		{Name: NameBatchlock, Holder: s.Lockers[0], Waiter: waiter},
-		{Name: NameBatchlockPoll, Holder: s.Lockers[0], Waiter: poller},
-		{Name: NameRedsyncSeq, Holder: s.Lockers[2], Waiter: NewRedsync(NameRedsyncSeq, client(), false)},
-		{Name: NameRedislockSeq, Holder: s.Lockers[4], Waiter: NewRedislock(NameRedislockSeq, client(), false)},
+		{Name: NameBatchlock, Holder: bl, Waiter: waiter},
+		{Name: NameBatchlockPoll, Holder: bl, Waiter: poller},
+		{Name: NameRedsyncSeq, Holder: redsyncSeq, Waiter: NewRedsync(NameRedsyncSeq, client(), false)},
+		{Name: NameRedislockSeq, Holder: redislockSeq, Waiter: NewRedislock(NameRedislockSeq, client(), false)},
 	}
 	return s, nil
 }

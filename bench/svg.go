@@ -40,8 +40,8 @@ const (
 )
 
 // Colours that stay distinct for readers with the common colour blindnesses
-// (Okabe–Ito).
-var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"}
+// (Okabe–Ito, then three of Paul Tol's muted colours).
+var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255", "#999933", "#888888"}
 
 // WriteSVG draws p as a standalone SVG document.
 func (p Plot) WriteSVG(w io.Writer) error {

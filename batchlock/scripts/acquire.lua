@@ -10,13 +10,13 @@
 -- ARGV[4]   "try": every key of the call or none; "wait": the keys in order
 --           up to the first one another owner holds, which are kept, and a
 --           place in that key's queue; "poll": as "wait", for a waiter that
---           polls instead of listening for its hand-off message
+--           polls instead of listening for its hand-off message; with an
+--           "s" after it when some key is asked for shared
 -- ARGV[5]   this hold's cancel mark (in the first slot; see release.lua)
 -- ARGV[6]   how long a place in a queue lasts unless renewed, in milliseconds
 -- ARGV[7..] per slot: its fencing counter, the number n of its lock keys,
---           their modes ("" when every key is asked for exclusively, else
---           one letter per key: "s" shared, "x" exclusive), then those n
---           lock keys
+--           with "s" after the mode, their modes (one letter per key: "s"
+--           shared, "x" exclusive), then those n lock keys
 --
 -- A key taken afresh gets the next token of its slot's counter, and so does
 -- a key handed to this hold by a release (its claim); a key the owner
@@ -29,7 +29,7 @@
 -- that asks again keeps its place in the queue, renewed. A call that cannot
 -- finish changes nothing: what it wrote is undone.
 --
--- Returns {1, {token, ...}}: every key is held, one token per key in order.
+-- Returns {1, token, ...}: every key is held, one token per key in order.
 -- Returns {0, held, wait, {key, ...}, {token, ...}, part}: keys are held by
 -- another owner. "try": all of them are listed, and nothing is held (held
 -- and part are 0). "wait", "poll": the first of them is listed and this hold has a
@@ -42,176 +42,222 @@
 -- migration; nothing was changed.
 -- Returns {-3, key}: the owner holds key shared and asked for it
 -- exclusively; nothing was changed.
-local owner, hold, lease, mode, mark = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local owner, hold, lease, mode, mark, place = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+-- some: some key is asked for shared, and each slot says which.
+local some = string.byte(mode, -1) == 115
+if some then
+  mode = string.sub(mode, 1, -2)
+end
 local waiting = mode ~= 'try'
-local place = tonumber(ARGV[6])
 
 local cancelled = redis.pcall('EXISTS', mark)
-if moved(cancelled) then
-  return {-2, 0}
-elseif failed(cancelled) then
+if type(cancelled) == 'table' then
+  if layout().moved(cancelled) then
+    return {-2, 0}
+  end
   return cancelled
 elseif cancelled == 1 then
   return {-1}
 end
-local now = now_ms()
-local ends = now + lease
 
--- What this call wrote, to undo: the keys it created, and the keys it
--- joined with their old value and expiry.
-local created, joined = {}, {}
-local function undo()
-  for i = #joined, 1, -1 do
-    local j = joined[i]
-    redis.call('SET', j[1], j[2], 'PXAT', j[3])
+-- Every key taken afresh by this call gets the same value but for its
+-- token, its hold expiring with the key (see layout.lua).
+local rest = ' - ' .. hold .. '= ' .. owner
+
+-- created are the keys this call took afresh, to undo.
+local created = {}
+
+-- slow is what a call needs beyond taking keys afresh (most need none of
+-- it): the keys it joined, to undo, the server's time, and how to take a key
+-- that is there already, made on first use.
+local existing
+local function slow()
+  if existing then
+    return existing
   end
-  for i = #created, 1, -1 do
-    redis.call('DEL', created[i])
-  end
-end
+  local L = layout()
+  local now = L.now_ms()
+  local ends = now + tonumber(lease)
+  local joined = {} -- keys joined, with their old value and expiry
+  local shared_value = L.fresh(hold, owner, true)
 
--- Every key taken afresh by this call gets the same value but for its token
--- (and its mode: the shared one is made when a key asks for it).
-local ends_ms = string.format('%d', ends)
-local value, value_shared = fresh(hold, ends_ms, owner, false), nil
-
--- writer_ahead reports whether a live waiter for key state s asks for it
--- exclusively ahead of this hold's place (anywhere, with no place).
-local function writer_ahead(s)
-  for _, e in ipairs(s.queue) do
-    if e.hold == hold then
-      return false
+  -- writer_ahead reports whether a live waiter for key state s asks for it
+  -- exclusively ahead of this hold's place (anywhere, with no place).
+  local function writer_ahead(s)
+    for _, e in ipairs(s.queue) do
+      if e.hold == hold then
+        return false
+      end
+      if not e.shared and e.ends > now then
+        return true
+      end
     end
-    if not e.shared and e.ends > now then
-      return true
-    end
+    return false
   end
-  return false
-end
 
--- judge says what the hold may do with a key of state s (live holds only)
--- that it asks for, shared or not: "claim" it (handed to the hold), "join"
--- it (its owner holds it, or readers do and no writer waits ahead),
--- "refuse" (another owner holds it), or "upgrade": the owner holds it shared
--- and asks for it exclusively, which is refused outright, as two owners
--- doing so would wait for each other.
-local function judge(s, shared)
-  if s.holds[hold] and (s.owner == '' or (s.owners and s.owners[hold] == '')) then
-    return 'claim'
-  elseif s.owner == owner then
-    return 'join'
-  elseif s.owner ~= SHARED then
+  -- judge says what the hold may do with a key of state s (live holds
+  -- only) that it asks for, shared or not: "claim" it (handed to the
+  -- hold), "join" it (its owner holds it, or readers do and no writer
+  -- waits ahead), "refuse" (another owner holds it), or "upgrade": the
+  -- owner holds it shared and asks for it exclusively, which is refused
+  -- outright, as two owners doing so would wait for each other.
+  local function judge(s, shared)
+    if s.holds[hold] and (s.owner == '' or (s.owners and s.owners[hold] == '')) then
+      return 'claim'
+    elseif s.owner == owner then
+      return 'join'
+    elseif s.owner ~= SHARED then
+      return 'refuse'
+    end
+    local mine = L.holder(s, owner)
+    if not shared then
+      return mine and 'upgrade' or 'refuse'
+    elseif mine or not writer_ahead(s) then
+      return 'join'
+    end
     return 'refuse'
   end
-  local mine = holder(s, owner)
-  if not shared then
-    return mine and 'upgrade' or 'refuse'
-  elseif mine or not writer_ahead(s) then
-    return 'join'
-  end
-  return 'refuse'
-end
 
--- take tries key for the hold, shared or not; it returns the key's token, or
--- false, the remaining lease and the state of another owner's key, or nil
--- and the error of a key not served here (moved) or of any other failure,
--- or nil and 'upgrade'.
-local function take(key, token, shared)
-  local make = value
-  if shared then
-    value_shared = value_shared or fresh(hold, ends_ms, owner, true)
-    make = value_shared
-  end
-  local r = redis.pcall('SET', key, make(token), 'NX', 'PXAT', ends_ms)
-  if failed(r) then
-    return nil, r
-  end
-  if r then
-    created[#created + 1] = key
-    return token
-  end
-  local v = redis.pcall('GET', key)
-  local s = parse(v)
-  if not s then
-    return false, redis.call('PTTL', key)
-  end
-  local latest = live(s, now)
-  if latest == 0 then
-    -- Every hold has ended, the key not yet expired (it expires with its
-    -- longest hold, to the millisecond): it is free, and its queue goes
-    -- with it, as when it expires.
-    joined[#joined + 1] = {key, v, now + 1}
-    redis.call('SET', key, make(token), 'PXAT', ends_ms)
-    return token
-  end
-  local verdict = judge(s, shared)
-  if verdict == 'upgrade' then
-    return nil, verdict
-  elseif verdict == 'refuse' then
-    return false, redis.call('PTTL', key), s
-  end
-  joined[#joined + 1] = {key, v, latest}
-  if verdict == 'claim' then
-    -- Handed to this hold by a release: its claim becomes its hold, with
-    -- the hold's own lease.
-    s.holds[hold] = nil
-    if not s.owners then
-      -- A new ownership.
-      s.token, s.owner = token, owner
+  existing = {moved = L.moved}
+
+  -- undo undoes what this call wrote.
+  function existing.undo()
+    for i = #joined, 1, -1 do
+      local j = joined[i]
+      redis.call('SET', j[1], j[2], 'PXAT', j[3])
+    end
+    for i = #created, 1, -1 do
+      redis.call('DEL', created[i])
     end
   end
-  if s.owners and s.token == 0 then
-    -- Handed to readers, none of which took it yet: the first reader to
-    -- take it, by its claim or joining, gives the shared ownership its
-    -- token.
-    s.token = token
-  end
-  -- A hold taken again (a retried call) keeps the later of its two ends.
-  s.holds[hold] = math.max(s.holds[hold] or 0, ends)
-  if s.owners then
-    s.owners[hold] = owner
-  end
-  leave(s, hold)
-  lapse(key, s, now)
-  redis.call('SET', key, format(s), 'PXAT', live(s, now))
-  return s.token
-end
 
--- queue gives the hold a place in the queue of key (state s), asking for it
--- shared or not, or renews the one it has.
-local function queue(key, s, shared)
-  local mine
-  for _, e in ipairs(s.queue) do
-    if e.hold == hold then
-      mine = e
+  -- take takes key, asked for shared or not, for the hold, with token if it
+  -- is a new ownership, as the loop below says.
+  function existing.take(key, token, shared)
+    if shared then
+      local r = redis.pcall('SET', key, shared_value(token), 'NX', 'PX', lease)
+      if L.failed(r) then
+        return nil, r
+      elseif r then
+        created[#created + 1] = key
+        return token
+      end
     end
+    local v = redis.pcall('GET', key)
+    local s = L.parse(v, key, now)
+    if not s then
+      return false, redis.call('PTTL', key)
+    end
+    local latest = L.live(s, now)
+    if latest == 0 then
+      -- Every hold has ended, the key not yet expired (it expires with
+      -- its longest hold, to the millisecond): it is free, and its queue
+      -- goes with it, as when it expires.
+      joined[#joined + 1] = {key, v, now + 1}
+      local fresh = string.format('%d', token) .. rest
+      if shared then
+        fresh = shared_value(token)
+      end
+      redis.call('SET', key, fresh, 'PX', lease)
+      return token
+    end
+    local verdict = judge(s, shared)
+    if verdict == 'upgrade' then
+      return nil, verdict
+    elseif verdict == 'refuse' then
+      return false, redis.call('PTTL', key), s
+    end
+    joined[#joined + 1] = {key, v, latest}
+    if verdict == 'claim' then
+      -- Handed to this hold by a release: its claim becomes its hold,
+      -- with the hold's own lease.
+      s.holds[hold] = nil
+      if not s.owners then
+        -- A new ownership.
+        s.token, s.owner = token, owner
+      end
+    end
+    if s.owners and s.token == 0 then
+      -- Handed to readers, none of which took it yet: the first reader
+      -- to take it, by its claim or joining, gives the shared ownership
+      -- its token.
+      s.token = token
+    end
+    -- A hold taken again (a retried call) keeps the later of its two ends.
+    s.holds[hold] = math.max(s.holds[hold] or 0, ends)
+    if s.owners then
+      s.owners[hold] = owner
+    end
+    L.leave(s, hold)
+    L.lapse(key, s, now)
+    redis.call('SET', key, L.format(s), 'PXAT', L.live(s, now))
+    return s.token
   end
-  if not mine then
-    mine = {hold = hold, shared = shared}
-    s.queue[#s.queue + 1] = mine
+
+  -- verdict says what the hold could do with key, shared or not, without
+  -- changing it: as take does, 0 for a key it could take.
+  function existing.verdict(key, shared)
+    local other = L.parse(redis.pcall('GET', key), key, now)
+    if other and L.live(other, now) > 0 then
+      local verdict = judge(other, shared)
+      if verdict == 'upgrade' then
+        return nil, verdict
+      elseif verdict == 'refuse' then
+        return false, redis.call('PTTL', key)
+      end
+    end
+    return 0
   end
-  mine.polls = mode == 'poll'
-  mine.ends = now + place
-  lapse(key, s, now)
-  redis.call('SET', key, format(s), 'KEEPTTL')
+
+  -- queue gives the hold a place in the queue of key (state s), asking for
+  -- it shared or not, or renews the one it has.
+  function existing.queue(key, s, shared)
+    local mine
+    for _, e in ipairs(s.queue) do
+      if e.hold == hold then
+        mine = e
+      end
+    end
+    if not mine then
+      mine = {hold = hold, shared = shared}
+      s.queue[#s.queue + 1] = mine
+    end
+    mine.polls = mode == 'poll'
+    mine.ends = now + tonumber(place)
+    L.lapse(key, s, now)
+    redis.call('SET', key, L.format(s), 'KEEPTTL')
+  end
+  return existing
 end
 
-local tokens, conflicts = {}, {}
+-- Each key: taken afresh with SET NX (the usual case), else as slow's take
+-- says. The result: the key's token, or false, the remaining lease and the
+-- state of another owner's key, or nil and the error of a key not served
+-- here (moved) or of any other failure, or nil and 'upgrade'. Once a key is
+-- refused, a "try" call only looks for the other conflicts.
+-- tokens: those of the keys held, in order (after the 1 of a reply that
+-- holds them all).
+local tokens, conflicts = {1}, nil
 local wait, held, slot = 0, 0, 0
 -- clear: no key of the call is held by another owner so far.
 local clear = true
 local i = 7
 while i <= #ARGV do
-  local fence, n, modes = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-  local first = i + 3
+  local fence, n = ARGV[i], tonumber(ARGV[i + 1])
+  local modes, first = nil, i + 2
+  if some then
+    modes, first = ARGV[i + 2], i + 3
+  end
   local base = 0
   if clear then
     -- A token per key, some of them unused (keys joined or refused): gaps
     -- do not matter, a key's tokens only have to grow.
     base = redis.pcall('INCRBY', fence, n)
-    if failed(base) then
-      undo()
-      if moved(base) then
+    if type(base) == 'table' then
+      if #created > 0 then
+        slow().undo()
+      end
+      if layout().moved(base) then
         return {-2, slot}
       end
       return base
@@ -220,41 +266,43 @@ while i <= #ARGV do
   end
   for j = 0, n - 1 do
     local key = ARGV[first + j]
-    local shared = modes ~= '' and string.byte(modes, j + 1) == 115
+    local shared = modes and string.byte(modes, j + 1) == 115
     local token, left, s
-    if clear then
-      token, left, s = take(key, base + j + 1, shared)
+    if not clear then
+      token, left = slow().verdict(key, shared)
+    elseif shared then
+      token, left, s = slow().take(key, base + j + 1, true)
     else
-      -- Refused already ("try"): only look for the other conflicts.
-      local other = parse(redis.pcall('GET', key))
-      local verdict = 'join'
-      if other and live(other, now) > 0 then
-        verdict = judge(other, shared)
-      end
-      if verdict == 'upgrade' then
-        token, left = nil, verdict
-      elseif verdict == 'refuse' then
-        token, left = false, redis.call('PTTL', key)
+      token = base + j + 1
+      local r = redis.pcall('SET', key, string.format('%d', token) .. rest, 'NX', 'PX', lease)
+      if not r then
+        token, left, s = slow().take(key, token, false)
+      elseif r.err then
+        token, left = nil, r
       else
-        token = 0
+        created[#created + 1] = key
       end
     end
     if token == nil then
-      undo()
+      if #created > 0 or existing then
+        slow().undo()
+      end
       if left == 'upgrade' then
         return {-3, key}
-      elseif moved(left) then
+      elseif layout().moved(left) then
         return {-2, slot}
       end
       return left
     elseif token == false then
       clear = false
+      conflicts = conflicts or {}
       conflicts[#conflicts + 1] = key
       wait = math.max(wait, left)
       if waiting then
         if s then
-          queue(key, s, shared)
+          slow().queue(key, s, shared)
         end
+        table.remove(tokens, 1)
         return {0, held, wait, conflicts, tokens, j}
       end
     elseif clear then
@@ -268,7 +316,7 @@ while i <= #ARGV do
   i = first + n
 end
 if not clear then
-  undo()
+  slow().undo()
   return {0, 0, wait, conflicts, {}, 0}
 end
-return {1, tokens}
+return tokens

@@ -10,37 +10,75 @@
 -- shortened (another hold of the same owner may run longer). A hold whose
 -- lease has ended is not revived: it is dropped, and its key reported.
 --
--- Returns {lost, away, lost, away, ...}: per lock in order, the keys that
--- no longer carry a live hold of it (the lock on them is lost), and the keys
--- this master does not serve (moved, or in migration), left as they were.
-local now = now_ms()
-local out = {}
+-- Returns 0 when every hold was extended, else {lost, away, lost, away,
+-- ...}: per lock in order, the keys that no longer carry a live hold of it
+-- (the lock on them is lost), and the keys this master does not serve
+-- (moved, or in migration), left as they were.
+local now, L
+-- found: per lock (by its number) that lost or found elsewhere some key, its
+-- {lost, away}; nil while none did.
+local found
+local locks = 0
 local i = 1
 while i <= #ARGV do
   local hold, lease, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local lost, away = {}, {}
+  locks = locks + 1
+  local function note(k, key)
+    found = found or {}
+    found[locks] = found[locks] or {{}, {}}
+    local list = found[locks][k]
+    list[#list + 1] = key
+  end
+  -- The usual value: "<token> - <hold>= <owner>", the key as an acquire
+  -- took it afresh for this hold, which ends with the key, nobody waiting
+  -- (found by plain comparison, as release.lua does).
+  local fresh = ' - ' .. hold .. '= '
   for j = i + 3, i + 2 + n do
     local key = ARGV[j]
-    local v = get(key)
-    if v == nil then
-      away[#away + 1] = key
+    local v = redis.pcall('GET', key)
+    local at = type(v) == 'string' and string.find(v, ' ', 1, true)
+    if at and string.find(v, fresh, at, true) == at and not string.find(v, ' ', at + #fresh, true) then
+      local left = redis.call('PTTL', key)
+      if left <= 0 then
+        note(1, key)
+      elseif left < lease then
+        -- SET rather than PEXPIRE: the commands a locking user needs stay as
+        -- they were (see the README's ACL).
+        redis.call('SET', key, v, 'XX', 'PX', lease)
+      end
     else
-      local s = parse(v)
-      local ends = s and s.holds[hold]
-      if ends and ends > now then
-        s.holds[hold] = math.max(ends, now + lease)
-        rewrite(key, s, now)
+      L = L or layout()
+      now = now or L.now_ms()
+      if type(v) == 'table' then
+        v = L.get(key) -- an error: moved (nil), not a string (false), or raised
+      end
+      if v == nil then
+        note(2, key)
       else
-        if ends then
-          s.holds[hold] = nil
-          rewrite(key, s, now)
+        local s = L.parse(v, key, now)
+        local ends = s and s.holds[hold]
+        if ends and ends > now then
+          s.holds[hold] = math.max(ends, now + lease)
+          L.rewrite(key, s, now)
+        else
+          if ends then
+            s.holds[hold] = nil
+            L.rewrite(key, s, now)
+          end
+          note(1, key)
         end
-        lost[#lost + 1] = key
       end
     end
   end
-  out[#out + 1] = lost
-  out[#out + 1] = away
   i = i + 3 + n
+end
+if not found then
+  return 0
+end
+local out = {}
+for k = 1, locks do
+  local f = found[k] or {{}, {}}
+  out[#out + 1] = f[1]
+  out[#out + 1] = f[2]
 end
 return out

@@ -11,11 +11,12 @@
 -- milliseconds, the keys this master does not serve (moved, or in
 -- migration), left as they were, and per key the value it had before it was
 -- deleted, false when it was not held or not served here.
+local L = layout()
 local away = {}
-local reply = {now_ms(), away}
+local reply = {L.now_ms(), away}
 for i = 1, #ARGV do
   local key = ARGV[i]
-  local v = get(key)
+  local v = L.get(key)
   if v == nil then
     away[#away + 1] = key
     v = false

@@ -11,8 +11,10 @@
 --          the place of a call that asks for the key shared, then "p" after
 --          that of a call that polls rather than listens), or "-"
 --   holds  "<hold>=<ends>", comma-separated: each hold field ("h:" .. hold
---          id) and the server time in milliseconds at which its lease ends;
---          on a shared key "<hold>=<ends>=<owner>", each hold with its owner
+--          id, in hex digits) and the server time in milliseconds at which
+--          its lease ends, or nothing after "=" for the one hold of a key
+--          taken afresh, which ends with the key; on a shared key
+--          "<hold>=<ends>=<owner>", each hold with its owner
 --   owner  the owner id, to the end of the value; "*" for a key held shared;
 --          empty while the key is handed to a waiter (a claim): the one hold
 --          is the waiter's, whose next acquire takes the key with a fresh
@@ -35,253 +37,274 @@ local RELEASED = 'released'
 -- SHARED is the owner field of a key held shared.
 local SHARED = '*'
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- layout returns the functions that read and write a lock value, made on
+-- the first call of a script that needs them: most calls (keys taken
+-- afresh, a lone hold released) need none of them, and making them all on
+-- every call costs more than the work itself.
+local cached_layout
+local function layout()
+  if cached_layout then
+    return cached_layout
+  end
+  local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
 
--- parse returns the state of value v, nil when v is not a lock value.
-local function parse(v)
-  if type(v) ~= 'string' then
-    return nil
+  -- failed reports a reply of redis.pcall that is an error.
+  local function failed(r)
+    return type(r) == 'table' and r.err ~= nil
   end
-  local token, queue, holds, owner = string.match(v, '^(%d+) (%S+) (%S*) (.*)$')
-  if not token then
-    return nil
+
+  -- moved reports an error of redis.pcall that means the key is not served
+  -- here now: its slot moved or is being migrated, or the cluster is down.
+  local function moved(r)
+    return failed(r) and (string.find(r.err, 'non local key', 1, true) ~= nil or
+      string.find(r.err, 'cluster is down', 1, true) ~= nil)
   end
-  local h, o = {}, nil
-  if owner == SHARED then
-    o = {}
-  end
-  for id, ends, who in string.gmatch(holds, '([^,=]+)=(%d+)=?([^,]*)') do
-    h[id] = tonumber(ends)
-    if o then
-      o[id] = who
+
+  -- get reads key: its value, false when it has none or is not a string (not a
+  -- lock key), or nil when this master does not serve it (moved, or in
+  -- migration). Any other error is raised as it is.
+  local function get(key)
+    local v = redis.pcall('GET', key)
+    if moved(v) then
+      return nil
+    elseif failed(v) then
+      if string.find(v.err, 'WRONGTYPE', 1, true) then
+        return false
+      end
+      error(v)
     end
+    return v
   end
-  local q = {}
-  for id, ends, shared, polls in string.gmatch(queue, '([^,@]+)@(%d+)(s?)(p?)') do
-    q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's', polls = polls == 'p'}
-  end
-  -- owners: of a shared key, the owner of each hold; nil otherwise.
-  return {token = tonumber(token), queue = q, holds = h, owner = owner, owners = o}
-end
 
--- holder reports whether owner has a hold on the key of state s.
-local function holder(s, owner)
-  if not s.owners then
-    return s.owner == owner
-  end
-  for id in pairs(s.holds) do
-    if s.owners[id] == owner then
+  -- elsewhere reports a reply of redis.pcall that is moved; any other error is
+  -- raised as it is.
+  local function elsewhere(r)
+    if moved(r) then
       return true
     end
-  end
-  return false
-end
-
--- live drops the holds of s whose lease ended by now, and returns when the
--- longest of the others ends: 0 when none is left.
-local function live(s, now)
-  local latest = 0
-  for id, ends in pairs(s.holds) do
-    if ends > now then
-      latest = math.max(latest, ends)
-    else
-      s.holds[id] = nil
+    if failed(r) then
+      error(r)
     end
+    return false
   end
-  return latest
-end
 
-local function format(s)
-  local holds = {}
-  for id, ends in pairs(s.holds) do
-    local e = id .. '=' .. string.format('%d', ends)
-    if s.owners then
-      e = e .. '=' .. (s.owners[id] or '')
+  -- parse returns the state of value v, the value of key at the server
+  -- time now, nil when v is not a lock value. A hold written without its
+  -- end (by an acquire that took the key afresh) ends with the key.
+  local function parse(v, key, now)
+    if type(v) ~= 'string' then
+      return nil
     end
-    holds[#holds + 1] = e
-  end
-  local queue = {}
-  for _, e in ipairs(s.queue) do
-    queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '') .. (e.polls and 'p' or '')
-  end
-  if #queue == 0 then
-    queue[1] = '-'
-  end
-  return string.format('%d', s.token) .. ' ' .. table.concat(queue, ',') .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
-end
-
--- leave takes hold's place in the queue of s out, and returns it (nil when
--- it had none).
-local function leave(s, hold)
-  for i, e in ipairs(s.queue) do
-    if e.hold == hold then
-      return table.remove(s.queue, i)
+    local token, queue, holds, owner = string.match(v, '^(%d+) (%S+) (%S*) (.*)$')
+    if not token then
+      return nil
     end
-  end
-  return nil
-end
-
--- wake tells the readers at the head of the queue of key (state s, held
--- shared), up to the first writer, that they may join: a writer ahead of
--- them left the queue.
-local function wake(key, s, now)
-  for _, e in ipairs(s.queue) do
-    if e.ends > now then
-      if not e.shared then
-        return
+    local h, o = {}, nil
+    if owner == SHARED then
+      o = {}
+    end
+    for id, ends, who in string.gmatch(holds, '([^,=]+)=(%d*)=?([^,]*)') do
+      if ends == '' then
+        h[id] = now + math.max(redis.call('PTTL', key), 0)
+      else
+        h[id] = tonumber(ends)
       end
-      redis.call('SPUBLISH', key, e.hold)
-    end
-  end
-end
-
--- drop_lapsed drops the places in the queue of key (state s) that lapsed
--- by now, and tells each of their waiters (with its hold field), which,
--- should it still be alive, queues again at once. It returns whether some
--- place lapsed, and whether one of them was a writer's.
-local function drop_lapsed(key, s, now)
-  local lapsed, writer = false, false
-  for i = #s.queue, 1, -1 do
-    local e = s.queue[i]
-    if e.ends <= now then
-      table.remove(s.queue, i)
-      redis.call('SPUBLISH', key, e.hold)
-      lapsed = true
-      writer = writer or not e.shared
-    end
-  end
-  return lapsed, writer
-end
-
--- lapse drops the places in the queue of key (state s) that lapsed, so that
--- a key that never changes hands (readers coming and going) does not keep
--- the places of waiters that died, and tells their waiters. When a writer's
--- place went from a key held shared, the readers it kept waiting are told
--- they may join.
-local function lapse(key, s, now)
-  local _, writer = drop_lapsed(key, s, now)
-  if writer and s.owner == SHARED then
-    wake(key, s, now)
-  end
-end
-
--- hand gives key, whose holds have all ended, to the first waiter of s whose
--- place has not lapsed, as its claim, and tells it with one message on the
--- key's channel (its hold field). A first waiter that asks for the key shared
--- is handed it together with the readers right behind it, up to the first
--- waiter that asks for it exclusively; each is told. A claim lasts for
--- CLAIM_MS, and the claim of a waiter that polls until its place would have
--- lapsed, if that is later: it comes back within its place. With no such
--- waiter the key is deleted, and the release announced to anyone polling
--- ("released") if some waiter's place had lapsed.
-local function hand(key, s, now)
-  local lapsed = drop_lapsed(key, s, now)
-  local handed = {}
-  while #s.queue > 0 do
-    local first = s.queue[1]
-    if #handed > 0 and not (handed[1].shared and first.shared) then
-      break
-    end
-    handed[#handed + 1] = first
-    table.remove(s.queue, 1)
-    if not first.shared then
-      break
-    end
-  end
-  if #handed > 0 then
-    s.holds, s.owner, s.owners = {}, '', nil
-    if handed[1].shared then
-      s.owner, s.owners, s.token = SHARED, {}, 0
-    end
-    local expires = 0
-    for _, w in ipairs(handed) do
-      local ends = now + CLAIM_MS
-      if w.polls then
-        ends = math.max(ends, w.ends)
+      if o then
+        o[id] = who
       end
-      s.holds[w.hold] = ends
-      expires = math.max(expires, ends)
+    end
+    local q = {}
+    for id, ends, shared, polls in string.gmatch(queue, '([^,@]+)@(%d+)(s?)(p?)') do
+      q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's', polls = polls == 'p'}
+    end
+    -- owners: of a shared key, the owner of each hold; nil otherwise.
+    return {token = tonumber(token), queue = q, holds = h, owner = owner, owners = o}
+  end
+
+  -- holder reports whether owner has a hold on the key of state s.
+  local function holder(s, owner)
+    if not s.owners then
+      return s.owner == owner
+    end
+    for id in pairs(s.holds) do
+      if s.owners[id] == owner then
+        return true
+      end
+    end
+    return false
+  end
+
+  -- live drops the holds of s whose lease ended by now, and returns when the
+  -- longest of the others ends: 0 when none is left.
+  local function live(s, now)
+    local latest = 0
+    for id, ends in pairs(s.holds) do
+      if ends > now then
+        latest = math.max(latest, ends)
+      else
+        s.holds[id] = nil
+      end
+    end
+    return latest
+  end
+
+  local function format(s)
+    local holds = {}
+    for id, ends in pairs(s.holds) do
+      local e = id .. '=' .. string.format('%d', ends)
       if s.owners then
-        s.owners[w.hold] = ''
+        e = e .. '=' .. (s.owners[id] or '')
+      end
+      holds[#holds + 1] = e
+    end
+    local queue = {}
+    for _, e in ipairs(s.queue) do
+      queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '') .. (e.polls and 'p' or '')
+    end
+    if #queue == 0 then
+      queue[1] = '-'
+    end
+    return string.format('%d', s.token) .. ' ' .. table.concat(queue, ',') .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
+  end
+
+  -- leave takes hold's place in the queue of s out, and returns it (nil when
+  -- it had none).
+  local function leave(s, hold)
+    for i, e in ipairs(s.queue) do
+      if e.hold == hold then
+        return table.remove(s.queue, i)
       end
     end
-    redis.call('SET', key, format(s), 'PXAT', expires)
-    for _, w in ipairs(handed) do
-      redis.call('SPUBLISH', key, w.hold)
-    end
-    return
-  end
-  -- Announced first: in a slot being migrated the key, once deleted, is
-  -- no longer local, and neither is its channel.
-  if lapsed then
-    redis.call('SPUBLISH', key, RELEASED)
-  end
-  redis.call('DEL', key)
-end
-
--- rewrite stores s as key's value, expiring with its longest live hold, or
--- hands the key on when no live hold is left.
-local function rewrite(key, s, now)
-  local latest = live(s, now)
-  if latest > 0 then
-    redis.call('SET', key, format(s), 'PXAT', latest)
-  else
-    hand(key, s, now)
-  end
-end
-
--- fresh returns the value, by fencing token, of a key taken afresh by one
--- hold whose lease ends at ends (decimal milliseconds), nobody waiting:
--- exclusively, or shared.
-local function fresh(hold, ends, owner, shared)
-  local rest = ' - ' .. hold .. '=' .. ends .. ' ' .. owner
-  if shared then
-    rest = ' - ' .. hold .. '=' .. ends .. '=' .. owner .. ' ' .. SHARED
-  end
-  return function(token)
-    return string.format('%d', token) .. rest
-  end
-end
-
--- failed reports a reply of redis.pcall that is an error.
-local function failed(r)
-  return type(r) == 'table' and r.err ~= nil
-end
-
--- moved reports an error of redis.pcall that means the key is not served
--- here now: its slot moved or is being migrated, or the cluster is down.
-local function moved(r)
-  return failed(r) and (string.find(r.err, 'non local key', 1, true) ~= nil or
-    string.find(r.err, 'cluster is down', 1, true) ~= nil)
-end
-
--- get reads key: its value, false when it has none or is not a string (not a
--- lock key), or nil when this master does not serve it (moved, or in
--- migration). Any other error is raised as it is.
-local function get(key)
-  local v = redis.pcall('GET', key)
-  if moved(v) then
     return nil
-  elseif failed(v) then
-    if string.find(v.err, 'WRONGTYPE', 1, true) then
-      return false
-    end
-    error(v)
   end
-  return v
-end
 
--- elsewhere reports a reply of redis.pcall that is moved; any other error is
--- raised as it is.
-local function elsewhere(r)
-  if moved(r) then
-    return true
+  -- wake tells the readers at the head of the queue of key (state s, held
+  -- shared), up to the first writer, that they may join: a writer ahead of
+  -- them left the queue.
+  local function wake(key, s, now)
+    for _, e in ipairs(s.queue) do
+      if e.ends > now then
+        if not e.shared then
+          return
+        end
+        redis.call('SPUBLISH', key, e.hold)
+      end
+    end
   end
-  if failed(r) then
-    error(r)
+
+  -- drop_lapsed drops the places in the queue of key (state s) that lapsed
+  -- by now, and tells each of their waiters (with its hold field), which,
+  -- should it still be alive, queues again at once. It returns whether some
+  -- place lapsed, and whether one of them was a writer's.
+  local function drop_lapsed(key, s, now)
+    local lapsed, writer = false, false
+    for i = #s.queue, 1, -1 do
+      local e = s.queue[i]
+      if e.ends <= now then
+        table.remove(s.queue, i)
+        redis.call('SPUBLISH', key, e.hold)
+        lapsed = true
+        writer = writer or not e.shared
+      end
+    end
+    return lapsed, writer
   end
-  return false
+
+  -- lapse drops the places in the queue of key (state s) that lapsed, so that
+  -- a key that never changes hands (readers coming and going) does not keep
+  -- the places of waiters that died, and tells their waiters. When a writer's
+  -- place went from a key held shared, the readers it kept waiting are told
+  -- they may join.
+  local function lapse(key, s, now)
+    local _, writer = drop_lapsed(key, s, now)
+    if writer and s.owner == SHARED then
+      wake(key, s, now)
+    end
+  end
+
+  -- hand gives key, whose holds have all ended, to the first waiter of s whose
+  -- place has not lapsed, as its claim, and tells it with one message on the
+  -- key's channel (its hold field). A first waiter that asks for the key shared
+  -- is handed it together with the readers right behind it, up to the first
+  -- waiter that asks for it exclusively; each is told. A claim lasts for
+  -- CLAIM_MS, and the claim of a waiter that polls until its place would have
+  -- lapsed, if that is later: it comes back within its place. With no such
+  -- waiter the key is deleted, and the release announced to anyone polling
+  -- ("released") if some waiter's place had lapsed.
+  local function hand(key, s, now)
+    local lapsed = drop_lapsed(key, s, now)
+    local handed = {}
+    while #s.queue > 0 do
+      local first = s.queue[1]
+      if #handed > 0 and not (handed[1].shared and first.shared) then
+        break
+      end
+      handed[#handed + 1] = first
+      table.remove(s.queue, 1)
+      if not first.shared then
+        break
+      end
+    end
+    if #handed > 0 then
+      s.holds, s.owner, s.owners = {}, '', nil
+      if handed[1].shared then
+        s.owner, s.owners, s.token = SHARED, {}, 0
+      end
+      local expires = 0
+      for _, w in ipairs(handed) do
+        local ends = now + CLAIM_MS
+        if w.polls then
+          ends = math.max(ends, w.ends)
+        end
+        s.holds[w.hold] = ends
+        expires = math.max(expires, ends)
+        if s.owners then
+          s.owners[w.hold] = ''
+        end
+      end
+      redis.call('SET', key, format(s), 'PXAT', expires)
+      for _, w in ipairs(handed) do
+        redis.call('SPUBLISH', key, w.hold)
+      end
+      return
+    end
+    -- Announced first: in a slot being migrated the key, once deleted, is
+    -- no longer local, and neither is its channel.
+    if lapsed then
+      redis.call('SPUBLISH', key, RELEASED)
+    end
+    redis.call('DEL', key)
+  end
+
+  -- rewrite stores s as key's value, expiring with its longest live hold, or
+  -- hands the key on when no live hold is left.
+  local function rewrite(key, s, now)
+    local latest = live(s, now)
+    if latest > 0 then
+      redis.call('SET', key, format(s), 'PXAT', latest)
+    else
+      hand(key, s, now)
+    end
+  end
+
+  -- fresh returns the value, by fencing token, of a key taken afresh by one
+  -- hold, nobody waiting, exclusively or shared: the hold is written
+  -- without its end, for it ends with the key (SET PX its lease).
+  local function fresh(hold, owner, shared)
+    local rest = ' - ' .. hold .. '= ' .. owner
+    if shared then
+      rest = ' - ' .. hold .. '==' .. owner .. ' ' .. SHARED
+    end
+    return function(token)
+      return string.format('%d', token) .. rest
+    end
+  end
+
+  cached_layout = {now_ms = now_ms, failed = failed, moved = moved, get = get, elsewhere = elsewhere,
+    parse = parse, holder = holder, live = live, format = format, leave = leave,
+    wake = wake, lapse = lapse, hand = hand, rewrite = rewrite, fresh = fresh}
+  return cached_layout
 end

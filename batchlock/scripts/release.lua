@@ -20,9 +20,10 @@
 -- hold. The hold also leaves the queue of a key it waits for; when it was a
 -- writer's place on a key held shared, the readers behind it are told.
 --
--- Returns {{key, ...}, {key, ...}}: the keys, among those without the hold,
--- that another owner holds (the lock on them was lost), and the keys this
--- master does not serve (moved, or in migration), left as they were. A key
+-- Returns 0 when every key was released (or found gone), else {{key, ...},
+-- {key, ...}}: the keys, among those without the hold, that another owner
+-- holds (the lock on them was lost), and the keys this master does not serve
+-- (moved, or in migration), left as they were. A key
 -- without the hold that is gone, still the owner's, or handed to waiters
 -- that have not taken it yet says nothing: a release run twice (a client
 -- retrying a pipeline) finds its own work done.
@@ -31,51 +32,60 @@ local owner, hold, remember, m = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 for i = 5, 4 + m do
   -- A mark whose slot is not served here is left out: an acquire still
   -- in flight there cannot take anything either.
-  elsewhere(redis.pcall('SET', ARGV[i], '1', 'PX', remember))
+  layout().elsewhere(redis.pcall('SET', ARGV[i], '1', 'PX', remember))
 end
 
--- claimed reports whether every hold of the key of state s is a waiter's
--- claim: the key was handed on by a release, maybe this one run before.
-local function claimed(s)
-  for id in pairs(s.holds) do
-    if s.owner ~= '' and not (s.owners and s.owners[id] == '') then
-      return false
-    end
-  end
-  return true
-end
-
-local taken, away = {}, {}
+local taken, away
 local now
-local single = '^%d+ %- ' .. string.gsub(hold, '%p', '%%%0') .. '=%d+ '
+-- The usual value: "<token>" then this, the key as an acquire took it
+-- afresh for this hold, nobody waiting (found by plain comparison: a
+-- pattern costs more than the rest of the release).
+local fresh = ' - ' .. hold .. '= ' .. owner
 for i = 5 + m, #ARGV do
   local key = ARGV[i]
   -- Read before writing: in a slot being migrated a key this script
   -- deleted is no longer local, and writing it again would fail half-way.
-  local v = get(key)
-  if v == nil then
-    away[#away + 1] = key
-  elseif v and string.find(v, single) then
-    -- The usual case: the hold alone, nobody waiting.
+  local v = redis.pcall('GET', key)
+  local at = type(v) == 'string' and string.find(v, ' ', 1, true)
+  if at and at == #v - #fresh + 1 and string.find(v, fresh, at, true) then
     redis.call('DEL', key)
   elseif v then
-    local s = parse(v)
-    if s then
-      now = now or now_ms()
-      local mine = s.holds[hold] ~= nil
-      local queued = leave(s, hold)
-      if mine or queued then
-        s.holds[hold] = nil
-        rewrite(key, s, now)
-        if queued and not queued.shared and s.owner == SHARED then
-          -- Readers that waited behind this writer may join now.
-          wake(key, s, now)
+    local L = layout()
+    if type(v) == 'table' then
+      v = L.get(key) -- an error: moved (nil), not a string (false), or raised
+    end
+    if v == nil then
+      away = away or {}
+      away[#away + 1] = key
+    elseif v then
+      now = now or L.now_ms()
+      local s = L.parse(v, key, now)
+      if s then
+        local mine = s.holds[hold] ~= nil
+        local queued = L.leave(s, hold)
+        if mine or queued then
+          s.holds[hold] = nil
+          L.rewrite(key, s, now)
+          if queued and not queued.shared and s.owner == SHARED then
+            -- Readers that waited behind this writer may join now.
+            L.wake(key, s, now)
+          end
         end
-      end
-      if not mine and live(s, now) > 0 and not holder(s, owner) and not claimed(s) then
-        taken[#taken + 1] = key
+        -- Only claims left: the key was handed on by a release, maybe
+        -- this one run before.
+        local claimed = true
+        for id in pairs(s.holds) do
+          claimed = claimed and (s.owner == '' or (s.owners and s.owners[id] == '')) or false
+        end
+        if not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not claimed then
+          taken = taken or {}
+          taken[#taken + 1] = key
+        end
       end
     end
   end
 end
-return {taken, away}
+if not taken and not away then
+  return 0
+end
+return {taken or {}, away or {}}

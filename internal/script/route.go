@@ -104,7 +104,7 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 
 		var again []plan
 		var moved []int
-		hints := map[int]plan{} // by part: where a redirection pointed
+		var hints map[int]plan // by part: where a redirection pointed
 		for i, c := range calls {
 			p := work[i]
 			err := c.Reply.Err()
@@ -128,6 +128,9 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 			}
 			if addr, asking, ok := redirection(err); ok {
 				moved = append(moved, p.parts...)
+				if hints == nil {
+					hints = map[int]plan{}
+				}
 				switch {
 				case !asking:
 					// MOVED vouches for the whole slot.
@@ -146,8 +149,11 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 				again = append(again, p)
 			}
 		}
-		slices.Sort(moved)
-		work = append(again, r.perSlot(b, moved, hints)...)
+		if len(moved) > 0 {
+			slices.Sort(moved)
+			again = append(again, r.perSlot(b, moved, hints)...)
+		}
+		work = again
 		if len(work) > 0 && !r.wait(ctx, began, attempt) {
 			// Given up: say what the last attempt met, and why it was
 			// the last.
@@ -179,32 +185,40 @@ func redirection(err error) (addr string, asking, ok bool) {
 // each. A part whose master is unknown goes alone, to fail and be tried again.
 func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) []plan {
 	var out []plan
-	open := map[string]int{} // by master, the plan being filled
-	keys := map[int]int{}    // by plan, its keys
-	masterOf := map[int]string{}
-	prev := ""
+	var open []string // by plan, its master; a master's open plan is its last one
+	var keys []int    // by plan, its keys
+	lastSlot, addr := -1, ""
 	for _, j := range parts {
 		part := b.Parts[j]
-		addr, ok := masterOf[part.Slot]
-		if !ok {
+		if part.Slot != lastSlot {
+			// Parts come grouped by slot: one look-up per slot.
 			var err error
 			if addr, err = r.master(ctx, part.Route); err != nil {
 				addr = "unknown:" + strconv.Itoa(part.Slot)
 			}
-			masterOf[part.Slot] = addr
+			lastSlot = part.Slot
 		}
-		i, ok := open[addr]
-		if b.Ordered && addr != prev {
-			ok = false
+		i := -1
+		if b.Ordered {
+			if n := len(out); n > 0 && open[n-1] == addr {
+				i = n - 1
+			}
+		} else {
+			for n := len(out) - 1; n >= 0; n-- {
+				if open[n] == addr {
+					i = n
+					break
+				}
+			}
 		}
-		if !ok || keys[i]+part.Keys > MaxCallKeys {
+		if i < 0 || keys[i]+part.Keys > MaxCallKeys {
 			i = len(out)
 			out = append(out, plan{})
-			open[addr] = i
+			open = append(open, addr)
+			keys = append(keys, 0)
 		}
 		out[i].parts = append(out[i].parts, j)
 		keys[i] += part.Keys
-		prev = addr
 	}
 	return out
 }
