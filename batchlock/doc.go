@@ -146,17 +146,20 @@
 // A batch costs one script call per master to take it (per run of
 // consecutive slots on a master, at most 1024 keys each) and one to release
 // it, sent to all masters in parallel: one round trip per master, whatever
-// the number of keys. Inside, a key taken afresh costs one SET, a release a
-// GET and a DEL (read first: in a slot being migrated, a key deleted is no
-// longer local, so nothing may be written after it), and each slot one
-// INCRBY of its fencing counter; a release sends a
-// message (SPUBLISH) only when it hands the key to a waiter. When a
-// call finds a slot elsewhere (moved, or in migration) it changes nothing,
-// and its slots are tried again one call each. Measured with Redis's own
-// statistics (docs/bench.md), a key locked and released costs about 2.6x
-// the Redis time of a bare SET PX and DEL when keys are spread over the
-// slots, and about 1.5x when they share one: the difference is the fencing
-// counter's INCRBY, one per slot.
+// the number of keys. Inside, a key taken afresh costs one SET (its hold
+// ends with the key, so the call reads no clock), a release a GET and a DEL
+// (read first: in a slot being migrated, a key deleted is no longer local,
+// so nothing may be written after it), each slot one INCRBY of its fencing
+// counter, and each acquire one EXISTS of its cancel mark; a release sends a
+// message (SPUBLISH) only when it hands the key to a waiter. The scripts make
+// the rest of what they might need (parsing a value, a queue, a hand-off)
+// only when a key calls for it, and answer a call that went as usual with a
+// number or a flat list. When a call finds a slot elsewhere (moved, or in
+// migration) it changes nothing, and its slots are tried again one call
+// each. docs/bench.md measures it against the fenced floor, the least a lock
+// with per-key leases and fencing tokens per slot must do: about the same at
+// one key, about 1.4x to 1.5x the masters' CPU past a hundred, most of it
+// the owner-checked release.
 //
 // # Data in Redis
 //

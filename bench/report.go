@@ -595,7 +595,7 @@ func (r Report) whereTimeGoes(p func(string, ...any)) {
 		p("| %s | %s | %s |\n", plotLabel(lib), perKey(lib), perKey(lib+OneSlotSuffix))
 	}
 	p("\nFrom the floor to the fenced floor is the least that fencing tokens per slot cost: an `INCRBY` of the counter of every slot of the batch, and a token in every value: %d keys spread fall into about %.0f of the %d slots, in one slot they make one `INCRBY`. ", n, expectedSlots(n), hashtag.SlotCount)
-	p("From the fenced floor to batchlock, keys laid out alike, is batchlock's own work: its value carries the owner, the fencing token and the hold with its lease end, the release reads it back (`GET`, then `DEL`) to check the owner, and every call checks its cancel mark and reads the server's `TIME`. ")
+	p("From the fenced floor to batchlock, keys laid out alike, is batchlock's own work: its value carries the owner, the fencing token and the hold, the release reads it back (`GET`, then `DEL`) to check the owner, and every acquire checks its cancel mark. Cut-down scripts timed on one node under callgrind (`batchlock/scripts_bench_test.go`) put the owner-checked release at about two thirds of that step per key and the longer value at one third. ")
 	p("The first step is the contract (fencing tokens per slot that move with their slot); the second is what the targets measure.\n")
 }
 
