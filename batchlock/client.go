@@ -149,9 +149,3 @@ func (c *Client) holding(holds map[string]bool) []*Lock {
 	}
 	return out
 }
-
-func (c *Client) emit(e Event) {
-	if c.cfg.observer != nil {
-		c.cfg.observer(e)
-	}
-}
