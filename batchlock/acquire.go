@@ -15,19 +15,23 @@ import (
 // held that was not held before the call.
 //
 // Keys are taken in a global order that every client shares (by slot, then
-// key): the call keeps the keys it holds, queues for the first one it could
-// not get (handed to it by the holder's release, or free once its lease runs
-// out) and goes on from there, so no two callers can wait on each other (no
-// deadlock) and a big batch is not starved by small ones. The keys it holds
-// are kept alive while it waits; once the whole batch is held, every lease is
-// restarted, so that a WithTTL lease counts from then.
+// key): first the in-process gate of each key (another lock of this Client
+// holding one is waited for in the process), then in Redis, where the call
+// keeps the keys it holds, queues for the first one it could not get (handed
+// to it by the holder's release, or free once its lease runs out) and goes
+// on from there, so no two callers can wait on each other (no deadlock) and
+// a big batch is not starved by small ones. The keys it holds are kept alive
+// while it waits; once the whole batch is held, their leases are restarted
+// if less than nine tenths of a WithTTL lock's lease is left, or less than
+// half of a renewed lock's.
 func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	return c.lock(ctx, keys, opts, true)
 }
 
 // TryLock makes one attempt to take every key. When another owner holds any
 // of them it returns a *ConflictError (which Is ErrNotObtained) listing
-// those keys, and no key held that was not held before the call.
+// those keys, and no key held that was not held before the call; when it is
+// another lock of this Client, at once, without a call to Redis.
 func (c *Client) TryLock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	return c.lock(ctx, keys, opts, false)
 }
@@ -72,7 +76,18 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	}
 
 	start := time.Now()
-	err = c.take(ctx, l, wait)
+	handedOut := false
+	defer func() {
+		// Also on a panic (an observer's): a gate held by a lock nobody
+		// has would block this Client's other locks on its key for good.
+		if !handedOut {
+			l.leaveGates()
+		}
+	}()
+	err = c.enterGates(ctx, l, wait)
+	if err == nil {
+		err = c.take(ctx, l, wait)
+	}
 	if err == nil {
 		// A context cancelled (rather than past its deadline) is noticed
 		// only once replies arrive, and Close may have come meanwhile: the
@@ -95,6 +110,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
 		return nil, err
 	}
+	handedOut = true
 	l.acquiredAt = time.Now()
 	l.emit(Event{Kind: EventAcquired, Duration: l.acquiredAt.Sub(start)})
 	return l, nil
@@ -132,7 +148,10 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			continue
 		}
 		if outcome.refused < 0 {
-			return c.hand(ctx, l, wt.waited, start)
+			if wt.since.IsZero() {
+				wt.since = start
+			}
+			return c.hand(ctx, l, wt.waited, wt.since, start)
 		}
 
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts)}
@@ -175,15 +194,25 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		// load the servers for nothing.
 		wt.focus = true
 
-		// Listen for the blockers' release before trying again, so that a
-		// release between the try and the wait is not missed. Each round of
-		// this costs a subscription and an attempt, so a waiter whose
-		// blockers keep changing cannot spin faster than the servers answer.
+		// Listen for the blockers' release before waiting, and read them
+		// once listening, so that a release between the try and the wait
+		// is not missed. Each round of this costs a subscription and a
+		// read, so a waiter whose blockers keep changing cannot spin faster
+		// than the servers answer.
 		blockers := outcome.groupConflicts
 		if !wt.sub.covers(blockers) {
 			wt.sub.close()
 			wt.sub = c.waiters.subscribe(ctx, l.hold, blockers)
-			continue
+			if !wt.sub.active() {
+				continue // no message will come: try again, then poll
+			}
+			switch c.recheck(ctx, l, l.groups[wt.held], blockers) {
+			case handedOver:
+				wt.focus = false
+				fallthrough
+			case mayBeFree:
+				continue
+			}
 		}
 		if err := c.pause(ctx, l, wt, outcome.wait); err != nil {
 			// The group waited for goes too: our place in its queue, and
@@ -191,17 +220,28 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			c.rollback(ctx, l, l.groups[:wt.held+1])
 			return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
 		}
+		if wt.sub.handedOff() {
+			// The key waited for is ours: the next attempt takes it and
+			// all the rest, the one call a conflict costs per master.
+			wt.focus = false
+		}
 		wt.attempt++
 	}
 }
 
 // hand finishes taking l once every group is held, the last of them taken by
-// the attempt that started at start. After a wait the groups' leases started
-// at different times: all are restarted, so that the lease counts from now.
-// The lock is handed to the caller only with enough of its lease left (see
-// lease.Enough); otherwise it is rolled back.
-func (c *Client) hand(ctx context.Context, l *Lock, waited bool, start time.Time) error {
+// the attempt that started at start, the oldest lease at since. After a
+// wait the groups' leases started at different times; they are restarted
+// only when the wait left too little (lease.Kept: nine tenths of a WithTTL
+// lease, half of a renewed one, which the watchdog renews at once below two
+// thirds), since the restart costs a call per master. The lock is handed to the
+// caller only with enough of its lease left (see lease.Enough); otherwise
+// it is rolled back.
+func (c *Client) hand(ctx context.Context, l *Lock, waited bool, since, start time.Time) error {
 	if waited {
+		start = since
+	}
+	if waited && !lease.Kept(time.Until(since.Add(l.lease)), l.lease, l.renew) {
 		start = time.Now()
 		if lost, err := c.extend(ctx, l, l.groups, l.lease); err != nil || len(lost) > 0 {
 			c.rollback(ctx, l, l.groups)

@@ -227,17 +227,20 @@ func newCountingRenewals(t *testing.T, lease time.Duration) (*Client, *fakeRedis
 
 // A waiting Lock keeps the groups before the one it waits for, gives back
 // those after, asks for the refused group alone until it is free, then for
-// the rest, and restarts every lease once all are held.
+// the rest, and restarts every lease once all are held when the wait took
+// more than a tenth of its TTL.
 func TestLockWaitsInOrder(t *testing.T) {
 	c, f, conflicts := newCountingConflicts(t)
 	order := bySlot(basket)
 	f.hold("other", time.Minute, order[3])
 
+	const ttl = 3 * time.Second
+	asked := time.Now()
 	got := make(chan error, 1)
 	var l *Lock
 	go func() {
 		var err error
-		l, err = c.Lock(t.Context(), basket, WithOwner("me"), WithTTL(time.Minute))
+		l, err = c.Lock(t.Context(), basket, WithOwner("me"), WithTTL(ttl))
 		got <- err
 	}()
 	require.Eventually(t, func() bool { return conflicts.Load() >= 3 }, 5*time.Second, time.Millisecond)
@@ -257,11 +260,14 @@ func TestLockWaitsInOrder(t *testing.T) {
 	}
 	extendsBefore := len(f.calls("extend"))
 
+	// Free the key once the wait took more than a tenth of the TTL (and
+	// less than a third, when the held groups would be renewed meanwhile).
+	require.Eventually(t, func() bool { return time.Since(asked) > ttl/10+20*time.Millisecond }, ttl, time.Millisecond)
 	f.free(order[3])
 	require.NoError(t, <-got)
 	assert.Equal(t, ownedBy("me", order...), f.held())
 	assert.Len(t, f.calls("extend")[extendsBefore:], masters(order), "every group's lease restarts, one call per master")
-	assert.WithinDuration(t, time.Now().Add(time.Minute), l.ValidUntil(), time.Second)
+	assert.WithinDuration(t, time.Now().Add(ttl), l.ValidUntil(), ttl/10)
 	require.NoError(t, l.Unlock(t.Context()))
 	assert.Empty(t, f.held())
 }

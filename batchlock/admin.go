@@ -218,6 +218,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 	released := map[string]bool{} // the holds of the keys released
 	results := c.runner.Route(ctx, script.Batch{
 		Step:   "batchlock: force unlock",
+		Sent:   &c.sent.forces,
 		Script: forceScript,
 		Parts:  parts,
 		Follow: true,

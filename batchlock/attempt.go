@@ -64,6 +64,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	}
 	results := c.runner.Route(ctx, script.Batch{
 		Step:    "batchlock: acquire",
+		Sent:    &c.sent.acquires,
 		Script:  acquireScript,
 		Parts:   parts,
 		Ordered: true,

@@ -24,10 +24,16 @@ type Client struct {
 
 	watchdog *watchdog
 	waiters  *waiters
+	gates    *gates
 
 	// fences are the names of the slots' fencing counters, by slot, made
 	// on first use.
 	fences []atomic.Pointer[string]
+
+	// sent counts the script calls sent, by script (see Stats).
+	sent struct{ acquires, releases, extends, forces atomic.Uint64 }
+	// localWaits counts the calls that waited at a gate (see Stats).
+	localWaits atomic.Uint64
 
 	// held are the locks handed out and not ended yet, so that ForceUnlock
 	// ends at once the ones it takes keys from.
@@ -82,6 +88,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.runner = runner
 	c.watchdog = newWatchdog(c)
 	c.waiters = newWaiters(c)
+	c.gates = newGates()
 	c.closing, c.stopCalls = context.WithCancelCause(context.Background())
 	return c, nil
 }
@@ -119,6 +126,33 @@ func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ er
 		cancel(nil)
 		c.calls.Leave()
 	}, nil
+}
+
+// Stats is what a Client did and holds, for metrics and tests.
+type Stats struct {
+	// The script calls the Client sent, by script, each attempt counted: an
+	// uncontended lock and unlock costs one acquire and one release per
+	// master (per 1024 keys), a renewal round one extend per master.
+	Acquires, Releases, Extends, ForceUnlocks uint64
+	// LocalWaits counts the times a Lock call waited in the process for a
+	// key another lock of the Client held or was taking.
+	LocalWaits uint64
+	// Gated counts the keys whose gate, the in-process level of locking, a
+	// lock of the Client holds or a call of it waits for: zero once every
+	// lock ended.
+	Gated int
+}
+
+// Stats returns what the Client did and holds so far.
+func (c *Client) Stats() Stats {
+	return Stats{
+		Acquires:     c.sent.acquires.Load(),
+		Releases:     c.sent.releases.Load(),
+		Extends:      c.sent.extends.Load(),
+		ForceUnlocks: c.sent.forces.Load(),
+		LocalWaits:   c.localWaits.Load(),
+		Gated:        c.gates.count(),
+	}
 }
 
 // hold registers a lock handed out, until it ends (see Lock.finish); one

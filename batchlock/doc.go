@@ -26,6 +26,26 @@
 // for another key of it, could deadlock two waiters queued in different
 // orders on the two keys.)
 //
+// Two levels. Locks of one Client settle their conflicts in the process: a
+// call first takes, key by key in the global order, the in-process gate of
+// each of its keys, waiting while another lock of the Client (another owner)
+// holds one, and only then sends anything to Redis, so Redis sees at most
+// one contender per key from each Client (or several that pass a gate
+// together: the locks of one owner, readers), and only conflicts between
+// Clients (processes) go through its queues. A gate follows the key's rules: the
+// locks of one owner pass together, readers share, a waiting writer is not
+// overtaken by later readers, an owner reading a key that asks for it
+// exclusively gets ErrUpgrade; TryLock refuses at once, with a
+// *ConflictError naming the keys, without a call. A gate is let go the
+// moment its lock ends, whatever ends it (Unlock, its lease, a loss,
+// ForceUnlock, Close). The two levels cannot deadlock together: a call
+// waiting at a gate holds gates of keys before that one and nothing in
+// Redis; a call in Redis holds every gate of its batch, and, as above, only
+// Redis keys before the one it waits for. So along any chain of waits, the
+// waits at gates come first, their positions growing, and once a chain
+// reaches a call in Redis it stays there, its positions growing too: no
+// cycle.
+//
 // Waiters queue. The call that finds a key held records its place in the
 // key's queue, in arrival order; the release that frees the key hands it to
 // the first waiter whose place has not lapsed, as a claim on it for 3s (for
@@ -41,7 +61,11 @@
 // soon, and so does the claim of one handed a key after it died. When a
 // key's lease runs out while others wait for it (its holder died), its queue
 // goes with it: the waiters notice when that lease ends and take it in
-// whatever order they come, then queue again behind whoever got it.
+// whatever order they come, then queue again behind whoever got it. A
+// refused waiter listens for the release of the key, then reads the key once
+// (a GET, not an attempt) to catch a release that came before it listened;
+// so a conflict in Redis costs the refused attempt and the call that goes on
+// with the handed key and the rest of the batch.
 // Reentrancy is by owner id: calls with the same owner (WithOwner,
 // ContextWithOwner, or inside Do) may hold the same keys at once; each Lock
 // releases only its own holds, each hold ends with its own lease, and a key

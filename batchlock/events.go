@@ -10,7 +10,9 @@ const (
 	// is the time the call took, waiting included.
 	EventAcquired EventKind = iota + 1
 	// EventConflict: an attempt found keys held by another owner (Conflict
-	// lists them). A waiting call reports one per attempt.
+	// lists them). A waiting call reports one per attempt in Redis, and one
+	// per key it waits for in the process (held by another lock of its
+	// Client).
 	EventConflict
 	// EventRenewed: the watchdog renewed the lock's lease.
 	EventRenewed

@@ -160,6 +160,7 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 	}
 	routed := c.runner.Route(ctx, script.Batch{
 		Step:   "batchlock: extend",
+		Sent:   &c.sent.extends,
 		Script: extendScript,
 		Parts:  sub,
 		Follow: true,

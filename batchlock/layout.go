@@ -121,6 +121,19 @@ func holdsIn(value string) []string {
 	return out
 }
 
+// placeIn reports whether hold has a place in the queue of a lock value
+// that has not lapsed at now.
+func placeIn(value, hold string, now time.Time) bool {
+	_, rest, _ := strings.Cut(value, " ")
+	queue, _, _ := strings.Cut(rest, " ")
+	for e := range strings.SplitSeq(queue, ",") {
+		if h, ends, ok := strings.Cut(e, "@"); ok && h == hold && live(strings.TrimRight(ends, "sp"), now) {
+			return true
+		}
+	}
+	return false
+}
+
 // live reports whether ends, in milliseconds, is after now.
 func live(ends string, now time.Time) bool {
 	ms, err := strconv.ParseInt(ends, 10, 64)

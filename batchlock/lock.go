@@ -26,6 +26,10 @@ type Lock struct {
 	lease    time.Duration
 	renew    bool // kept alive by the watchdog, rather than a fixed TTL
 	ack      script.Ack
+	// gated are the keys whose gates the lock holds (see gates.go), given
+	// back when it ends; guarded by mu.
+	gated []gatedKey
+
 	// marks are the cancel marks of the hold in the slots where a call of
 	// the acquire may have run unseen: set when the lock ends, so that
 	// such a call, still in flight, cannot take anything after. Written
@@ -250,6 +254,7 @@ func (l *Lock) finish(err error) bool {
 		return false
 	}
 	l.c.unhold(l)
+	l.leaveGates()
 	l.mu.Lock()
 	if l.expiry != nil {
 		l.expiry.Stop()

@@ -140,8 +140,12 @@ func WithoutPubSub() Option {
 	return optionFunc(func(c *config) { c.pubsub = false })
 }
 
-// WithTTL gives the lock a fixed lease of d, counted from the moment the
-// whole batch is held, and no automatic renewal; Extend renews it by hand.
+// WithTTL gives the lock a fixed lease of d and no automatic renewal; Extend
+// renews it by hand. The lease of each key counts from the call that took
+// it; when the call waited for part of the batch and less than nine tenths
+// of d would be left once the whole batch is held, every key's lease is
+// restarted then. A lock is handed out only with at least half of d left;
+// ValidUntil and the lock's context deadline say exactly how much.
 // Default: no TTL, the Client's watchdog keeps the lock for as long as it is
 // held.
 func WithTTL(d time.Duration) LockOption {

@@ -29,6 +29,7 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 	var taken []int // parts found held by another owner
 	results := c.runner.Route(ctx, script.Batch{
 		Step:   "batchlock: release",
+		Sent:   &c.sent.releases,
 		Script: releaseScript,
 		Parts:  parts,
 		Follow: true,

@@ -3,6 +3,7 @@ package batchlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,6 +67,7 @@ type subscription struct {
 	keys      []string
 	joined    []*listener // by key, in keys order
 	woken     chan struct{}
+	handed    atomic.Bool // a hand-off to hold came since handedOff last said so
 	confirmed bool
 	broken    bool // a listener was dropped by the server; guarded by waiters.mu
 }
@@ -251,7 +253,11 @@ func (ws *waiters) listen(ln *listener) {
 			// handed nothing on wakes every waiter of the key.
 			if ch := ln.channels[m.Channel]; ch != nil {
 				for s := range ch.subs {
-					if m.Payload == s.hold || m.Payload == releasedMessage {
+					switch m.Payload {
+					case s.hold:
+						s.handed.Store(true)
+						s.wake()
+					case releasedMessage:
 						s.wake()
 					}
 				}
@@ -333,6 +339,10 @@ func (s *subscription) wake() {
 	default:
 	}
 }
+
+// handedOff reports whether a key of s was handed to its hold since it last
+// said so.
+func (s *subscription) handedOff() bool { return s != nil && s.handed.Swap(false) }
 
 // wakeups returns the channel that receives when a key of s may be free.
 func (s *subscription) wakeups() <-chan struct{} {

@@ -13,6 +13,19 @@ func Enough(left, lease time.Duration) bool {
 	return left > 0 && left >= lease/2
 }
 
+// Kept reports whether a lock that waited for part of its batch, with left
+// of its lease still to run once the whole batch is held, is handed out
+// without restarting the leases of the keys it took first. A renewed lock
+// needs what Enough needs (the watchdog renews it at once below two thirds);
+// a fixed lease (WithTTL) keeps nine tenths of what its holder asked for.
+// A restart costs a call per master.
+func Kept(left, lease time.Duration, renewed bool) bool {
+	if renewed {
+		return Enough(left, lease)
+	}
+	return left > 0 && left >= lease-lease/10
+}
+
 // Millis returns d in whole milliseconds, rounded up, for Redis: the server
 // keeps a key at least as long as the client counts on it.
 func Millis(d time.Duration) int64 {

@@ -23,6 +23,24 @@ func TestEnough(t *testing.T) {
 	}
 }
 
+func TestKept(t *testing.T) {
+	for _, tc := range []struct {
+		left, lease time.Duration
+		renewed     bool
+		want        bool
+	}{
+		{50 * time.Millisecond, 100 * time.Millisecond, true, true},
+		{49 * time.Millisecond, 100 * time.Millisecond, true, false},
+		{90 * time.Millisecond, 100 * time.Millisecond, false, true},
+		{89 * time.Millisecond, 100 * time.Millisecond, false, false},
+		{0, 100 * time.Millisecond, false, false},
+	} {
+		if got := Kept(tc.left, tc.lease, tc.renewed); got != tc.want {
+			t.Errorf("Kept(%v, %v, renewed %v) = %v, want %v", tc.left, tc.lease, tc.renewed, got, tc.want)
+		}
+	}
+}
+
 func TestMillisRoundsUp(t *testing.T) {
 	for _, tc := range []struct {
 		d    time.Duration

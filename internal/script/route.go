@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,8 @@ type Batch struct {
 	// found elsewhere, to be sent again, or the error the reply means for
 	// all of the call's parts.
 	Read func(c *Call, parts []int) (elsewhere []int, err error)
+	// Sent, when set, counts the calls sent, every attempt's.
+	Sent *atomic.Uint64
 }
 
 // Result is what became of one part.
@@ -101,6 +104,9 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 			}
 		}
 		r.sender.Send(ctx, b.Script, calls, b.Ack)
+		if b.Sent != nil {
+			b.Sent.Add(uint64(len(calls)))
+		}
 
 		var again []plan
 		var moved []int

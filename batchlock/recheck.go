@@ -1,0 +1,81 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// since is what a waiter finds when it reads the keys that refused it,
+// after its subscription to their releases is confirmed.
+type since int
+
+const (
+	stillHeld  since = iota // every one is still held by other owners: wait for a message
+	mayBeFree               // one may be free, or a read failed: try again at once
+	handedOver              // every one has been handed to the waiter: take all the rest too
+)
+
+// recheck reads blockers, the keys of g that refused l's last attempt, to
+// tell whether a release came between that attempt and the subscription,
+// which no message will announce. A GET per key, on the master that serves
+// g (never a replica, which may not have seen the release yet), in place of
+// an attempt (a script call) that would find the same. It says stillHeld
+// only when that is certain: every key is held by other owners (not l's)
+// and l still has its place in the key's queue, so that the release will
+// hand the key to it or tell it. For a key l asks shared, whose grant
+// depends on the queue too, and on any read that fails it says mayBeFree,
+// and the waiter tries again as it would without the read. Holds' and
+// places' ends are judged by this host's clock: a master whose clock is
+// behind makes it say mayBeFree (an attempt that is refused), one ahead
+// stillHeld until the blocker's lease, which bounds every pause.
+func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []string) since {
+	for _, k := range blockers {
+		if i := slices.Index(g.keys, k); i < 0 || g.modes != nil && g.modes[i] == 's' {
+			return mayBeFree
+		}
+	}
+	var pipe redis.Pipeliner
+	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
+		master, err := cluster.MasterForKey(ctx, blockers[0])
+		if err != nil {
+			return mayBeFree
+		}
+		pipe = master.Pipeline()
+	} else {
+		pipe = c.rdb.Pipeline()
+	}
+	values := make([]*redis.StringCmd, len(blockers))
+	for i, k := range blockers {
+		values[i] = pipe.Get(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return mayBeFree
+	}
+	now, handed := time.Now(), 0
+	for _, v := range values {
+		value, err := v.Result()
+		if err != nil {
+			return mayBeFree // gone, or unread
+		}
+		s, ok := parseLock(value, now)
+		switch {
+		case !ok || s.holds == 0:
+			return mayBeFree
+		case slices.Contains(holdsIn(value), l.hold):
+			handed++
+		case s.owner == l.owner || slices.Contains(s.holders, l.owner) || !placeIn(value, l.hold, now):
+			return mayBeFree // l's owner may join it; or l lost its place
+		}
+	}
+	switch handed {
+	case 0:
+		return stillHeld
+	case len(values):
+		return handedOver
+	}
+	return mayBeFree
+}
