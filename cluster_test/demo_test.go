@@ -253,10 +253,11 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 	// A waiter for sku:2 is woken by the forced release; without it, it
 	// would wait out the 30s lease.
 	other := make(chan error, 1)
+	waiter := peerOf(t, rdb, prefix)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		w, err := locker.Lock(wctx, []string{"sku:2"})
+		w, err := waiter.Lock(wctx, []string{"sku:2"})
 		if err == nil {
 			err = w.Unlock(ctx)
 		}

@@ -37,6 +37,18 @@ func newLocker(t testing.TB, rdb redis.UniversalClient, opts ...batchlock.Option
 	return c, prefix
 }
 
+// peerOf returns another Client on rdb with prefix, as a second process
+// would have one: its calls meet the first Client's locks in Redis, where
+// locks of one Client meet at its in-process gates first. Tests of Redis's
+// queue and hand-off put their waiters on peers.
+func peerOf(t testing.TB, rdb redis.UniversalClient, prefix string, opts ...batchlock.Option) *batchlock.Client {
+	t.Helper()
+	c, err := batchlock.New(rdb, append([]batchlock.Option{batchlock.WithPrefix(prefix)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // spread returns n keys whose slots spread over the whole key space.
 func spread(n int, tag string) []string {
 	keys := make([]string, n)

@@ -92,9 +92,10 @@ func TestWaiterKilledWhileQueued(t *testing.T) {
 	require.NoError(t, err)
 	killQueuedWaiter(t, c, prefix, key[0], false, 1)
 
+	waiter := peerOf(t, newClient(t), prefix)
 	got := make(chan *batchlock.Lock, 1)
 	go func() {
-		l, err := c.Lock(ctx, key)
+		l, err := waiter.Lock(ctx, key)
 		assert.NoError(t, err)
 		got <- l
 	}()

@@ -198,6 +198,7 @@ func TestHandoffByReleaseMessage(t *testing.T) {
 	// Polling is slowed to a minute: only the release message can wake the
 	// waiter in time.
 	c, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	waiter := peerOf(t, rdb, prefix, batchlock.WithPollInterval(time.Minute))
 	ctx := ctxTimeout(t, 30*time.Second)
 	keys := spread(20, "msg")
 	holder, err := c.Lock(ctx, keys[5:6], batchlock.WithTTL(time.Minute))
@@ -205,7 +206,7 @@ func TestHandoffByReleaseMessage(t *testing.T) {
 
 	got := make(chan error, 1)
 	go func() {
-		l, err := c.Lock(ctx, keys)
+		l, err := waiter.Lock(ctx, keys)
 		if err == nil {
 			err = l.Unlock(ctx)
 		}

@@ -412,8 +412,9 @@ func TestAdminHeldAndForceUnlock(t *testing.T) {
 	assert.Equal(t, 1, held[0].Holds, "a hold whose lease ended is not counted")
 
 	woken := make(chan error, 1)
+	waiter := peerOf(t, rdb, prefix, batchlock.WithPollInterval(time.Minute))
 	go func() {
-		l, err := c.Lock(ctx, keys[3:])
+		l, err := waiter.Lock(ctx, keys[3:])
 		if err == nil {
 			err = l.Unlock(ctx)
 		}

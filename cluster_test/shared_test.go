@@ -73,7 +73,8 @@ func TestSharedHoldersOverlap(t *testing.T) {
 // release, the readers queued behind it get the key together, with a token
 // newer than the writer's.
 func TestWaitingWriterIsNotOvertakenByReaders(t *testing.T) {
-	c, _, prefix := queueClient(t)
+	q := newQueue(t)
+	c, prefix := q.client(), q.prefix
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := spread(1, "writer-first")
 	readers := make([]*batchlock.Lock, 2)
@@ -84,20 +85,22 @@ func TestWaitingWriterIsNotOvertakenByReaders(t *testing.T) {
 	}
 
 	writer := make(chan *batchlock.Lock, 1)
+	writerClient := q.client()
 	go func() {
-		l, err := c.Lock(ctx, key, batchlock.WithOwner("writer"))
+		l, err := writerClient.Lock(ctx, key, batchlock.WithOwner("writer"))
 		assert.NoError(t, err)
 		writer <- l
 	}()
 	waitQueued(ctx, t, c, key[0], 1)
 
-	_, err := c.TryLock(ctx, nil, batchlock.WithShared(key...), batchlock.WithOwner("late-reader"))
+	_, err := q.client().TryLock(ctx, nil, batchlock.WithShared(key...), batchlock.WithOwner("late-reader"))
 	var conflict *batchlock.ConflictError
 	require.ErrorAs(t, err, &conflict, "a reader coming after a waiting writer does not overtake it")
 	late := make(chan *batchlock.Lock, 2)
 	for i := range 2 {
+		lateClient := q.client()
 		go func() {
-			l, err := c.Lock(ctx, nil, batchlock.WithShared(key...), batchlock.WithOwner(fmt.Sprintf("late-%d", i)))
+			l, err := lateClient.Lock(ctx, nil, batchlock.WithShared(key...), batchlock.WithOwner(fmt.Sprintf("late-%d", i)))
 			assert.NoError(t, err)
 			late <- l
 		}()
@@ -317,7 +320,8 @@ func TestSharedLockRenewedAcknowledgedAndLost(t *testing.T) {
 // join the readers inside at once (waiters poll once a minute here, so
 // only that message lets them in within the test).
 func TestReadersBehindAWriterThatGivesUpJoin(t *testing.T) {
-	c, _, prefix := queueClient(t)
+	q := newQueue(t)
+	c, writerClient, readerClient, prefix := q.client(), q.client(), q.client(), q.prefix
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := spread(1, "writer-gives-up")
 	inside, err := c.Lock(ctx, nil, batchlock.WithShared(key...))
@@ -326,13 +330,13 @@ func TestReadersBehindAWriterThatGivesUpJoin(t *testing.T) {
 	impatient, giveUp := context.WithCancel(ctx)
 	gaveUp := make(chan error, 1)
 	go func() {
-		_, err := c.Lock(impatient, key)
+		_, err := writerClient.Lock(impatient, key)
 		gaveUp <- err
 	}()
 	waitQueued(ctx, t, c, key[0], 1)
 	joined := make(chan *batchlock.Lock, 1)
 	go func() {
-		l, err := c.Lock(ctx, nil, batchlock.WithShared(key...))
+		l, err := readerClient.Lock(ctx, nil, batchlock.WithShared(key...))
 		assert.NoError(t, err)
 		joined <- l
 	}()

@@ -59,6 +59,7 @@ type soak struct {
 
 	replicas     int                           // replicas per master
 	admin        *batchlock.Client             // reads locks for the checks; never replaced
+	every        []*batchlock.Client           // every Client of the load, replaced ones too
 	cancelAt     map[string]context.CancelFunc // by owner: calls to end at their next conflict
 	holderKeys   []string                      // the long holders' keys
 	holderLosses []holderLoss
@@ -187,6 +188,9 @@ func (s *soak) newClient(i int) *soakClient {
 	c, err := batchlock.New(s.rdbs[i%len(s.rdbs)], batchlock.WithPrefix(s.prefix), batchlock.WithLease(lease),
 		batchlock.WithObserver(s.observe))
 	require.NoError(s.t, err)
+	s.mu.Lock()
+	s.every = append(s.every, c)
+	s.mu.Unlock()
 	return &soakClient{c: c, lease: lease}
 }
 
@@ -255,6 +259,20 @@ func (s *soak) closeAll() {
 	case <-done:
 	case <-time.After(s.maxTTL + time.Minute):
 		s.problem("locks still not ended %v after the run", s.maxTTL+time.Minute)
+	}
+	// Every lock ended: no Client keeps a gate.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var localWaits uint64
+	for _, c := range s.every {
+		st := c.Stats()
+		if st.Gated > 0 {
+			s.problems = append(s.problems, fmt.Sprintf("a Client keeps %d gates once all its locks ended", st.Gated))
+		}
+		localWaits += st.LocalWaits
+	}
+	if localWaits == 0 {
+		s.problems = append(s.problems, "no call waited at an in-process gate: the soak did not try them")
 	}
 }
 
@@ -326,6 +344,12 @@ func (s *soak) report(exceptions, overlapped, stuckExcused int) {
 	}
 	s.say("%d critical sections; %d fenced writes, %d refused as stale", len(s.sections), writes, refused)
 	s.say("%d sections held keys shared; another owner's reader was inside on the same key %d times", withShared, overlapped)
+	var localWaits, acquires uint64
+	for _, c := range s.every {
+		st := c.Stats()
+		localWaits, acquires = localWaits+st.LocalWaits, acquires+st.Acquires
+	}
+	s.say("%d waits at a Client's in-process gates; %d acquire calls", localWaits, acquires)
 	s.say("%d overlaps after a failover lost a lock taken without WithReplicas (documented, not violations)", exceptions)
 }
 

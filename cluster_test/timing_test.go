@@ -192,9 +192,10 @@ func TestExtendWithReplicasNeedsAcknowledgement(t *testing.T) {
 	require.NoError(t, cl.WaitReady(ctx))
 }
 
-// Defect 2, the lease restart after a wait: a waiting Lock that gets its last
-// key restarts the leases of the keys it held meanwhile; with WithReplicas
-// that restart needs acknowledgement like the acquire.
+// Defect 2, the lease restart after a wait: a waiting WithTTL Lock that gets
+// its last key after more than a tenth of its TTL restarts the leases of the
+// keys it held meanwhile; with WithReplicas that restart needs
+// acknowledgement like the acquire.
 func TestLeaseRestartWithReplicasNeedsAcknowledgement(t *testing.T) {
 	cl := newCluster(t)
 	rdb := cl.Client()
@@ -209,9 +210,12 @@ func TestLeaseRestartWithReplicasNeedsAcknowledgement(t *testing.T) {
 	holder, err := c.TryLock(ctx, []string{blocked}, batchlock.WithTTL(time.Minute))
 	require.NoError(t, err)
 
+	waiter := peerOf(t, rdb, prefix)
+	const ttl = 5 * time.Second
+	asked := time.Now()
 	got := make(chan error, 1)
 	go func() {
-		l, err := c.Lock(ctx, keys, batchlock.WithTTL(5*time.Second), batchlock.WithReplicas(1, 300*time.Millisecond))
+		l, err := waiter.Lock(ctx, keys, batchlock.WithTTL(ttl), batchlock.WithReplicas(1, 300*time.Millisecond))
 		if err == nil {
 			_ = l.Unlock(ctx)
 		}
@@ -222,6 +226,9 @@ func TestLeaseRestartWithReplicasNeedsAcknowledgement(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, cl.Freeze(ctx, replica.Addr))
 	t.Cleanup(func() { _ = cl.Thaw(context.Background(), replica.Addr) })
+	// A wait of more than a tenth of the TTL: the leases restart once the
+	// batch is held.
+	require.Eventually(t, func() bool { return time.Since(asked) > ttl/10+50*time.Millisecond }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, holder.Unlock(ctx))
 	select {
 	case err := <-got:
@@ -402,10 +409,11 @@ func TestWakeUpsSurvivePubSubReconnect(t *testing.T) {
 	holder, err := c.TryLock(ctx, []string{a, b}, batchlock.WithTTL(time.Minute))
 	require.NoError(t, err)
 
+	waiter := peerOf(t, rdb, prefix, batchlock.WithPollInterval(time.Minute))
 	got := make(chan error, 2)
 	for _, k := range []string{a, b} {
 		go func() {
-			l, err := c.Lock(ctx, []string{k})
+			l, err := waiter.Lock(ctx, []string{k})
 			if err == nil {
 				err = l.Unlock(ctx)
 			}

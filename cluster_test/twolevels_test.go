@@ -1,0 +1,170 @@
+package cluster_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/localcluster"
+)
+
+// mastersOf counts the masters that serve lock keys prefix+keys.
+func mastersOf(t *testing.T, cl *localcluster.Cluster, prefix string, keys []string) int {
+	t.Helper()
+	masters, err := cl.Masters(ctxTimeout(t, 10*time.Second))
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, k := range keys {
+		for _, m := range masters {
+			if m.ServesSlot(hashtag.Slot(prefix + k)) {
+				seen[m.Addr] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
+// Sixteen goroutines of one Client lock overlapping baskets of hot keys:
+// their conflicts are settled in the process, so Redis sees one acquire and
+// one release per master a lock touches and nothing else, no two of them
+// hold a key at once, and no gate is left once every lock ended.
+func TestOneClientSettlesItsConflictsInProcess(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	var conflicts atomic.Int64
+	c, prefix := newLocker(t, rdb, batchlock.WithObserver(func(e batchlock.Event) {
+		if e.Kind == batchlock.EventConflict {
+			conflicts.Add(1)
+		}
+	}))
+	ctx := ctxTimeout(t, time.Minute)
+	hot := spread(12, "two-levels")
+	var chk checker
+	var calls atomic.Int64 // acquires and releases the locks should cost
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range 15 {
+				var basket []string
+				for _, i := range rng.Perm(len(hot))[:1+rng.IntN(4)] {
+					basket = append(basket, hot[i])
+				}
+				l, err := c.Lock(ctx, basket, batchlock.WithTTL(10*time.Second))
+				if !assert.NoError(t, err) {
+					return
+				}
+				start := time.Now()
+				tokens := map[string]int64{}
+				for _, k := range l.Keys() {
+					tokens[k] = l.Token(k)
+				}
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond) // the work under the lock
+				chk.record(section{Owner: l.Owner(), Keys: l.Keys(), Tokens: tokens, Start: start, End: time.Now()})
+				assert.NoError(t, l.Unlock(ctx))
+				calls.Add(2 * int64(mastersOf(t, cl, prefix, basket)))
+			}
+		})
+	}
+	wg.Wait()
+	chk.requireClean(t)
+	stats := c.Stats()
+	assert.EqualValues(t, calls.Load(), stats.Acquires+stats.Releases, "one acquire and one release per master and lock")
+	assert.Zero(t, stats.Extends, "no lease restarts: no lock waited in Redis")
+	assert.Equal(t, 16*15, chk.count(), "every lock ran")
+	assert.Positive(t, conflicts.Load(), "some waited for another's keys, in the process")
+	assert.Zero(t, stats.Gated, "no gate is left")
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+// A Client with many waiters for a hot key does not keep it from another
+// Client's waiter, queued in Redis: when the holder releases the key, the
+// other Client's waiter gets it before this Client's next one.
+func TestWaitersOfAnotherClientAreNotOvertaken(t *testing.T) {
+	rdb := newClient(t)
+	crowd, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	other, err := batchlock.New(rdb, batchlock.WithPrefix(prefix), batchlock.WithPollInterval(time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	ctx := ctxTimeout(t, time.Minute)
+	key := spread(1, "fair")
+
+	holder, err := crowd.Lock(ctx, key)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	take := func(c *batchlock.Client, name string) {
+		defer wg.Done()
+		l, err := c.Lock(ctx, key)
+		if !assert.NoError(t, err) {
+			return
+		}
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+		assert.NoError(t, l.Unlock(ctx))
+	}
+	for i := range 5 {
+		wg.Add(1)
+		go take(crowd, fmt.Sprintf("crowd-%d", i))
+	}
+	require.Eventually(t, func() bool { return crowd.Stats().Gated == 1 }, 5*time.Second, time.Millisecond)
+	wg.Add(1)
+	go take(other, "other")
+	waitQueued(ctx, t, crowd, key[0], 1)
+	require.NoError(t, holder.Unlock(ctx))
+	wg.Wait()
+	require.Len(t, order, 6)
+	assert.Equal(t, "other", order[0], "the other Client's waiter, queued in Redis, goes first: %v", order)
+}
+
+// A waiter that another Client's release hands its key to goes on with that
+// key and all the rest of its keys on that master in one call: besides the
+// refused attempt, the conflict costs the call that continues (the check
+// that no release came before the waiter listened is a read, not an
+// attempt), and nothing is given back or restarted.
+func TestHandOffContinuesInOneCall(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	waiter, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	holder, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close() })
+	ctx := ctxTimeout(t, 30*time.Second)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	keys := keysOn(t, masters[0], prefix, "continue", 4)
+	first := keys[0]
+	for _, k := range keys {
+		if slot, firstSlot := hashtag.Slot(prefix+k), hashtag.Slot(prefix+first); slot < firstSlot || slot == firstSlot && k < first {
+			first = k
+		}
+	}
+	held, err := holder.Lock(ctx, []string{first})
+	require.NoError(t, err)
+
+	got := make(chan *batchlock.Lock, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, keys)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	waitQueued(ctx, t, holder, first, 1)
+	require.NoError(t, held.Unlock(ctx))
+	l := <-got
+	require.NotNil(t, l)
+	stats := waiter.Stats()
+	assert.EqualValues(t, 2, stats.Acquires, "refused, then every key in one call")
+	assert.Zero(t, stats.Releases, "nothing was given back")
+	assert.Zero(t, stats.Extends, "no lease restart: the wait left the lease whole")
+	require.NoError(t, l.Unlock(ctx))
+}
