@@ -8,8 +8,9 @@ import (
 // Ceiling is ordered locking at no cost: one sync.Mutex per key in this
 // process, taken in sorted order and released at once. What it gives under
 // contention is the most any lock that takes keys in a global order can
-// give: the contention workload's reference. It locks nothing in Redis, so
-// it serves only processors that run in this one process.
+// give, and the exclusion of the contention workload's reference, the
+// fenced-floor processor (Layered). It locks nothing in Redis, so it serves
+// only processors that run in this one process.
 type Ceiling struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex

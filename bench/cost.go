@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -97,22 +96,43 @@ func RunCost(ctx context.Context, cl *localcluster.Cluster, lockers []Locker, pl
 		if err != nil {
 			return nil, err
 		}
-		r := CostResult{Library: l.Name(), Keys: plan.Keys, Iterations: plan.Iterations, CPU: cpuAfter - cpuBefore}
-		for _, m := range masters {
-			reply, err := cl.Do(ctx, m.Addr, "INFO", "commandstats")
-			if err != nil {
-				return nil, err
-			}
-			for name, s := range ParseCommandStats(fmt.Sprint(reply)) {
-				if slices.Contains(l.Commands(), name) {
-					r.Calls += s.Calls
-					r.Usec += s.Usec
-				}
-			}
+		stats, err := mastersCommandStats(ctx, cl, masters)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, r)
+		own := sumOf(stats, l.Commands())
+		out = append(out, CostResult{Library: l.Name(), Keys: plan.Keys, Iterations: plan.Iterations,
+			Calls: own.Calls, Usec: own.Usec, CPU: cpuAfter - cpuBefore})
 	}
 	return out, nil
+}
+
+// mastersCommandStats sums the INFO commandstats of masters, by command.
+func mastersCommandStats(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node) (map[string]CommandStat, error) {
+	out := map[string]CommandStat{}
+	for _, m := range masters {
+		reply, err := cl.Do(ctx, m.Addr, "INFO", "commandstats")
+		if err != nil {
+			return nil, err
+		}
+		for name, s := range ParseCommandStats(fmt.Sprint(reply)) {
+			sum := out[name]
+			sum.Calls += s.Calls
+			sum.Usec += s.Usec
+			out[name] = sum
+		}
+	}
+	return out, nil
+}
+
+// sumOf sums the stats of commands.
+func sumOf(stats map[string]CommandStat, commands []string) CommandStat {
+	var sum CommandStat
+	for _, c := range commands {
+		sum.Calls += stats[c].Calls
+		sum.Usec += stats[c].Usec
+	}
+	return sum
 }
 
 // mastersCPU sums the process CPU (user and system) of masters so far.

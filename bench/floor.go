@@ -66,7 +66,7 @@ func newFloor(rdb *redis.ClusterClient, name string, fenced bool) (*Floor, error
 func FenceKey(slot int) string { return "bench:fence:{" + hashtag.ForSlot(slot) + "}" }
 
 func (f *Floor) Name() string       { return f.name }
-func (f *Floor) Commands() []string { return []string{"evalsha", "eval"} }
+func (f *Floor) Commands() []string { return scriptCommands }
 
 func (f *Floor) Lock(ctx context.Context, keys []string) (Held, error) {
 	masters, err := f.byMaster(ctx, keys)

@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,16 @@ import (
 
 // TTL is the lease every library gets, long enough to outlive any sample.
 const TTL = 10 * time.Second
+
+// scriptCommands are the commands a script call is, as INFO commandstats
+// names them: a Runner sends EVALSHA, and EVAL where a node lacks the
+// script.
+var scriptCommands = []string{"evalsha", "eval"}
+
+// sendsScripts says whether l sends script calls itself.
+func sendsScripts(l Locker) bool {
+	return slices.ContainsFunc(l.Commands(), func(c string) bool { return slices.Contains(scriptCommands, c) })
+}
 
 // Locker locks a batch of keys, waiting while they are held, the way one
 // library is used. Keys come sorted.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +51,15 @@ type OrderResult struct {
 	// MastersCPU is the masters' process CPU (INFO cpu) over the library's
 	// turns: its lock's work and the orders' own stock reads and writes.
 	MastersCPU time.Duration
+	// SendsScripts says that the processor's lock sends script calls
+	// itself; LockScripts then counts them: the script calls (EVALSHA and
+	// EVAL, INFO commandstats) the masters served over the turns, less the
+	// orders' own stock writes (a script call per line written).
+	SendsScripts bool
+	LockScripts  int64
+	// Sent is batchlock's own count of the script calls its Clients sent
+	// over the turns, by kind (Client.Stats); nil for other processors.
+	Sent *ScriptsSent
 	// Oversold counts units sold beyond a SKU's stock, or written by two
 	// holders at once, as the orders audit finds them. Must be 0.
 	Oversold int64
@@ -66,6 +76,24 @@ func (r OrderResult) CPUPerOrder() time.Duration {
 	return r.MastersCPU / time.Duration(r.Orders)
 }
 
+// LockScriptsPerOrder is the lock's script calls per order processed.
+func (r OrderResult) LockScriptsPerOrder() float64 { return r.perOrder(r.LockScripts) }
+
+// SentPerOrder is Sent per order processed, by kind.
+func (r OrderResult) SentPerOrder() (acquires, releases, extends float64) {
+	if r.Sent == nil {
+		return 0, 0, 0
+	}
+	return r.perOrder(int64(r.Sent.Acquires)), r.perOrder(int64(r.Sent.Releases)), r.perOrder(int64(r.Sent.Extends))
+}
+
+func (r OrderResult) perOrder(n int64) float64 {
+	if r.Orders == 0 {
+		return 0
+	}
+	return float64(n) / float64(r.Orders)
+}
+
 // peerProcessor processes an order under a lock of a Locker: the basket's
 // lock keys (named apart from the stock keys, which a single-key library
 // would otherwise overwrite) and its promotions', then orders' own read,
@@ -77,6 +105,23 @@ type peerProcessor struct {
 	// shared takes the promotions shared (l is a SharedLocker); otherwise
 	// they are locked exclusively with the stock.
 	shared bool
+	// sold is what the processor's accepted orders sold, over every level,
+	// for the audit.
+	sold map[string]int64
+	// writes counts the stock writes its orders sent: script calls of
+	// their own, not the lock's.
+	writes atomic.Int64
+}
+
+// clientSpread is a Locker that spreads its locks over several Clients.
+type clientSpread interface{ Clients() int }
+
+// runsAt says whether p runs with workers workers: a processor over k
+// Clients runs with k workers or more, since with fewer it would be the
+// one over as many Clients as workers.
+func (p *peerProcessor) runsAt(workers int) bool {
+	s, ok := p.l.(clientSpread)
+	return !ok || workers >= s.Clients()
 }
 
 func (p *peerProcessor) Process(ctx context.Context, o orders.Order) (orders.Outcome, error) {
@@ -101,6 +146,11 @@ func (p *peerProcessor) Process(ctx context.Context, o orders.Order) (orders.Out
 	}
 	wait := time.Since(asked)
 	out, err := p.stock.Fulfil(ctx, o, nil, 0, true)
+	if out.Written {
+		// One script call per line; a write retried after an error is not
+		// seen, and counts as the lock's.
+		p.writes.Add(int64(len(o.Lines)))
+	}
 	out.LockWait, out.Locked = wait, true
 	if uerr := h.Unlock(context.WithoutCancel(ctx)); err == nil && uerr != nil && !out.Written {
 		err = uerr
@@ -148,24 +198,29 @@ func RunPromotions(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univ
 // each of workers workers, then audits every processor's stock against the
 // orders it accepted and removes it.
 func runWorkload(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, procs []*peerProcessor, cfg OrderConfig, workers []int) ([]OrderResult, error) {
-	sold := make([]map[string]int64, len(procs))
-	for i, p := range procs {
+	for _, p := range procs {
 		p.stock = orders.NewStock(rdb, "bench:"+p.name+":", orders.Catalogue(cfg.SKUs), cfg.Stock)
 		if err := p.stock.Setup(ctx); err != nil {
 			return nil, err
 		}
-		sold[i] = map[string]int64{}
+		p.sold = map[string]int64{}
 	}
 	var out []OrderResult
 	for level, n := range workers {
-		results, err := runOrderLevel(ctx, cl, procs, sold, cfg, n, level)
+		var running []*peerProcessor
+		for _, p := range procs {
+			if p.runsAt(n) {
+				running = append(running, p)
+			}
+		}
+		results, err := runOrderLevel(ctx, cl, running, cfg, n, level)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, results...)
 	}
-	for i, p := range procs {
-		audit, err := p.stock.Audit(ctx, sold[i])
+	for _, p := range procs {
+		audit, err := p.stock.Audit(ctx, p.sold)
 		if err != nil {
 			return nil, err
 		}
@@ -185,9 +240,9 @@ func runWorkload(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univer
 }
 
 // runOrderLevel gives every processor cfg.Rounds turns with workers
-// workers, and adds what they sold to sold. level numbers the order lists
-// apart from the other levels'.
-func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerProcessor, sold []map[string]int64, cfg OrderConfig, workers, level int) ([]OrderResult, error) {
+// workers, and adds what they sold to their sold. level numbers the order
+// lists apart from the other levels'.
+func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerProcessor, cfg OrderConfig, workers, level int) ([]OrderResult, error) {
 	masters, err := cl.Masters(ctx)
 	if err != nil {
 		return nil, err
@@ -195,7 +250,10 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 	results := make([]OrderResult, len(procs))
 	waits := make([][]time.Duration, len(procs))
 	for i, p := range procs {
-		results[i].Library, results[i].Workers = p.name, workers
+		results[i] = OrderResult{Library: p.name, Workers: workers, SendsScripts: sendsScripts(p.l)}
+		if _, ok := p.l.(scriptSender); ok {
+			results[i].Sent = &ScriptsSent{}
+		}
 	}
 	for round := range cfg.Rounds {
 		// Enough orders for any turn: a turn ends by time.
@@ -210,28 +268,32 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 		}
 		for j := range procs {
 			i := (j + round) % len(procs)
-			before, err := mastersCPU(ctx, cl, masters)
+			p := procs[i]
+			var res orders.Result
+			cost, err := measureTurn(ctx, cl, masters, p, func() {
+				stop := make(chan struct{})
+				t := time.AfterFunc(cfg.Slice, func() { close(stop) })
+				res = orders.Run(ctx, p, list, orders.RunConfig{Workers: workers, Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
+				t.Stop()
+			})
 			if err != nil {
 				return nil, err
 			}
-			stop := make(chan struct{})
-			t := time.AfterFunc(cfg.Slice, func() { close(stop) })
-			res := orders.Run(ctx, procs[i], list, orders.RunConfig{Workers: workers, Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
-			t.Stop()
 			if res.Unknown > 0 {
-				return nil, fmt.Errorf("%s: %d orders failed half-written: %v", procs[i].name, res.Unknown, res.FirstErrors)
+				return nil, fmt.Errorf("%s: %d orders failed half-written: %v", p.name, res.Unknown, res.FirstErrors)
 			}
 			waits[i] = append(waits[i], res.LockWaits...)
-			after, err := mastersCPU(ctx, cl, masters)
-			if err != nil {
-				return nil, err
+			r := &results[i]
+			r.MastersCPU += cost.cpu
+			r.LockScripts += cost.scripts - cost.writes
+			if r.Sent != nil {
+				*r.Sent = r.Sent.plus(cost.sent)
 			}
-			results[i].MastersCPU += after - before
-			results[i].Orders += int64(res.Accepted + res.Rejected)
-			results[i].GaveUp += int64(res.Errors)
-			results[i].Elapsed += res.Elapsed
+			r.Orders += int64(res.Accepted + res.Rejected)
+			r.GaveUp += int64(res.Errors)
+			r.Elapsed += res.Elapsed
 			for sku, n := range res.SoldBySKU {
-				sold[i][sku] += n
+				p.sold[sku] += n
 			}
 		}
 	}
@@ -239,4 +301,59 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 		results[i].LockWait = Summarize(waits[i])
 	}
 	return results, nil
+}
+
+// turnCounters are what a processor's turns are measured by; read before
+// and after a turn, their difference is what the turn cost.
+type turnCounters struct {
+	cpu     time.Duration // the masters' process CPU
+	scripts int64         // the masters' script calls
+	writes  int64         // the processor's stock writes
+	sent    ScriptsSent   // its Clients' own count, where it keeps one
+}
+
+func (c turnCounters) minus(o turnCounters) turnCounters {
+	return turnCounters{cpu: c.cpu - o.cpu, scripts: c.scripts - o.scripts, writes: c.writes - o.writes, sent: c.sent.minus(o.sent)}
+}
+
+// measureTurn runs turn and returns what it cost. The masters' CPU is read
+// nearest the turn, so that reading the other counters costs it nothing.
+func measureTurn(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, p *peerProcessor, turn func()) (turnCounters, error) {
+	var before, after turnCounters
+	var err error
+	if before.scripts, err = mastersScriptCalls(ctx, cl, masters); err != nil {
+		return turnCounters{}, err
+	}
+	before.writes, before.sent = p.writes.Load(), scriptsSent(p.l)
+	if before.cpu, err = mastersCPU(ctx, cl, masters); err != nil {
+		return turnCounters{}, err
+	}
+	turn()
+	if after.cpu, err = mastersCPU(ctx, cl, masters); err != nil {
+		return turnCounters{}, err
+	}
+	after.writes, after.sent = p.writes.Load(), scriptsSent(p.l)
+	if after.scripts, err = mastersScriptCalls(ctx, cl, masters); err != nil {
+		return turnCounters{}, err
+	}
+	return after.minus(before), nil
+}
+
+// mastersScriptCalls is the number of script calls the masters served so
+// far.
+func mastersScriptCalls(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node) (int64, error) {
+	stats, err := mastersCommandStats(ctx, cl, masters)
+	if err != nil {
+		return 0, err
+	}
+	return sumOf(stats, scriptCommands).Calls, nil
+}
+
+// scriptsSent is what l's Clients sent so far, zero for a Locker that does
+// not count.
+func scriptsSent(l Locker) ScriptsSent {
+	if s, ok := l.(scriptSender); ok {
+		return s.ScriptsSent()
+	}
+	return ScriptsSent{}
 }

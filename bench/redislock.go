@@ -25,5 +25,5 @@ func NewRedislock(name string, rdb redis.UniversalClient, parallel bool) Locker 
 		return l.Release, nil
 	}
 	// Both taking and releasing are scripts.
-	return &perKey{name: name, lock: lock, parallel: parallel, commands: []string{"evalsha", "eval"}}
+	return &perKey{name: name, lock: lock, parallel: parallel, commands: scriptCommands}
 }

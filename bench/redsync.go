@@ -25,5 +25,5 @@ func NewRedsync(name string, rdb redis.UniversalClient, parallel bool) Locker {
 		}, nil
 	}
 	// SET NX to take, a script (GET, DEL) to release.
-	return &perKey{name: name, lock: lock, parallel: parallel, commands: []string{"set", "evalsha", "eval"}}
+	return &perKey{name: name, lock: lock, parallel: parallel, commands: append([]string{"set"}, scriptCommands...)}
 }

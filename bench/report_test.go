@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,14 @@ func fixedSamples(d time.Duration) []time.Duration { return []time.Duration{d, d
 func sampleReport(bl100 time.Duration) Report {
 	ms, us := time.Millisecond, time.Microsecond
 	r := Report{Command: "cd bench && go run ./cmd/benchreport"}
-	for lib, perKey := range map[string]time.Duration{NameRedsyncSeq: ms, NameRedislockSeq: ms, NameRedsyncPar: ms / 5, NameRedislockPar: ms / 5} {
+	// In a slice, not a map: the report lists libraries in the order they
+	// come.
+	for _, peer := range []struct {
+		lib    string
+		perKey time.Duration
+	}{{NameRedsyncSeq, ms}, {NameRedislockSeq, ms}, {NameRedsyncPar, ms / 5}, {NameRedislockPar, ms / 5}} {
 		for _, n := range []int{1, 100} {
-			r.Latency = append(r.Latency, LatencyResult{Library: lib, Keys: n, Samples: fixedSamples(time.Duration(n) * perKey)})
+			r.Latency = append(r.Latency, LatencyResult{Library: peer.lib, Keys: n, Samples: fixedSamples(time.Duration(n) * peer.perKey)})
 		}
 	}
 	for _, l := range []struct {
@@ -40,13 +46,35 @@ func sampleReport(bl100 time.Duration) Report {
 		r.Latency = append(r.Latency, LatencyResult{Library: lib, Keys: 10000, Samples: fixedSamples(50 * ms)})
 	}
 	r.Handoff = []HandoffResult{
-		{Library: NameBatchlock, Samples: fixedSamples(ms)},
+		{Library: NameBatchlock, Samples: fixedSamples(800 * us)},
 		{Library: NameRedsyncSeq, Samples: fixedSamples(100 * ms)},
 	}
+	// Contention, 16 workers, each for a second: batchlock through one
+	// Client makes 90% of the fenced-floor processor's orders/s at 1.2x its
+	// masters' CPU per order and p99 lock wait; through 16 Clients 70% at
+	// 1.4x; redsync an eighth of batchlock's.
+	sent := func(acquires, releases uint64) *ScriptsSent {
+		return &ScriptsSent{Acquires: acquires, Releases: releases}
+	}
 	r.Orders = []OrderResult{
-		{Library: NameBatchlock, Workers: contentionWorkers, Orders: 6000, Elapsed: time.Second, LockWait: Summary{P99: 12 * ms}},
-		{Library: NameCeiling, Workers: contentionWorkers, Orders: 8000, Elapsed: time.Second, LockWait: Summary{P99: 10 * ms}},
-		{Library: NameRedsyncSeq, Workers: contentionWorkers, Orders: 1000, Elapsed: time.Second},
+		{Library: NameFencedFloorProcessor, Orders: 8000, LockWait: Summary{Median: ms, P99: 10 * ms, Max: 20 * ms}, MastersCPU: 800 * ms,
+			SendsScripts: true, LockScripts: 40000},
+		{Library: NameCeiling, Orders: 10000, LockWait: Summary{Median: ms, P99: 8 * ms, Max: 15 * ms}, MastersCPU: 500 * ms},
+		{Library: NameBatchlock, Orders: 7200, LockWait: Summary{Median: ms, P99: 12 * ms, Max: 30 * ms}, MastersCPU: 864 * ms,
+			SendsScripts: true, LockScripts: 36000, Sent: sent(18000, 18000)},
+		{Library: NameBatchlock4Clients, Orders: 6400, LockWait: Summary{Median: ms, P99: 16 * ms, Max: 30 * ms}, MastersCPU: 832 * ms,
+			SendsScripts: true, LockScripts: 32000, Sent: sent(16000, 16000)},
+		{Library: NameBatchlock16Clients, Orders: 5600, LockWait: Summary{Median: 2 * ms, P99: 20 * ms, Max: 40 * ms}, MastersCPU: 784 * ms,
+			SendsScripts: true, LockScripts: 28000, Sent: sent(14000, 14000)},
+		{Library: NameRedsyncSeq, Orders: 900, LockWait: Summary{Median: 50 * ms, P99: 500 * ms, Max: 900 * ms}, MastersCPU: 450 * ms,
+			SendsScripts: true, LockScripts: 18000},
+	}
+	for i := range r.Orders {
+		r.Orders[i].Workers, r.Orders[i].Elapsed = contentionWorkers, time.Second
+	}
+	r.Promotions = []OrderResult{
+		{Library: NameSharedPromos, Workers: contentionWorkers, Orders: 6000, Elapsed: time.Second},
+		{Library: NameExclusivePromos, Workers: contentionWorkers, Orders: 3000, Elapsed: time.Second},
 	}
 	// Cost per lock+unlock: N=1 batchlock 60 µs of CPU, the fenced floor 50,
 	// the floor 40 (1000 iterations); N=100 batchlock 3000, the fenced floor
@@ -68,6 +96,15 @@ func sampleReport(bl100 time.Duration) Report {
 	}
 	return r
 }
+
+// The goals of the hand-off and contention targets.
+const (
+	handoffGoal    = "hand-off median under 1 ms, at least 20x quicker than redsync's default retry"
+	oneClientGoal  = "contention, one Client, 16 workers: at least 85% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.25x its, p99 lock wait at most 1.5x its"
+	clients16Goal  = "contention, 16 Clients of one worker each: at least 65% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.6x its"
+	redsyncGoal    = "contention, one Client, 16 workers: at least 5x the redsync-based processor's orders/s"
+	noOversellGoal = "zero oversold units, every processor of the contention and shared-keys workloads"
+)
 
 func targets(r Report) map[string]Target {
 	out := map[string]Target{}
@@ -96,10 +133,12 @@ func TestTargets(t *testing.T) {
 		"batchlock within 1.25x of the fenced floor at N=100 in masters' CPU per lock+unlock": {false,
 			"3000 µs against the fenced floor's 2000 µs: 1.50x (the floor's 1500 µs: 2.00x)"},
 		"batchlock within 1.25x of the fenced floor at N=1000 in masters' CPU per lock+unlock": {false, "not measured"},
-		peers: {true, ""},
-		"hand-off median under 2 ms, at least 20x quicker than redsync's default retry":                                       {true, ""},
-		"contention, 16 workers: at least 70% of the in-process ceiling's orders/s, p99 lock wait at most 1.5x the ceiling's": {true, ""},
-		"contention, 16 workers: at least 5x the redsync-based processor, zero oversell":                                      {true, ""},
+		peers:          {true, ""},
+		handoffGoal:    {true, ""},
+		oneClientGoal:  {true, ""},
+		clients16Goal:  {true, ""},
+		redsyncGoal:    {true, ""},
+		noOversellGoal: {true, ""},
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d targets, want %d: %v", len(got), len(want), got)
@@ -119,11 +158,86 @@ func TestTargets(t *testing.T) {
 	if tg := targets(sampleReport(6 * time.Millisecond))[peers]; tg.Reached {
 		t.Errorf("%+v: reached at 16.7x", tg)
 	}
-	// The old floor targets are gone.
+	// The old floor and ceiling targets are gone.
 	for goal := range got {
-		if strings.Contains(goal, "1.5x of the floor") || strings.Contains(goal, "1.2x of the floor") {
+		if strings.Contains(goal, "1.5x of the floor") || strings.Contains(goal, "1.2x of the floor") || strings.Contains(goal, "ceiling") {
 			t.Errorf("old target %q", goal)
 		}
+	}
+}
+
+func TestContentionAndHandoffTargets(t *testing.T) {
+	ms, us := time.Millisecond, time.Microsecond
+	// change sets the result of name with 16 workers.
+	change := func(name string, f func(*OrderResult)) func(*Report) {
+		return func(r *Report) {
+			for i := range r.Orders {
+				if r.Orders[i].Library == name && r.Orders[i].Workers == contentionWorkers {
+					f(&r.Orders[i])
+				}
+			}
+		}
+	}
+	// perOrder sets a result's orders, keeping their masters' CPU per order
+	// at cpu.
+	perOrder := func(orders int64, cpu time.Duration) func(*OrderResult) {
+		return func(o *OrderResult) { o.Orders, o.MastersCPU = orders, time.Duration(orders)*cpu }
+	}
+	drop := func(name string) func(*Report) {
+		return func(r *Report) {
+			r.Orders = slices.DeleteFunc(r.Orders, func(o OrderResult) bool { return o.Library == name })
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		change  func(*Report) // of sampleReport; nil for none
+		goal    string
+		reached bool
+		found   string
+	}{
+		{"one Client within every bound", nil, oneClientGoal, true,
+			"7200 orders/s against the fenced-floor processor's 8000: 90%; masters' CPU per order 120 µs against 100 µs: 1.20x; p99 lock wait 12.0 ms against 10.0 ms: 1.20x"},
+		{"one Client below 85% of the orders/s", change(NameBatchlock, perOrder(6400, 120*us)), oneClientGoal, false,
+			"6400 orders/s against the fenced-floor processor's 8000: 80%; masters' CPU per order 120 µs against 100 µs: 1.20x; p99 lock wait 12.0 ms against 10.0 ms: 1.20x"},
+		{"one Client over 1.25x the CPU per order", change(NameBatchlock, perOrder(7200, 130*us)), oneClientGoal, false, ""},
+		{"one Client over 1.5x the p99 lock wait", change(NameBatchlock, func(o *OrderResult) { o.LockWait.P99 = 16 * ms }), oneClientGoal, false,
+			"7200 orders/s against the fenced-floor processor's 8000: 90%; masters' CPU per order 120 µs against 100 µs: 1.20x; p99 lock wait 16.0 ms against 10.0 ms: 1.60x"},
+		{"no fenced-floor processor", drop(NameFencedFloorProcessor), oneClientGoal, false, "not measured"},
+		{"16 Clients within every bound", nil, clients16Goal, true,
+			"5600 orders/s against the fenced-floor processor's 8000: 70%; masters' CPU per order 140 µs against 100 µs: 1.40x"},
+		{"16 Clients below 65% of the orders/s", change(NameBatchlock16Clients, perOrder(4800, 140*us)), clients16Goal, false,
+			"4800 orders/s against the fenced-floor processor's 8000: 60%; masters' CPU per order 140 µs against 100 µs: 1.40x"},
+		{"16 Clients over 1.6x the CPU per order", change(NameBatchlock16Clients, perOrder(5600, 170*us)), clients16Goal, false,
+			"5600 orders/s against the fenced-floor processor's 8000: 70%; masters' CPU per order 170 µs against 100 µs: 1.70x"},
+		{"16 Clients not run", drop(NameBatchlock16Clients), clients16Goal, false, "not measured"},
+		{"redsync 8x slower", nil, redsyncGoal, true, "7200 orders/s against 900: 8.0x"},
+		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
+		{"nothing oversold", nil, noOversellGoal, true, "none, 8 processors audited"},
+		{"oversold in the contention workload", change(NameBatchlock16Clients, func(o *OrderResult) { o.Oversold = 3 }), noOversellGoal, false,
+			"oversold units: batchlock, 16 Clients (at 16 workers, one each: the cross-process case) 3"},
+		{"oversold in the shared-keys workload", func(r *Report) { r.Promotions[0].Oversold = 2 }, noOversellGoal, false,
+			"oversold units: batchlock, promotions shared (WithShared) 2"},
+		{"no contention run", func(r *Report) { r.Orders, r.Promotions = nil, nil }, noOversellGoal, false, "not measured"},
+		{"hand-off under 1 ms, 125x redsync", nil, handoffGoal, true, "0.80 ms, redsync 100 ms: 125.0x quicker"},
+		{"hand-off of 1 ms", func(r *Report) { r.Handoff[0].Samples = fixedSamples(ms) }, handoffGoal, false, "1.00 ms, redsync 100 ms: 100.0x quicker"},
+		{"hand-off under 20x redsync", func(r *Report) { r.Handoff[1].Samples = fixedSamples(10 * ms) }, handoffGoal, false, "0.80 ms, redsync 10.0 ms: 12.5x quicker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := sampleReport(4 * ms)
+			if tc.change != nil {
+				tc.change(&r)
+			}
+			g, ok := targets(r)[tc.goal]
+			switch {
+			case !ok:
+				t.Fatalf("no target %q", tc.goal)
+			case g.Reached != tc.reached:
+				t.Errorf("reached = %v, want %v (%s)", g.Reached, tc.reached, g.Found)
+			}
+			if tc.found != "" && g.Found != tc.found {
+				t.Errorf("found %q, want %q", g.Found, tc.found)
+			}
+		})
 	}
 }
 
@@ -156,7 +270,16 @@ func TestMarkdownHasRatiosAndCommand(t *testing.T) {
 		"| fenced floor | 5.0 / 20.0 | 2.6 / 10.0 |",
 		"| batchlock | 9.0 / 30.0 | 4.0 / 12.0 |",
 		"100 keys spread fall into about 100 of the 16384 slots",
-		"| batchlock (pub/sub wake-up) | 3 | 1.00 | 1.00 | — |",
+		"| batchlock (pub/sub wake-up) | 3 | 0.80 | 0.80 | — |",
+		// Contention, against the fenced-floor processor: script calls per
+		// order where the lock sends scripts, by kind for batchlock.
+		"| 16 | fenced-floor processor: the ceiling plus the fenced floor's Redis work per basket | 8000 | 8000 | — | 1.00 / 10.0 / 20.0 | — | 100 µs | 5.0 | — | 0 | 0 |",
+		"| 16 | ceiling: a sorted sync.Mutex per SKU, in process | 10000 | 10000 | 125% | 1.00 / 8.00 / 15.0 | 1.2x faster | 50 µs | — | — | 0 | 0 |",
+		"| 16 | batchlock | 7200 | 7200 | 90% | 1.00 / 12.0 / 30.0 | 1.2x slower | 120 µs | 5.0 | 2.50 / 2.50 / 0.00 | 0 | 0 |",
+		"| 16 | batchlock, 16 Clients (at 16 workers, one each: the cross-process case) | 5600 | 5600 | 70% | 2.00 / 20.0 / 40.0 | 2.0x slower | 140 µs | 5.0 | 2.50 / 2.50 / 0.00 | 0 | 0 |",
+		"| 16 | redsync sequential | 900 | 900 | 11% | 50.0 / 500 / 900 | 50.0x slower | 500 µs | 20.0 | — | 0 | 0 |",
+		"With 16 workers batchlock's orders cost the masters 120 µs each through one Client and 140 µs through 16, against the fenced-floor processor's 100 µs (the ceiling's 50 µs)",
+		"allows one Client 83% of the fenced-floor processor's orders/s.",
 		"cd bench && go run ./cmd/benchreport",
 		"![median latency against N, log-log](bench-latency.svg)",
 	} {

@@ -18,6 +18,11 @@ const (
 	NameFloor         = "floor"
 	NameFencedFloor   = "fenced-floor"
 	NameCeiling       = "ceiling"
+	// The contention workload's reference, and batchlock through several
+	// Clients (LeastBusy).
+	NameFencedFloorProcessor = "fenced-floor-processor"
+	NameBatchlock4Clients    = "batchlock-4-clients"
+	NameBatchlock16Clients   = "batchlock-16-clients"
 	// OneSlotSuffix ends the name of a locker whose keys are all in one
 	// slot (OneSlot).
 	OneSlotSuffix          = "-one-slot"
@@ -45,6 +50,10 @@ var labels = map[string]string{
 	NameCeiling:            "ceiling: a sorted sync.Mutex per SKU, in process",
 	NameSharedPromos:       "batchlock, promotions shared (WithShared)",
 	NameExclusivePromos:    "batchlock, promotions exclusive",
+	// The contention workload's own.
+	NameFencedFloorProcessor: "fenced-floor processor: the ceiling plus the fenced floor's Redis work per basket",
+	NameBatchlock4Clients:    "batchlock, 4 Clients (at 16 workers, 4 each)",
+	NameBatchlock16Clients:   "batchlock, 16 Clients (at 16 workers, one each: the cross-process case)",
 }
 
 // Label is the name a reader of the report sees.
@@ -64,8 +73,9 @@ type Suite struct {
 	Lockers []Locker
 	// Handoff: waiters with pub/sub, polling, and the peers' retries.
 	Handoff []HandoffPair
-	// Orders: batchlock, the in-process ceiling and the redsync-based
-	// processor.
+	// Orders: the fenced-floor processor, the contention workload's
+	// reference, the in-process ceiling, batchlock through one Client, 4
+	// and 16, and the redsync-based processor.
 	Orders []Locker
 	// Promotions: batchlock, for the shared-keys comparison.
 	Promotions SharedLocker
@@ -115,7 +125,39 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		OneSlot{floor},
 		OneSlot{fenced},
 	}
-	s.Orders = []Locker{bl, NewCeiling(), redsyncSeq}
+	processorFloor, err := NewFencedFloor(client())
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	// batchlock through n Clients, each on a cluster client of its own, as
+	// n processes would have it.
+	newLeastBusy := func(name string, n int) (*LeastBusy, error) {
+		clients := make([]Locker, n)
+		for i := range clients {
+			c, err := newBatchlock(name)
+			if err != nil {
+				return nil, err
+			}
+			clients[i] = c
+		}
+		return NewLeastBusy(name, clients), nil
+	}
+	bl4, err := newLeastBusy(NameBatchlock4Clients, 4)
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	bl16, err := newLeastBusy(NameBatchlock16Clients, 16)
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	s.Orders = []Locker{
+		NewLayered(NameFencedFloorProcessor, NewCeiling(), processorFloor),
+		NewCeiling(),
+		bl,
+		bl4,
+		bl16,
+		redsyncSeq,
+	}
 	s.Promotions = bl
 
 	waiter, err := newBatchlock(NameBatchlock)
