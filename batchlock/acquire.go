@@ -112,6 +112,12 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	}
 	handedOut = true
 	l.acquiredAt = time.Now()
+	if capped := lc.maxHold; capped.set || c.cfg.maxHold.set {
+		if !capped.set {
+			capped = c.cfg.maxHold
+		}
+		l.capHold(capped.d)
+	}
 	l.emit(Event{Kind: EventAcquired, Duration: l.acquiredAt.Sub(start)})
 	return l, nil
 }

@@ -216,7 +216,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 		parts[i] = script.Part{Slot: hashtag.Slot(k), Route: k, Keys: 1}
 	}
 	released := map[string]bool{} // the holds of the keys released
-	results := c.runner.Route(ctx, script.Batch{
+	results := c.route(ctx, script.Batch{
 		Step:   "batchlock: force unlock",
 		Sent:   &c.sent.forces,
 		Script: forceScript,

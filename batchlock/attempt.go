@@ -62,7 +62,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	for i, g := range groups {
 		parts[i] = script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)}
 	}
-	results := c.runner.Route(ctx, script.Batch{
+	results := c.route(ctx, script.Batch{
 		Step:    "batchlock: acquire",
 		Sent:    &c.sent.acquires,
 		Script:  acquireScript,

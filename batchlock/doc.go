@@ -3,6 +3,12 @@
 // fencing tokens, automatic lease renewal, prompt wake-up of waiters and a
 // signal when a lock is lost.
 //
+// A Client works on a go-redis *redis.ClusterClient, made best with
+// ClusterOptions (settings under which calls end with their context and
+// recover fast after a failover), or a *redis.Client for one node that is
+// not a cluster node (a cluster node behind it is refused at the first call,
+// with ErrInvalid).
+//
 // # What is guaranteed
 //
 // To its caller a batch is all-or-nothing: Lock, TryLock and Do either return
@@ -70,6 +76,10 @@
 // ContextWithOwner, or inside Do) may hold the same keys at once; each Lock
 // releases only its own holds, each hold ends with its own lease, and a key
 // is freed when its last live hold goes.
+//
+// WithMaxHold caps how long a lock is held: at the cap it ends as if lost
+// (its cause wraps ErrLockLost and ErrMaxHold) and its keys are released to
+// their waiters, so that a stuck holder cannot pin them for ever.
 //
 // # Shared keys
 //

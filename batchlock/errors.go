@@ -16,6 +16,10 @@ var (
 	// holder's back, or its Client was closed.
 	ErrLockLost = errors.New("batchlock: lock lost")
 
+	// ErrMaxHold is wrapped, with ErrLockLost, by the cause of a lock that
+	// ended because it had been held for its longest hold (WithMaxHold).
+	ErrMaxHold = errors.New("batchlock: held for its longest hold")
+
 	// ErrNotHeld means an Unlock or Extend found keys that no longer carry
 	// this lock's hold, or the lock had already been released.
 	ErrNotHeld = errors.New("batchlock: not held")

@@ -14,10 +14,8 @@ import (
 
 // An order locks its whole basket in one call: every SKU, on every shard.
 func ExampleClient_Do() {
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"},
-		ContextTimeoutEnabled: true, // calls return when their context ends
-	})
+	// Settings under which calls end with their context and recover fast.
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"))
 	defer rdb.Close()
 	locks, err := batchlock.New(rdb)
 	if err != nil {

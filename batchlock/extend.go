@@ -158,7 +158,7 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 			results[i].err = err
 		}
 	}
-	routed := c.runner.Route(ctx, script.Batch{
+	routed := c.route(ctx, script.Batch{
 		Step:   "batchlock: extend",
 		Sent:   &c.sent.extends,
 		Script: extendScript,

@@ -46,6 +46,7 @@ type Lock struct {
 	validUntil time.Time        // the lease is confirmed to run at least until then
 	acquiredAt time.Time
 	expiry     *time.Timer // fires when validUntil is near and unconfirmed
+	maxHold    *time.Timer // fires when the lock has been held for WithMaxHold
 }
 
 // newLock makes the lock of a call on ctx, whose values its Context keeps.
@@ -169,6 +170,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.unlocking.Lock()
 	defer l.unlocking.Unlock()
 	if l.released {
+		if err := l.Err(); errors.Is(err, ErrMaxHold) {
+			return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		}
 		return fmt.Errorf("%w: already released", ErrNotHeld)
 	}
 	if ctx.Err() != nil {
@@ -258,6 +262,9 @@ func (l *Lock) finish(err error) bool {
 	l.mu.Lock()
 	if l.expiry != nil {
 		l.expiry.Stop()
+	}
+	if l.maxHold != nil {
+		l.maxHold.Stop()
 	}
 	l.mu.Unlock()
 	return true

@@ -32,6 +32,7 @@ type LockOption interface{ applyLock(*lockConfig) }
 type config struct {
 	prefix   string
 	lease    time.Duration
+	maxHold  maxHold
 	observer func(Event)
 	ack      script.Ack
 	pollMax  time.Duration
@@ -57,12 +58,16 @@ func (c *config) validate() error {
 	if c.lease < 3*time.Millisecond {
 		return invalid("lease %v is too short to be renewed (minimum 3ms)", c.lease)
 	}
+	if err := c.maxHold.validate(); err != nil {
+		return err
+	}
 	return validateAck(c.ack)
 }
 
 type lockConfig struct {
 	ttl      time.Duration
 	ttlSet   bool
+	maxHold  maxHold
 	owner    string
 	ownerSet bool
 	ack      script.Ack
@@ -76,6 +81,9 @@ func (c *lockConfig) validate() error {
 	}
 	if c.ownerSet && c.owner == "" {
 		return invalid("owner must not be empty")
+	}
+	if err := c.maxHold.validate(); err != nil {
+		return err
 	}
 	return validateAck(c.ack)
 }
@@ -194,6 +202,41 @@ func WithOwner(owner string) LockOption {
 func WithShared(keys ...string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.shared = append(c.shared, keys...) })
 }
+
+// maxHold is a WithMaxHold setting; zero when none was given.
+type maxHold struct {
+	d   time.Duration
+	set bool
+}
+
+func (m maxHold) validate() error {
+	if m.set && m.d <= 0 {
+		return invalid("max hold %v must be > 0", m.d)
+	}
+	return nil
+}
+
+// MaxHoldOption is returned by WithMaxHold; it is both a client-wide default
+// (Option) and a per-lock setting (LockOption).
+type MaxHoldOption struct{ d time.Duration }
+
+func (o MaxHoldOption) apply(c *config) { c.maxHold = maxHold{o.d, true} }
+
+func (o MaxHoldOption) applyLock(c *lockConfig) { c.maxHold = maxHold{o.d, true} }
+
+// WithMaxHold caps how long a lock is held: d after Lock returned it, the
+// lock ends, whatever its lease or renewals (one stuck holder must not pin
+// its keys, and the queue behind them, for ever). Its context is cancelled
+// with a cause that wraps ErrLockLost and ErrMaxHold, Done closes, Err says
+// so, and the Client releases its keys as Unlock would, handing them to
+// their waiters; a holder still writing is refused by storage that checks
+// fencing tokens, since the next owner's are newer. Unlock then returns
+// ErrNotHeld wrapping that cause. A WithTTL lock is already capped by its
+// TTL; WithMaxHold caps it also when Extend pushes its lease further. If
+// the release fails (a master unreachable), the keys go at the end of their
+// lease. Given to New it is the default of every lock; given to a call it
+// overrides that. d <= 0 is ErrInvalid. Default: no cap.
+func WithMaxHold(d time.Duration) MaxHoldOption { return MaxHoldOption{d} }
 
 // ReplicasOption is returned by WithReplicas; it is both a client-wide
 // default (Option) and a per-lock setting (LockOption).

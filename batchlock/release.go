@@ -27,7 +27,7 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 	}
 	owner, remember := escapeOwner(l.owner), lease.Millis(l.lease)
 	var taken []int // parts found held by another owner
-	results := c.runner.Route(ctx, script.Batch{
+	results := c.route(ctx, script.Batch{
 		Step:   "batchlock: release",
 		Sent:   &c.sent.releases,
 		Script: releaseScript,

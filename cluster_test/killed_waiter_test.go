@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
-	"github.com/batchlock/batchlock/localcluster"
 )
 
 // waiterEnv, when set, makes the test binary a waiter process (see
@@ -38,7 +37,7 @@ func runWaiter(encoded string) int {
 		fmt.Fprintln(os.Stderr, "waiter:", err)
 		return 2
 	}
-	c, err := batchlock.New(redis.NewClusterClient(localcluster.FastRecovery(spec.Addrs)), batchlock.WithPrefix(spec.Prefix), batchlock.WithPollInterval(time.Minute))
+	c, err := batchlock.New(redis.NewClusterClient(batchlock.ClusterOptions(spec.Addrs...)), batchlock.WithPrefix(spec.Prefix), batchlock.WithPollInterval(time.Minute))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "waiter:", err)
 		return 2

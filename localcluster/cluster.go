@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchlock/batchlock/batchlock"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 const (
@@ -227,36 +227,10 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// ClientOptions returns [FastRecovery] settings for this cluster.
+// ClientOptions returns batchlock.ClusterOptions for this cluster: settings
+// that recover within about a second after a failover or restart.
 func (c *Cluster) ClientOptions() *redis.ClusterOptions {
-	return FastRecovery(c.Addrs())
-}
-
-// FastRecovery returns cluster client settings for the seeds addrs that
-// recover within about a second after a failover or restart: go-redis
-// defaults (5 s timeouts, topology reloaded every minute, failing nodes
-// avoided for 15 s) take much longer. MaxRetries is left unset (no retries
-// per node): the cluster client's redirections retry its own commands, and
-// batchlock's calls have their one retry layer in batchlock. Each call
-// returns a fresh copy to change at will.
-func FastRecovery(addrs []string) *redis.ClusterOptions {
-	return &redis.ClusterOptions{
-		Addrs:                      addrs,
-		DialTimeout:                time.Second,
-		ReadTimeout:                time.Second,
-		WriteTimeout:               time.Second,
-		ContextTimeoutEnabled:      true,
-		DialerRetries:              2,
-		DialerRetryTimeout:         50 * time.Millisecond,
-		MaxRedirects:               16,
-		MinRetryBackoff:            16 * time.Millisecond,
-		MaxRetryBackoff:            256 * time.Millisecond,
-		PoolTimeout:                2 * time.Second,
-		FailingTimeoutSeconds:      1,
-		ClusterStateReloadInterval: time.Second,
-		DisableIdentity:            true,
-		MaintNotificationsConfig:   &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	}
+	return batchlock.ClusterOptions(c.Addrs()...)
 }
 
 // Client returns a new cluster client with [Cluster.ClientOptions]; the

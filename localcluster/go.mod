@@ -2,7 +2,10 @@ module github.com/batchlock/batchlock/localcluster
 
 go 1.26.0
 
+replace github.com/batchlock/batchlock => ../
+
 require (
+	github.com/batchlock/batchlock v0.0.0-00010101000000-000000000000
 	github.com/moby/moby/api v1.57.0
 	github.com/moby/moby/client v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0

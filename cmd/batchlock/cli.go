@@ -23,6 +23,7 @@ Usage:
   batchlock inspect [flags]          list the locks held in a cluster
   batchlock unlock  --force [flags] KEY...
                                      release locks by hand (an operator's last resort)
+  batchlock check   [flags]          preflight: does the cluster and client suit batchlock
   batchlock help [COMMAND]           show this, or a command's flags
 
 Without --addrs, every command uses $BATCHLOCK_CLUSTER_ADDRS; demo, when
@@ -46,7 +47,7 @@ type env struct {
 }
 
 func commands() []command {
-	return []command{demoCommand(), inspectCommand(), unlockCommand()}
+	return []command{demoCommand(), inspectCommand(), unlockCommand(), checkCommand()}
 }
 
 // usageError is a mistake in the command line: exit code 2.

@@ -80,7 +80,7 @@ func addrsFromFlagOrEnv(flagValue string) ([]string, error) {
 // connect returns a client of the cluster at addrs once a seed and every
 // master answer.
 func connect(ctx context.Context, addrs []string) (*redis.ClusterClient, error) {
-	rdb := redis.NewClusterClient(localcluster.FastRecovery(addrs))
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions(addrs...))
 	if err := reach(ctx, addrs, rdb); err != nil {
 		return nil, errors.Join(err, rdb.Close())
 	}
@@ -143,13 +143,13 @@ func ping(ctx context.Context, rdb *redis.ClusterClient) error {
 // seeds of --addrs or $BATCHLOCK_CLUSTER_ADDRS, once a seed and every master
 // answer. A missing seed, or a prefix batchlock refuses, is a usage error
 // found before anything is sent.
-func openLocks(ctx context.Context, addrsFlag, prefix string) (*batchlock.Client, func() error, error) {
+func openLocks(ctx context.Context, addrsFlag, prefix string, opts ...batchlock.Option) (*batchlock.Client, func() error, error) {
 	addrs, err := addrsFromFlagOrEnv(addrsFlag)
 	if err != nil {
 		return nil, nil, err
 	}
-	rdb := redis.NewClusterClient(localcluster.FastRecovery(addrs)) // connects on first use
-	locks, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions(addrs...)) // connects on first use
+	locks, err := batchlock.New(rdb, append([]batchlock.Option{batchlock.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		return nil, nil, errors.Join(usagef("%v", err), rdb.Close())
 	}

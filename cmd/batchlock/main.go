@@ -1,7 +1,8 @@
 // Command batchlock demonstrates and operates batchlock locks on a Redis
 // Cluster: "batchlock demo" processes SKU orders with and without locks
-// and audits the stock, "batchlock inspect" lists held locks, and
-// "batchlock unlock --force" releases locks by hand. Run "batchlock help"
+// and audits the stock, "batchlock inspect" lists held locks,
+// "batchlock unlock --force" releases locks by hand, and "batchlock check"
+// checks a cluster and the client settings before use. Run "batchlock help"
 // for usage.
 //
 // Exit codes: 0 success; 1 a runtime failure or a failed audit; 2 a usage

@@ -77,19 +77,10 @@ func main() {
 }
 
 func run(ctx context.Context, addrs []string) error {
-	// Short timeouts and a frequent topology refresh let calls return on
-	// time, and recover within a second or two, when a master fails over:
-	// go-redis defaults (5s timeouts, topology reloaded every minute) take
-	// much longer. ContextTimeoutEnabled makes calls honour ctx deadlines.
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                      addrs,
-		DialTimeout:                time.Second,
-		ReadTimeout:                time.Second,
-		WriteTimeout:               time.Second,
-		ContextTimeoutEnabled:      true,
-		MaxRedirects:               8,
-		ClusterStateReloadInterval: time.Second,
-	})
+	// Settings that let calls end with their context and recover within a
+	// second or two when a master fails over (go-redis defaults take much
+	// longer).
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions(addrs...))
 	defer rdb.Close()
 
 	// One batchlock Client per process: it runs the watchdog that renews

@@ -65,15 +65,7 @@ func main() {
 func run(ctx context.Context, addrs []string, database string) error {
 	// Settings that let calls end with their context and recover fast
 	// after a failover (see the README).
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                      addrs,
-		DialTimeout:                time.Second,
-		ReadTimeout:                time.Second,
-		WriteTimeout:               time.Second,
-		ContextTimeoutEnabled:      true,
-		MaxRedirects:               8,
-		ClusterStateReloadInterval: time.Second,
-	})
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions(addrs...))
 	defer rdb.Close()
 	locks, err := batchlock.New(rdb)
 	if err != nil {

@@ -3,6 +3,7 @@ package script
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -67,6 +68,11 @@ type Result struct {
 // errElsewhere says that a slot was not served where a call went: it moved,
 // or it is being migrated.
 var errElsewhere = errors.New("the slot is being migrated or has moved")
+
+// ErrClusterNode says that a single-node client's server is a node of a
+// Redis Cluster, which serves only some slots: no retry makes it serve the
+// others.
+var ErrClusterNode = errors.New("the server is a Redis Cluster node: use a *redis.ClusterClient (redis.NewClusterClient), not a *redis.Client")
 
 // plan is one call to make: parts, and where a redirection pointed.
 type plan struct {
@@ -154,6 +160,12 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 			if Retryable(err) {
 				again = append(again, p)
 			}
+		}
+		if len(moved) > 0 && r.single {
+			for _, j := range moved {
+				res[j].Err = fmt.Errorf("%s: %w", b.Step, ErrClusterNode)
+			}
+			moved = nil
 		}
 		if len(moved) > 0 {
 			slices.Sort(moved)

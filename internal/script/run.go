@@ -31,6 +31,9 @@ type Runner struct {
 	master func(ctx context.Context, key string) (string, error)
 	reload func(context.Context) // refreshes the cluster's map of slots; nil for one node
 	close  func() error          // closes the clients the Runner opened; nil when none
+	// single says the Runner was given a single-node client: a slot found
+	// elsewhere then means the node is a cluster node (ErrClusterNode).
+	single bool
 }
 
 // New returns a Runner on rdb: a *redis.ClusterClient, or a *redis.Client for
@@ -52,7 +55,7 @@ func New(rdb redis.UniversalClient) (*Runner, error) {
 			reload: func(ctx context.Context) { r.ReloadState(ctx) },
 		}, nil
 	case *redis.Client:
-		return &Runner{sender: single{r}, master: oneNode}, nil
+		return &Runner{sender: single{r}, master: oneNode, single: true}, nil
 	}
 	return nil, errUnsupported(rdb)
 }

@@ -1,0 +1,254 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
+)
+
+// ClockBound is how far apart the masters' clocks (TIME, less half the
+// round trip) may be for Check to pass: leases are measured by each master's
+// clock, and the watchdog keeps a sixth of a lease in hand.
+const ClockBound = 500 * time.Millisecond
+
+// The checks Preflight runs, as CheckResult.Check names them.
+const (
+	CheckVersion    = "redis version"
+	CheckScripts    = "cross-slot scripts"
+	CheckPubSub     = "sharded pub/sub"
+	CheckEviction   = "maxmemory-policy"
+	CheckState      = "cluster state"
+	CheckReplicas   = "replicas online"
+	CheckClocks     = "clocks"
+	CheckClientOpts = "client settings"
+)
+
+// CheckResult is one check of Preflight: on one master, or on the client
+// (Node empty). Err is nil when it passed, and names the setting otherwise.
+type CheckResult struct {
+	Check string
+	Node  string
+	Err   error
+}
+
+// Check runs Preflight and returns nil when every check passed, or every
+// problem joined in one error, each naming its node and setting. It sends
+// only reads, a script that reads two keys and a message on a channel of
+// the Client's prefix; an operator's tool or a readiness probe.
+func (c *Client) Check(ctx context.Context) error {
+	var errs []error
+	for _, r := range c.Preflight(ctx) {
+		if r.Err != nil {
+			if r.Node != "" {
+				errs = append(errs, fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, r.Err))
+			} else {
+				errs = append(errs, fmt.Errorf("batchlock: check: %s: %w", r.Check, r.Err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Preflight checks, on every master, what batchlock relies on: Redis 7.0 or
+// newer; a script touching keys of two slots with no key declared
+// (allow-cross-slot-keys) and SPUBLISH work; maxmemory-policy is noeviction
+// (a volatile-* policy evicts lock keys, which have a TTL; an allkeys-* one
+// fencing counters too, which restarts tokens); the cluster state is ok;
+// each master has at least the replicas online that the Client's
+// WithReplicas default asks for; the masters' clocks agree within
+// ClockBound. And on the client: no go-redis per-node retries (MaxRetries),
+// which would stack on batchlock's own past a call's context, and
+// ContextTimeoutEnabled on, without which a call outlives its context. It
+// returns one result per check and master, in that order.
+func (c *Client) Preflight(ctx context.Context) []CheckResult {
+	type clock struct {
+		node   string
+		offset time.Duration
+	}
+	var (
+		mu      sync.Mutex
+		results []CheckResult
+		clocks  []clock
+	)
+	check := func(node *redis.Client) error {
+		addr := node.Options().Addr
+		add := func(name string, err error) {
+			mu.Lock()
+			results = append(results, CheckResult{Check: name, Node: addr, Err: err})
+			mu.Unlock()
+		}
+		add(CheckVersion, checkVersion(ctx, node))
+		add(CheckScripts, c.checkScripts(ctx, node))
+		add(CheckPubSub, node.SPublish(ctx, c.cfg.prefix+"check:{"+c.slotTagOf(ctx, addr, 0)+"}", "check").Err())
+		add(CheckEviction, checkEviction(ctx, node))
+		if c.cluster {
+			add(CheckState, checkState(ctx, node))
+		}
+		add(CheckReplicas, checkReplicas(ctx, node, c.cfg.ack.Replicas))
+		sent := time.Now()
+		now, err := node.Time(ctx).Result()
+		if err != nil {
+			add(CheckClocks, err)
+			return nil
+		}
+		rtt := time.Since(sent)
+		mu.Lock()
+		clocks = append(clocks, clock{addr, now.Sub(sent.Add(rtt / 2))})
+		mu.Unlock()
+		return nil
+	}
+	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
+		if err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(node) }); err != nil {
+			results = append(results, CheckResult{Check: CheckState, Err: fmt.Errorf("reaching every master: %w", err)})
+		}
+	} else {
+		_ = check(c.rdb.(*redis.Client))
+	}
+	if len(clocks) > 0 {
+		first, last := clocks[0], clocks[0]
+		for _, k := range clocks {
+			if k.offset < first.offset {
+				first = k
+			}
+			if k.offset > last.offset {
+				last = k
+			}
+		}
+		var err error
+		if spread := last.offset - first.offset; spread > ClockBound {
+			err = fmt.Errorf("%s is %v ahead of %s (at most %v)", last.node, spread.Round(time.Millisecond), first.node, ClockBound)
+		}
+		results = append(results, CheckResult{Check: CheckClocks, Err: err})
+	}
+	return append(results, CheckResult{Check: CheckClientOpts, Err: c.checkClientOptions()})
+}
+
+func checkVersion(ctx context.Context, node *redis.Client) error {
+	info, err := node.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	version := infoField(info, "redis_version")
+	major, _, _ := strings.Cut(version, ".")
+	if n, err := strconv.Atoi(major); err != nil || n < 7 {
+		return fmt.Errorf("redis_version %q: batchlock needs 7.0 or newer (script flags, sharded pub/sub)", version)
+	}
+	return nil
+}
+
+// checkScripts runs, with no key declared as batchlock's scripts do, a
+// script that reads a key in each of two slots the node serves.
+func (c *Client) checkScripts(ctx context.Context, node *redis.Client) error {
+	addr := node.Options().Addr
+	keys := []any{c.cfg.prefix + "check:{" + c.slotTagOf(ctx, addr, 0) + "}", c.cfg.prefix + "check:{" + c.slotTagOf(ctx, addr, 1) + "}"}
+	n, err := node.Eval(ctx, shebang+"return redis.call('EXISTS', ARGV[1]) + redis.call('EXISTS', ARGV[2])", nil, keys...).Int()
+	if err != nil {
+		return err
+	}
+	if n != 0 {
+		return fmt.Errorf("the check keys %v exist", keys)
+	}
+	return nil
+}
+
+// slotTagOf returns the hash tag of the nth slot (0 or 1) that the master at
+// addr serves; on one node, of slots 0 and 1.
+func (c *Client) slotTagOf(ctx context.Context, addr string, nth int) string {
+	cluster, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return hashtag.ForSlot(nth)
+	}
+	found := 0
+	for slot := range hashtag.SlotCount {
+		tag := hashtag.ForSlot(slot)
+		if node, err := cluster.MasterForKey(ctx, "{"+tag+"}"); err == nil && node.Options().Addr == addr {
+			if found == nth {
+				return tag
+			}
+			found++
+		}
+	}
+	return hashtag.ForSlot(nth)
+}
+
+func checkEviction(ctx context.Context, node *redis.Client) error {
+	got, err := node.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return fmt.Errorf("reading it: %w", err)
+	}
+	switch policy := got["maxmemory-policy"]; {
+	case policy == "noeviction":
+		return nil
+	case strings.HasPrefix(policy, "volatile-"):
+		return fmt.Errorf("%q evicts lock keys, which have a TTL: set noeviction", policy)
+	default:
+		return fmt.Errorf("%q evicts lock keys and fencing counters (tokens restart): set noeviction", policy)
+	}
+}
+
+func checkState(ctx context.Context, node *redis.Client) error {
+	info, err := node.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if state := infoField(info, "cluster_state"); state != "ok" {
+		return fmt.Errorf("cluster_state:%s", state)
+	}
+	return nil
+}
+
+// checkReplicas counts the replicas online of the master node against
+// want, the Client's WithReplicas default.
+func checkReplicas(ctx context.Context, node *redis.Client, want int) error {
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	online := 0
+	for line := range strings.SplitSeq(info, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			online++
+		}
+	}
+	if online < want {
+		return fmt.Errorf("%d online, WithReplicas asks for %d: every lock on this master would fail with ErrNoReplicas", online, want)
+	}
+	return nil
+}
+
+func (c *Client) checkClientOptions() error {
+	var retries int
+	var timeouts bool
+	switch r := c.rdb.(type) {
+	case *redis.ClusterClient:
+		retries, timeouts = r.Options().MaxRetries, r.Options().ContextTimeoutEnabled
+	case *redis.Client:
+		retries, timeouts = r.Options().MaxRetries, r.Options().ContextTimeoutEnabled
+	}
+	var errs []error
+	if retries > 0 {
+		errs = append(errs, fmt.Errorf("MaxRetries %d: go-redis's retries stack on batchlock's own; leave it unset on a ClusterClient, -1 on a Client", retries))
+	}
+	if !timeouts {
+		errs = append(errs, errors.New("ContextTimeoutEnabled is off: a call waits for its reply past its context (see ClusterOptions)"))
+	}
+	return errors.Join(errs...)
+}
+
+// infoField returns the value of name in an INFO reply.
+func infoField(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+type checkOptions struct {
+	addrs, prefix string
+	replicas      int
+}
+
+func checkCommand() command {
+	return command{
+		name: "check",
+		summary: `Usage: batchlock check [--addrs host:port,...] [--prefix batchlock:] [--replicas n]
+
+Checks, on every master, what batchlock relies on (Redis 7.0+, cross-slot
+scripts, sharded pub/sub, maxmemory-policy noeviction, cluster state, the
+replicas online that --replicas n asks for, clocks that agree), and the
+client settings; prints one line per check and exits 1 on any problem.`,
+		flags: func(fs *flag.FlagSet) any {
+			o := &checkOptions{}
+			fs.StringVar(&o.addrs, "addrs", "", "cluster seeds, comma-separated (default $BATCHLOCK_CLUSTER_ADDRS)")
+			fs.StringVar(&o.prefix, "prefix", batchlock.DefaultPrefix, "lock key prefix, as given to batchlock.WithPrefix")
+			fs.IntVar(&o.replicas, "replicas", 0, "replicas online each master needs, as given to batchlock.WithReplicas")
+			return o
+		},
+		run: func(ctx context.Context, e *env, opts any, args []string) error {
+			return runCheck(ctx, e, opts.(*checkOptions), args)
+		},
+	}
+}
+
+func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	if o.replicas < 0 {
+		return usagef("--replicas %d must not be negative", o.replicas)
+	}
+	locks, closeAll, err := openLocks(ctx, o.addrs, o.prefix, batchlock.WithReplicas(o.replicas, time.Second))
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	failed := 0
+	for _, r := range locks.Preflight(ctx) {
+		where := "client"
+		if r.Node != "" {
+			where = r.Node
+		} else if r.Check == batchlock.CheckClocks {
+			where = "masters"
+		}
+		if r.Err != nil {
+			failed++
+			fmt.Fprintf(e.stdout, "FAIL  %-20s %-22s %v\n", r.Check, where, r.Err)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "ok    %-20s %s\n", r.Check, where)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d problems found", failed)
+	}
+	return nil
+}
