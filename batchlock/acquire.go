@@ -2,6 +2,7 @@ package batchlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -84,9 +85,17 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 			l.leaveGates()
 		}
 	}()
-	err = c.enterGates(ctx, l, wait)
+	waitCtx, stopWaiting := ctx, context.CancelFunc(func() {})
+	if lc.waitSet && wait {
+		waitCtx, stopWaiting = context.WithTimeoutCause(ctx, lc.wait, errWaitOver)
+	}
+	err = c.enterGates(waitCtx, l, wait)
 	if err == nil {
-		err = c.take(ctx, l, wait)
+		err = c.take(waitCtx, l, wait)
+	}
+	stopWaiting()
+	if err != nil && context.Cause(waitCtx) == errWaitOver && ctx.Err() == nil && len(l.blockers) > 0 {
+		err = &ConflictError{Keys: l.blockers, cause: fmt.Errorf("waited %v: %w", lc.wait, context.DeadlineExceeded)}
 	}
 	if err == nil {
 		// A context cancelled (rather than past its deadline) is noticed
@@ -161,6 +170,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		}
 
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts)}
+		l.blockers = conflict.Keys
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		if !wait {
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
@@ -265,6 +275,9 @@ func (c *Client) hand(ctx context.Context, l *Lock, waited bool, since, start ti
 	}
 	return nil
 }
+
+// errWaitOver is the cause that ends a wait bounded by WithWait.
+var errWaitOver = errors.New("batchlock: waited for WithWait")
 
 // place is how long a waiting call's place in a key's queue lasts unless it
 // asks again: a few of its polls, which renew it, so that the place of a

@@ -45,14 +45,24 @@ var (
 
 // ConflictError is returned when keys are held by another owner. It lists the
 // caller's keys (without the prefix) that were found held, and Is
-// ErrNotObtained.
+// ErrNotObtained. Returned by a Lock whose WithWait ran out, it lists the
+// keys the call waited for last, and also wraps context.DeadlineExceeded.
 type ConflictError struct {
 	Keys []string
+
+	cause error // why the call stopped waiting; nil for TryLock
 }
 
 func (e *ConflictError) Error() string {
-	return "batchlock: not obtained: held by another owner: " + describeKeys(e.Keys)
+	msg := "batchlock: not obtained: held by another owner: " + describeKeys(e.Keys)
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
 }
+
+// Unwrap returns why the call stopped waiting, if it waited.
+func (e *ConflictError) Unwrap() error { return e.cause }
 
 // Is reports ErrNotObtained as a match, so that callers need test for one error.
 func (e *ConflictError) Is(target error) bool { return target == ErrNotObtained }

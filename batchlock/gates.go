@@ -274,6 +274,7 @@ func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
 				return fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, key[len(c.cfg.prefix):])
 			case gateWait:
 				if wait {
+					l.blockers = []string{key[len(c.cfg.prefix):]}
 					l.leaveGates()
 					cause := context.Cause(ctx)
 					return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, key[len(c.cfg.prefix):], cause)

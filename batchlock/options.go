@@ -68,6 +68,8 @@ type lockConfig struct {
 	ttl      time.Duration
 	ttlSet   bool
 	maxHold  maxHold
+	wait     time.Duration
+	waitSet  bool
 	owner    string
 	ownerSet bool
 	ack      script.Ack
@@ -84,6 +86,9 @@ func (c *lockConfig) validate() error {
 	}
 	if err := c.maxHold.validate(); err != nil {
 		return err
+	}
+	if c.waitSet && c.wait <= 0 {
+		return invalid("wait %v must be > 0", c.wait)
 	}
 	return validateAck(c.ack)
 }
@@ -201,6 +206,17 @@ func WithOwner(owner string) LockOption {
 // Default: no key is shared.
 func WithShared(keys ...string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.shared = append(c.shared, keys...) })
+}
+
+// WithWait bounds how long Lock (and Do) waits for the keys: once d has passed
+// without every key held, the call fails, having released every hold it took,
+// with a *ConflictError naming the keys it waited for last, which wraps
+// ErrNotObtained and context.DeadlineExceeded. Only the wait is bounded: the
+// lock, once held, lasts as long as it is renewed, and the call's context
+// still bounds both. TryLock does not wait and ignores it. d <= 0 is
+// ErrInvalid. Default: the wait lasts as long as the call's context.
+func WithWait(d time.Duration) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.wait, c.waitSet = d, true })
 }
 
 // maxHold is a WithMaxHold setting; zero when none was given.

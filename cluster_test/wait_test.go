@@ -1,0 +1,68 @@
+package cluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// A Lock whose WithWait runs out fails with a *ConflictError naming the key
+// it waited for, wrapping ErrNotObtained and context.DeadlineExceeded, and
+// holds nothing; the call's own context is not what ended it. The same when
+// the key is held by another lock of the same Client (an in-process wait).
+func TestWaitRunsOut(t *testing.T) {
+	const wait = 300 * time.Millisecond
+	rdb := newClient(t)
+	holderClient, prefix := newLocker(t, rdb)
+	other := peerOf(t, rdb, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(8, "wait")
+	holder, err := holderClient.Lock(ctx, keys[5:6])
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name string
+		c    *batchlock.Client
+	}{
+		{"held by another Client, a wait in Redis", other},
+		{"held by another lock of this Client, a wait in the process", holderClient},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := tc.c.Lock(ctx, keys, batchlock.WithWait(wait))
+			took := time.Since(start)
+			var conflict *batchlock.ConflictError
+			require.ErrorAs(t, err, &conflict)
+			assert.Equal(t, keys[5:6], conflict.Keys, "the key it waited for")
+			assert.ErrorIs(t, err, batchlock.ErrNotObtained)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.GreaterOrEqual(t, took, wait)
+			assert.Less(t, took, 10*time.Second, "ended by its wait, not the call's context")
+			assert.NoError(t, ctx.Err())
+			require.Eventually(t, func() bool {
+				held, err := holderClient.Inspect(ctx, keys...)
+				if err != nil {
+					return false
+				}
+				for i, h := range held {
+					if (i == 5) != (h.Owner != "") {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, 10*time.Millisecond, "only the holder's key is held")
+		})
+	}
+	require.NoError(t, holder.Unlock(ctx))
+
+	l, err := other.Lock(ctx, keys, batchlock.WithWait(wait))
+	require.NoError(t, err, "free keys are taken within the wait")
+	require.NoError(t, l.Unlock(ctx))
+	_, err = other.Lock(ctx, keys, batchlock.WithWait(0))
+	require.ErrorIs(t, err, batchlock.ErrInvalid)
+}
