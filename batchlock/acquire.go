@@ -77,6 +77,8 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	}
 
 	start := time.Now()
+	c.taking.Add(1)
+	defer c.taking.Add(-1)
 	handedOut := false
 	defer func() {
 		// Also on a panic (an observer's): a gate held by a lock nobody
@@ -95,7 +97,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	}
 	stopWaiting()
 	if err != nil && context.Cause(waitCtx) == errWaitOver && ctx.Err() == nil && len(l.blockers) > 0 {
-		err = &ConflictError{Keys: l.blockers, cause: fmt.Errorf("waited %v: %w", lc.wait, context.DeadlineExceeded)}
+		err = &ConflictError{Keys: l.blockers, Holders: l.blockerHolders, cause: fmt.Errorf("waited %v: %w", lc.wait, context.DeadlineExceeded)}
 	}
 	if err == nil {
 		// A context cancelled (rather than past its deadline) is noticed
@@ -169,8 +171,8 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			return c.hand(ctx, l, wt.waited, wt.since, start)
 		}
 
-		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts)}
-		l.blockers = conflict.Keys
+		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
+		l.blockers, l.blockerHolders = conflict.Keys, conflict.Holders
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		if !wait {
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
@@ -216,6 +218,10 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		// read, so a waiter whose blockers keep changing cannot spin faster
 		// than the servers answer.
 		blockers := outcome.groupConflicts
+		if !slices.Equal(blockers, wt.queuedFor) {
+			wt.queuedFor = blockers
+			l.emit(Event{Kind: EventQueued, Conflict: c.userKeys(blockers)})
+		}
 		if !wt.sub.covers(blockers) {
 			wt.sub.close()
 			wt.sub = c.waiters.subscribe(ctx, l.hold, blockers)
@@ -225,6 +231,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			switch c.recheck(ctx, l, l.groups[wt.held], blockers) {
 			case handedOver:
 				wt.focus = false
+				l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(blockers)})
 				fallthrough
 			case mayBeFree:
 				continue
@@ -240,6 +247,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			// The key waited for is ours: the next attempt takes it and
 			// all the rest, the one call a conflict costs per master.
 			wt.focus = false
+			l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(wt.queuedFor)})
 		}
 		wt.attempt++
 	}
@@ -276,6 +284,15 @@ func (c *Client) hand(ctx context.Context, l *Lock, waited bool, since, start ti
 	return nil
 }
 
+// userHolders is holders (by lock key) by key without the prefix.
+func (c *Client) userHolders(holders map[string][]string) map[string][]string {
+	out := make(map[string][]string, len(holders))
+	for key, owners := range holders {
+		out[key[len(c.cfg.prefix):]] = owners
+	}
+	return out
+}
+
 // errWaitOver is the cause that ends a wait bounded by WithWait.
 var errWaitOver = errors.New("batchlock: waited for WithWait")
 
@@ -292,6 +309,9 @@ type waiting struct {
 	focus   bool      // the next attempt asks for groups[held] alone
 	sub     *subscription
 	attempt int
+	// queuedFor are the lock keys whose queue the call took a place in
+	// last (EventQueued says each once).
+	queuedFor []string
 }
 
 // mode is the mode of the next attempt: a waiter that will not hear of its

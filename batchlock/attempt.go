@@ -13,16 +13,35 @@ import (
 
 // acquireOutcome is what one attempt at some groups found.
 type acquireOutcome struct {
-	refused        int      // index of the first refused group, -1 when none was
-	part           int      // keys of the first refused group now held (waiting)
-	queued         []int    // refused groups whose first conflict queues this hold (waiting)
-	granted        []int    // groups now held
-	conflicts      []string // lock keys held by other owners
-	groupConflicts []string // those of the first refused group
+	refused        int                 // index of the first refused group, -1 when none was
+	part           int                 // keys of the first refused group now held (waiting)
+	queued         []int               // refused groups whose first conflict queues this hold (waiting)
+	granted        []int               // groups now held
+	conflicts      []string            // lock keys held by other owners
+	holders        map[string][]string // by conflict: the owners holding it, sorted
+	groupConflicts []string            // those of the first refused group
 	wait           time.Duration
 	unknown        []int    // groups that may be held although no reply says so
 	marks          []string // cancel marks of the groups some call may have taken unseen
 	err            error
+}
+
+// addHolders records who holds each of conflicts, as the script names them:
+// escaped owner ids, comma-separated.
+func (o *acquireOutcome) addHolders(conflicts, holders []string) {
+	for i, key := range conflicts[:min(len(conflicts), len(holders))] {
+		if holders[i] == "" {
+			continue
+		}
+		if o.holders == nil {
+			o.holders = make(map[string][]string)
+		}
+		var owners []string
+		for id := range strings.SplitSeq(holders[i], ",") {
+			owners = append(owners, unescapeOwner(id))
+		}
+		o.holders[key] = owners
+	}
 }
 
 // mayHold returns the groups, among those the attempt was made at, that it
@@ -146,7 +165,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 		if !l.ack.Acknowledged(cl) {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
-	case status == acquireRefused && len(vals) == 6:
+	case status == acquireRefused && len(vals) >= 6:
 		held, _ := vals[1].(int64)
 		waitMs, _ := vals[2].(int64)
 		conflicts := stringsOf(vals[3])
@@ -157,6 +176,9 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 			refused = groupOf(groups, at, conflicts[0])
 		}
 		out.conflicts = append(out.conflicts, conflicts...)
+		if len(vals) > 6 {
+			out.addHolders(conflicts, stringsOf(vals[6]))
+		}
 		toks, _ := vals[4].([]any)
 		c.granted(l, out, groups, at[:held], toks)
 		// The part keys' tokens come last, after those of the held groups.

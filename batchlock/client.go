@@ -32,6 +32,8 @@ type Client struct {
 
 	// sent counts the script calls sent, by script (see Stats).
 	sent struct{ acquires, releases, extends, forces atomic.Uint64 }
+	// taking counts the lock calls taking their keys (see Stats).
+	taking atomic.Int64
 	// localWaits counts the calls that waited at a gate (see Stats).
 	localWaits atomic.Uint64
 
@@ -137,6 +139,9 @@ type Stats struct {
 	// LocalWaits counts the times a Lock call waited in the process for a
 	// key another lock of the Client held or was taking.
 	LocalWaits uint64
+	// Held counts the locks the Client handed out that have not ended;
+	// Waiting the Lock, TryLock and Do calls taking their keys now.
+	Held, Waiting int
 	// Gated counts the keys whose gate, the in-process level of locking, a
 	// lock of the Client holds or a call of it waits for: zero once every
 	// lock ended.
@@ -151,8 +156,16 @@ func (c *Client) Stats() Stats {
 		Extends:      c.sent.extends.Load(),
 		ForceUnlocks: c.sent.forces.Load(),
 		LocalWaits:   c.localWaits.Load(),
+		Held:         c.heldCount(),
+		Waiting:      int(c.taking.Load()),
 		Gated:        c.gates.count(),
 	}
+}
+
+func (c *Client) heldCount() int {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	return len(c.held)
 }
 
 // hold registers a lock handed out, until it ends (see Lock.finish); one

@@ -44,11 +44,17 @@ var (
 )
 
 // ConflictError is returned when keys are held by another owner. It lists the
-// caller's keys (without the prefix) that were found held, and Is
-// ErrNotObtained. Returned by a Lock whose WithWait ran out, it lists the
+// caller's keys (without the prefix) that were found held, and who holds
+// them, and Is ErrNotObtained. Returned by a Lock whose WithWait ran out, it lists the
 // keys the call waited for last, and also wraps context.DeadlineExceeded.
 type ConflictError struct {
 	Keys []string
+	// Holders names, for each key of Keys whose holders are known, the
+	// owners holding it, sorted: one, or several for a key held shared.
+	// Found by the call that met the conflict, in Redis or at this
+	// Client's in-process gates; a key handed to a waiter that has not
+	// taken it yet has none.
+	Holders map[string][]string
 
 	cause error // why the call stopped waiting; nil for TryLock
 }

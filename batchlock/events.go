@@ -14,7 +14,8 @@ const (
 	// per key it waits for in the process (held by another lock of its
 	// Client).
 	EventConflict
-	// EventRenewed: the watchdog renewed the lock's lease.
+	// EventRenewed: the watchdog renewed the lock's lease. Duration is the
+	// lease that was left when the renewal landed: the margin it kept.
 	EventRenewed
 	// EventLost: the lock was lost; Err says why.
 	EventLost
@@ -25,6 +26,16 @@ const (
 	// sending something to Redis; Err says why (a *ConflictError, ErrNoReplicas,
 	// the context's error...). Duration is the time the call took.
 	EventFailed
+	// EventQueued: a waiting call took a place in the queue, in Redis, of the
+	// keys another Client holds (Conflict), where a release will hand them
+	// to it. Once per key waited for, not per attempt.
+	EventQueued
+	// EventHandedOff: a hand-off reached a waiting call: the keys it waited
+	// for in Redis (Conflict) were handed to it, and its next attempt takes
+	// them with the rest of its batch. Told by the release's message (which
+	// also tells a waiter whose place lapsed, rarely) or found by the read a
+	// waiter makes once it listens.
+	EventHandedOff
 )
 
 func (k EventKind) String() string {
@@ -41,6 +52,10 @@ func (k EventKind) String() string {
 		return "released"
 	case EventFailed:
 		return "failed"
+	case EventQueued:
+		return "queued"
+	case EventHandedOff:
+		return "handed off"
 	}
 	return "unknown"
 }

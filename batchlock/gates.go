@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 )
 
@@ -275,6 +276,7 @@ func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
 			case gateWait:
 				if wait {
 					l.blockers = []string{key[len(c.cfg.prefix):]}
+					l.blockerHolders = c.gateHolders([]string{key})
 					l.leaveGates()
 					cause := context.Cause(ctx)
 					return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, key[len(c.cfg.prefix):], cause)
@@ -285,11 +287,36 @@ func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
 	}
 	if len(busy) > 0 {
 		l.leaveGates()
-		conflict := &ConflictError{Keys: c.userKeys(busy)}
+		conflict := &ConflictError{Keys: c.userKeys(busy), Holders: c.gateHolders(busy)}
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		return conflict
 	}
 	return nil
+}
+
+// gateHolders returns, by key without the prefix, the owners holding the
+// gates of lockKeys now, sorted.
+func (c *Client) gateHolders(lockKeys []string) map[string][]string {
+	out := make(map[string][]string, len(lockKeys))
+	for _, key := range lockKeys {
+		sh := c.gates.shard(key)
+		sh.mu.Lock()
+		var owners []string
+		if gt := sh.keys[key]; gt != nil {
+			if gt.owner != "" {
+				owners = []string{gt.owner}
+			}
+			for owner := range gt.readers {
+				owners = append(owners, owner)
+			}
+		}
+		sh.mu.Unlock()
+		if len(owners) > 0 {
+			slices.Sort(owners)
+			out[key[len(c.cfg.prefix):]] = owners
+		}
+	}
+	return out
 }
 
 // leaveGates gives back the gates l holds; once done, it does nothing.

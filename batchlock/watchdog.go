@@ -178,9 +178,10 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ac
 			}
 			wd.remove(l)
 		case e.err == nil:
+			left := time.Until(l.ValidUntil())
 			l.confirm(start.Add(wd.c.cfg.lease))
 			wd.reschedule(l, wd.renewalOf(start.Add(wd.c.cfg.lease)))
-			l.emit(Event{Kind: EventRenewed})
+			l.emit(Event{Kind: EventRenewed, Duration: left})
 		default:
 			wd.reschedule(l, time.Now().Add(wd.c.cfg.lease/12))
 		}

@@ -31,6 +31,9 @@ type instruments struct {
 	hold         metric.Float64Histogram
 	keys         metric.Int64Histogram
 	renewals     metric.Int64Counter
+	margin       metric.Float64Histogram
+	queued       metric.Int64Counter
+	handoffs     metric.Int64Counter
 	losses       metric.Int64Counter
 	releases     metric.Int64Counter
 }
@@ -43,6 +46,9 @@ type instruments struct {
 //	batchlock.hold.duration    histogram, seconds from holding a lock to its unlock
 //	batchlock.lock.keys        histogram, keys per acquired lock
 //	batchlock.renewals         counter of watchdog renewals
+//	batchlock.renewal.margin   histogram, seconds of lease left when a renewal landed
+//	batchlock.queued           counter of places taken in a key's queue in Redis
+//	batchlock.handoffs         counter of hand-offs that reached a waiting call
 //	batchlock.losses           counter of locks lost
 //	batchlock.releases         counter of unlocks, by result (ok, error)
 func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
@@ -62,6 +68,12 @@ func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	in.keys, err = m.Int64Histogram("batchlock.lock.keys", metric.WithDescription("Keys per acquired lock"), metric.WithUnit("{key}"))
 	add(err)
 	in.renewals, err = m.Int64Counter("batchlock.renewals", metric.WithDescription("Lease renewals by the watchdog"), metric.WithUnit("{renewal}"))
+	add(err)
+	in.margin, err = m.Float64Histogram("batchlock.renewal.margin", metric.WithDescription("Lease left when a renewal landed"), metric.WithUnit("s"))
+	add(err)
+	in.queued, err = m.Int64Counter("batchlock.queued", metric.WithDescription("Places a waiting call took in a key's queue in Redis"), metric.WithUnit("{place}"))
+	add(err)
+	in.handoffs, err = m.Int64Counter("batchlock.handoffs", metric.WithDescription("Hand-offs that reached a waiting call"), metric.WithUnit("{handoff}"))
 	add(err)
 	in.losses, err = m.Int64Counter("batchlock.losses", metric.WithDescription("Locks lost while held"), metric.WithUnit("{lock}"))
 	add(err)
@@ -88,6 +100,11 @@ func (in *instruments) record(e batchlock.Event) {
 		in.conflicts.Add(ctx, 1)
 	case batchlock.EventRenewed:
 		in.renewals.Add(ctx, 1)
+		in.margin.Record(ctx, e.Duration.Seconds())
+	case batchlock.EventQueued:
+		in.queued.Add(ctx, 1)
+	case batchlock.EventHandedOff:
+		in.handoffs.Add(ctx, 1)
 	case batchlock.EventLost:
 		in.losses.Add(ctx, 1)
 	case batchlock.EventReleased:

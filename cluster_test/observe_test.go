@@ -33,6 +33,7 @@ func TestMetricsOfARealLockRun(t *testing.T) {
 	_, err = c.TryLock(ctx, spread(2, "otel-ack"), batchlock.WithReplicas(2, 50*time.Millisecond))
 	require.ErrorIs(t, err, batchlock.ErrNoReplicas, "each master has one replica, not two")
 	require.Eventually(t, func() bool { return sum(t, reader, "batchlock.renewals") >= 1 }, 10*time.Second, 10*time.Millisecond)
+	assert.Positive(t, histogramCount(t, reader, "batchlock.renewal.margin"), "the lease left at each renewal")
 	require.NoError(t, l.Unlock(ctx))
 
 	var rm metricdata.ResourceMetrics
@@ -53,6 +54,46 @@ func TestMetricsOfARealLockRun(t *testing.T) {
 	assert.EqualValues(t, 1, histogramCount(t, reader, "batchlock.hold.duration"))
 	assert.EqualValues(t, 25, histogramSum(t, reader, "batchlock.lock.keys"))
 	assert.Zero(t, sum(t, reader, "batchlock.losses"))
+}
+
+// The gauges read a Client's locks held and calls taking their keys.
+func TestGaugesOfAClient(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	c, _ := newLocker(t, newClient(t))
+	reg, err := batchlockotel.Gauges(mp, c)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Unregister() })
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(4, "gauges")
+
+	l, err := c.Lock(ctx, keys)
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	go func() {
+		w, err := c.Lock(ctx, keys[:1])
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		waiting <- err
+	}()
+	require.Eventually(t, func() bool { return gauge(t, reader, "batchlock.calls.waiting") == 1 }, 10*time.Second, 5*time.Millisecond)
+	assert.EqualValues(t, 1, gauge(t, reader, "batchlock.locks.held"))
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, <-waiting)
+	assert.Zero(t, gauge(t, reader, "batchlock.locks.held"))
+	assert.Zero(t, gauge(t, reader, "batchlock.calls.waiting"))
+}
+
+func gauge(t *testing.T, reader sdkmetric.Reader, name string) int64 {
+	t.Helper()
+	for _, m := range collect(t, reader) {
+		if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == name && len(g.DataPoints) > 0 {
+			return g.DataPoints[0].Value
+		}
+	}
+	return -1
 }
 
 func sum(t *testing.T, reader sdkmetric.Reader, name string) int64 {

@@ -39,6 +39,7 @@ func TestWaitRunsOut(t *testing.T) {
 			var conflict *batchlock.ConflictError
 			require.ErrorAs(t, err, &conflict)
 			assert.Equal(t, keys[5:6], conflict.Keys, "the key it waited for")
+			assert.Equal(t, map[string][]string{keys[5]: {holder.Owner()}}, conflict.Holders, "and who holds it")
 			assert.ErrorIs(t, err, batchlock.ErrNotObtained)
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
 			assert.GreaterOrEqual(t, took, wait)
@@ -65,4 +66,43 @@ func TestWaitRunsOut(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 	_, err = other.Lock(ctx, keys, batchlock.WithWait(0))
 	require.ErrorIs(t, err, batchlock.ErrInvalid)
+}
+
+// TryLock's conflict names who holds each key, found by the attempt itself:
+// the owner of a key held exclusively, every reader of a key held shared,
+// sorted; in Redis (another Client) and at this Client's gates alike.
+func TestConflictNamesTheHolders(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	other := peerOf(t, rdb, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(4, "holders")
+	writer, err := c.Lock(ctx, keys[:1], batchlock.WithOwner("writer"))
+	require.NoError(t, err)
+	var readers []*batchlock.Lock
+	for _, owner := range []string{"reader-b", "reader-a"} {
+		r, err := c.Lock(ctx, nil, batchlock.WithShared(keys[2]), batchlock.WithOwner(owner))
+		require.NoError(t, err)
+		readers = append(readers, r)
+	}
+	want := map[string][]string{keys[0]: {"writer"}, keys[2]: {"reader-a", "reader-b"}}
+	for _, tc := range []struct {
+		name string
+		c    *batchlock.Client
+	}{
+		{"in Redis", other},
+		{"at the gates", c},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.c.TryLock(ctx, keys, batchlock.WithOwner("asker"))
+			var conflict *batchlock.ConflictError
+			require.ErrorAs(t, err, &conflict)
+			assert.ElementsMatch(t, []string{keys[0], keys[2]}, conflict.Keys)
+			assert.Equal(t, want, conflict.Holders)
+		})
+	}
+	require.NoError(t, writer.Unlock(ctx))
+	for _, r := range readers {
+		require.NoError(t, r.Unlock(ctx))
+	}
 }

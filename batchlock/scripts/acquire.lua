@@ -30,8 +30,10 @@
 -- finish changes nothing: what it wrote is undone.
 --
 -- Returns {1, token, ...}: every key is held, one token per key in order.
--- Returns {0, held, wait, {key, ...}, {token, ...}, part}: keys are held by
--- another owner. "try": all of them are listed, and nothing is held (held
+-- Returns {0, held, wait, {key, ...}, {token, ...}, part, {holders, ...}}:
+-- keys are held by another owner; holders, one per key listed, names the
+-- owners holding it (escaped, comma-separated; several for a key held
+-- shared, none for one handed to a waiter). "try": all of them are listed, and nothing is held (held
 -- and part are 0). "wait", "poll": the first of them is listed and this hold has a
 -- place in its queue; the slots before its slot (held of them) and the first
 -- part keys of its slot are held, with their tokens in order. wait is the
@@ -119,6 +121,26 @@ local function slow()
   end
 
   existing = {moved = L.moved}
+
+  -- holders names the owners with a live hold on key, escaped and sorted,
+  -- comma-separated.
+  function existing.holders(key)
+    local s = L.parse(redis.call('GET', key), key, now)
+    if not s then
+      return ''
+    elseif s.owner ~= SHARED then
+      return s.owner
+    end
+    local names, seen = {}, {}
+    for id, who in pairs(s.owners) do
+      if who ~= '' and s.holds[id] > now and not seen[who] then
+        seen[who] = true
+        names[#names + 1] = who
+      end
+    end
+    table.sort(names)
+    return table.concat(names, ',')
+  end
 
   -- undo undoes what this call wrote.
   function existing.undo()
@@ -237,7 +259,7 @@ end
 -- refused, a "try" call only looks for the other conflicts.
 -- tokens: those of the keys held, in order (after the 1 of a reply that
 -- holds them all).
-local tokens, conflicts = {1}, nil
+local tokens, conflicts, holders = {1}, nil, nil
 local wait, held, slot = 0, 0, 0
 -- clear: no key of the call is held by another owner so far.
 local clear = true
@@ -295,15 +317,16 @@ while i <= #ARGV do
       return left
     elseif token == false then
       clear = false
-      conflicts = conflicts or {}
+      conflicts, holders = conflicts or {}, holders or {}
       conflicts[#conflicts + 1] = key
+      holders[#holders + 1] = slow().holders(key)
       wait = math.max(wait, left)
       if waiting then
         if s then
           slow().queue(key, s, shared)
         end
         table.remove(tokens, 1)
-        return {0, held, wait, conflicts, tokens, j}
+        return {0, held, wait, conflicts, tokens, j, holders}
       end
     elseif clear then
       tokens[#tokens + 1] = token
@@ -317,6 +340,6 @@ while i <= #ARGV do
 end
 if not clear then
   slow().undo()
-  return {0, 0, wait, conflicts, {}, 0}
+  return {0, 0, wait, conflicts, {}, 0, holders}
 end
 return tokens
