@@ -14,9 +14,13 @@ import (
 // locks taken inside fn with that context on the same keys are reentrant, and
 // the Lock itself (LockFromContext), for its fencing tokens.
 //
+// When its context ends, fn should stop and return an error that wraps the
+// context's cause (context.Cause(ctx)), as fmt.Errorf("...: %w",
+// context.Cause(ctx)) does: then a loss is said once, by fn's error.
+//
 // Do returns the error of Lock when the keys could not be taken (fn did not
-// run), and otherwise fn's error joined with the loss of the lock and with
-// any error of the unlock.
+// run), and otherwise fn's error joined with the loss of the lock (unless
+// fn's error wraps it already) and with any error of the unlock.
 func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if fn == nil {
 		return invalid("nil function")

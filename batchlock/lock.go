@@ -244,6 +244,10 @@ func (l *Lock) expire() {
 		return
 	}
 	l.mu.Unlock()
+	if !l.renew {
+		l.lose(fmt.Errorf("%w: its lease (WithTTL) ran out", ErrLockLost))
+		return
+	}
 	l.lose(fmt.Errorf("%w: lease ran out before it could be renewed", ErrLockLost))
 }
 

@@ -52,6 +52,7 @@ func TestFixedTTLIsNotRenewedAndEndsTheLock(t *testing.T) {
 		t.Fatal("Done did not close when the fixed lease ran out")
 	}
 	assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+	assert.NotContains(t, l.Err().Error(), "renewed", "a WithTTL lock is never renewed")
 	require.Eventually(t, func() bool { return len(lockKeysUnder(t, rdb, prefix)) == 0 }, 5*time.Second, 10*time.Millisecond)
 	assert.ErrorIs(t, l.Unlock(ctx), batchlock.ErrNotHeld)
 }

@@ -52,10 +52,15 @@ func Do[L Lock](ctx context.Context, lock func(context.Context) (L, error), fn f
 
 	unlockErr := unlock()
 	lostErr := l.Err()
-	if !errors.Is(lostErr, lost) {
+	if errors.Is(lostErr, lost) {
+		if errors.Is(unlockErr, notHeld) {
+			unlockErr = nil // the loss says it
+		}
+		if errors.Is(fnErr, lost) {
+			lostErr = nil // fn's error says the loss already
+		}
+	} else {
 		lostErr = nil
-	} else if errors.Is(unlockErr, notHeld) {
-		unlockErr = nil // the loss already says it
 	}
 	return errors.Join(fnErr, lostErr, unlockErr)
 }

@@ -3,6 +3,8 @@ package lifetime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +61,7 @@ func TestDo(t *testing.T) {
 		fn        func(ctx context.Context, l *fakeLock) error
 		want      []error // wrapped by Do's error; none: nil
 		unlocks   int
+		once      string // said once in Do's error
 	}{
 		{name: "fn's error, unlocked", fn: func(context.Context, *fakeLock) error { return boom }, want: []error{boom}, unlocks: 1},
 		{name: "lock fails: fn does not run", lockErr: boom, want: []error{boom}},
@@ -71,6 +74,11 @@ func TestDo(t *testing.T) {
 			}
 			return nil
 		}, want: []error{errLost}, unlocks: 1},
+		{name: "fn's error that wraps the loss: the loss is not added again", unlockErr: errNotHeld, fn: func(ctx context.Context, l *fakeLock) error {
+			l.life.End(errLost)
+			<-ctx.Done()
+			return fmt.Errorf("writing: %w", context.Cause(ctx))
+		}, want: []error{errLost}, unlocks: 1, once: errLost.Error()},
 		{name: "fn's context carries values", fn: func(ctx context.Context, _ *fakeLock) error {
 			if ctx.Value(ownerKey{}) != "with" {
 				return errors.New("no value")
@@ -97,6 +105,9 @@ func TestDo(t *testing.T) {
 			}
 			for _, w := range tc.want {
 				assert.ErrorIs(t, err, w)
+			}
+			if tc.once != "" {
+				assert.Equal(t, 1, strings.Count(err.Error(), tc.once), "%q says %q once", err, tc.once)
 			}
 			assert.Equal(t, tc.lockErr == nil, ran)
 			assert.Equal(t, tc.unlocks, f.unlocked)
