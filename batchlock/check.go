@@ -85,9 +85,10 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 			results = append(results, CheckResult{Check: name, Node: addr, Err: err})
 			mu.Unlock()
 		}
+		tags := c.slotTags(ctx, addr)
 		add(CheckVersion, checkVersion(ctx, node))
-		add(CheckScripts, c.checkScripts(ctx, node))
-		add(CheckPubSub, node.SPublish(ctx, c.cfg.prefix+"check:{"+c.slotTagOf(ctx, addr, 0)+"}", "check").Err())
+		add(CheckScripts, c.checkScripts(ctx, node, tags))
+		add(CheckPubSub, node.SPublish(ctx, c.cfg.prefix+"check:{"+tags[0]+"}", "check").Err())
 		add(CheckEviction, checkEviction(ctx, node))
 		if c.cluster {
 			add(CheckState, checkState(ctx, node))
@@ -146,9 +147,8 @@ func checkVersion(ctx context.Context, node *redis.Client) error {
 
 // checkScripts runs, with no key declared as batchlock's scripts do, a
 // script that reads a key in each of two slots the node serves.
-func (c *Client) checkScripts(ctx context.Context, node *redis.Client) error {
-	addr := node.Options().Addr
-	keys := []any{c.cfg.prefix + "check:{" + c.slotTagOf(ctx, addr, 0) + "}", c.cfg.prefix + "check:{" + c.slotTagOf(ctx, addr, 1) + "}"}
+func (c *Client) checkScripts(ctx context.Context, node *redis.Client, tags [2]string) error {
+	keys := []any{c.cfg.prefix + "check:{" + tags[0] + "}", c.cfg.prefix + "check:{" + tags[1] + "}"}
 	n, err := node.Eval(ctx, shebang+"return redis.call('EXISTS', ARGV[1]) + redis.call('EXISTS', ARGV[2])", nil, keys...).Int()
 	if err != nil {
 		return err
@@ -159,24 +159,23 @@ func (c *Client) checkScripts(ctx context.Context, node *redis.Client) error {
 	return nil
 }
 
-// slotTagOf returns the hash tag of the nth slot (0 or 1) that the master at
-// addr serves; on one node, of slots 0 and 1.
-func (c *Client) slotTagOf(ctx context.Context, addr string, nth int) string {
+// slotTags returns the hash tags of two slots that the master at addr
+// serves, found in one pass over the slots; on one node, of slots 0 and 1.
+func (c *Client) slotTags(ctx context.Context, addr string) [2]string {
+	tags := [2]string{hashtag.ForSlot(0), hashtag.ForSlot(1)}
 	cluster, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
-		return hashtag.ForSlot(nth)
+		return tags
 	}
 	found := 0
-	for slot := range hashtag.SlotCount {
+	for slot := 0; slot < hashtag.SlotCount && found < len(tags); slot++ {
 		tag := hashtag.ForSlot(slot)
 		if node, err := cluster.MasterForKey(ctx, "{"+tag+"}"); err == nil && node.Options().Addr == addr {
-			if found == nth {
-				return tag
-			}
+			tags[found] = tag
 			found++
 		}
 	}
-	return hashtag.ForSlot(nth)
+	return tags
 }
 
 func checkEviction(ctx context.Context, node *redis.Client) error {

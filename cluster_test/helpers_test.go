@@ -31,10 +31,7 @@ func testPrefix(t testing.TB) string {
 func newLocker(t testing.TB, rdb redis.UniversalClient, opts ...batchlock.Option) (*batchlock.Client, string) {
 	t.Helper()
 	prefix := testPrefix(t)
-	c, err := batchlock.New(rdb, append([]batchlock.Option{batchlock.WithPrefix(prefix)}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	return c, prefix
+	return peerOf(t, rdb, prefix, opts...), prefix
 }
 
 // peerOf returns another Client on rdb with prefix, as a second process
