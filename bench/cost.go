@@ -115,12 +115,7 @@ func mastersCommandStats(ctx context.Context, cl *localcluster.Cluster, masters 
 		if err != nil {
 			return nil, err
 		}
-		for name, s := range ParseCommandStats(fmt.Sprint(reply)) {
-			sum := out[name]
-			sum.Calls += s.Calls
-			sum.Usec += s.Usec
-			out[name] = sum
-		}
+		addStats(out, ParseCommandStats(fmt.Sprint(reply)), 1)
 	}
 	return out, nil
 }
@@ -131,6 +126,21 @@ func sumOf(stats map[string]CommandStat, commands []string) CommandStat {
 	for _, c := range commands {
 		sum.Calls += stats[c].Calls
 		sum.Usec += stats[c].Usec
+	}
+	return sum
+}
+
+// addStats adds sign times each of more's stats to sum, which it allocates
+// when nil, and returns it.
+func addStats(sum, more map[string]CommandStat, sign int64) map[string]CommandStat {
+	if sum == nil {
+		sum = map[string]CommandStat{}
+	}
+	for name, s := range more {
+		t := sum[name]
+		t.Calls += sign * s.Calls
+		t.Usec += sign * s.Usec
+		sum[name] = t
 	}
 	return sum
 }

@@ -13,6 +13,9 @@ import (
 type HandoffPair struct {
 	Name           string
 	Holder, Waiter Locker
+	// HandedOff, where the library tells it, is when a hand-off last
+	// reached the waiter (batchlock's EventHandedOff).
+	HandedOff func() time.Time
 }
 
 // Hold times are drawn at random in [minHold, maxHold), so that a release
@@ -29,7 +32,15 @@ var ErrTwoHolders = errors.New("waiter obtained the key before the holder releas
 type HandoffResult struct {
 	Library string
 	Samples []time.Duration
+	// Phases split the samples of a pair that tells HandedOff.
+	Phases []HandoffPhases
 }
+
+// HandoffPhases split one hand-off, each phase from the moment the holder
+// starts its unlock: Release until the holder's unlock returns, Notice until
+// the hand-off reaches the waiter; Resume is the rest, from the notice to
+// the waiter's lock call returning.
+type HandoffPhases struct{ Release, Notice, Resume time.Duration }
 
 // RunHandoff takes samples hand-offs per library, round-robin between
 // libraries (one sample each per round, the order rotating). A sample is the
@@ -44,11 +55,14 @@ func RunHandoff(ctx context.Context, pairs []HandoffPair, samples int) ([]Handof
 		for j := range pairs {
 			i := (j + round) % len(pairs)
 			key := fmt.Sprintf("bench:handoff:%s:%d", pairs[i].Name, round)
-			d, err := handoff(ctx, pairs[i], key)
+			d, phases, err := handoff(ctx, pairs[i], key)
 			if err != nil {
 				return nil, fmt.Errorf("hand-off %s: %w", pairs[i].Name, err)
 			}
 			results[i].Samples = append(results[i].Samples, d)
+			if phases.Notice > 0 {
+				results[i].Phases = append(results[i].Phases, phases)
+			}
 		}
 	}
 	return results, nil
@@ -60,11 +74,11 @@ type waited struct {
 	err  error
 }
 
-func handoff(ctx context.Context, p HandoffPair, key string) (time.Duration, error) {
+func handoff(ctx context.Context, p HandoffPair, key string) (time.Duration, HandoffPhases, error) {
 	keys := []string{key}
 	h, err := p.Holder.Lock(ctx, keys)
 	if err != nil {
-		return 0, err
+		return 0, HandoffPhases{}, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, TTL)
 	defer cancel()
@@ -84,15 +98,22 @@ func handoff(ctx context.Context, p HandoffPair, key string) (time.Duration, err
 	}
 	released := time.Now()
 	unlockErr := h.Unlock(ctx)
+	unlocked := time.Now()
 	if !early {
 		w = <-ch
 	}
 	if w.err != nil {
-		return 0, errors.Join(w.err, unlockErr)
+		return 0, HandoffPhases{}, errors.Join(w.err, unlockErr)
 	}
 	err = errors.Join(unlockErr, w.held.Unlock(ctx))
 	if early || w.at.Before(released) {
 		err = errors.Join(ErrTwoHolders, err)
 	}
-	return w.at.Sub(released), err
+	var phases HandoffPhases
+	if p.HandedOff != nil {
+		if at := p.HandedOff(); at.After(released) && !at.After(w.at) {
+			phases = HandoffPhases{Release: unlocked.Sub(released), Notice: at.Sub(released), Resume: w.at.Sub(at)}
+		}
+	}
+	return w.at.Sub(released), phases, err
 }

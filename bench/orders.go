@@ -57,6 +57,9 @@ type OrderResult struct {
 	// orders' own stock writes (a script call per line written).
 	SendsScripts bool
 	LockScripts  int64
+	// Commands is the masters' INFO commandstats over the turns: where,
+	// within MastersCPU, the commands' own time went.
+	Commands map[string]CommandStat
 	// Sent is batchlock's own count of the script calls its Clients sent
 	// over the turns, by kind (Client.Stats); nil for other processors.
 	Sent *ScriptsSent
@@ -74,6 +77,40 @@ func (r OrderResult) CPUPerOrder() time.Duration {
 		return 0
 	}
 	return r.MastersCPU / time.Duration(r.Orders)
+}
+
+// connectionCommands are the commands of setting up connections and of
+// pub/sub, as INFO commandstats names them: what a waiter's subscription
+// costs the masters beyond its script calls.
+var connectionCommands = []string{"hello", "client|setinfo", "client|setname", "ssubscribe", "sunsubscribe", "subscribe", "unsubscribe", "ping"}
+
+// CPUSplit is where the masters' CPU per order went: the script calls'
+// own time (the lock's and the stock writes'), connections and pub/sub,
+// every other command, and the rest of the process CPU, outside any command
+// (reading and writing sockets, accepting connections, replication).
+type CPUSplit struct {
+	Scripts, Connections, Other, Outside time.Duration
+	ScriptCalls, ConnectionCalls         float64
+}
+
+// CPUSplitPerOrder splits CPUPerOrder by Commands.
+func (r OrderResult) CPUSplitPerOrder() CPUSplit {
+	if r.Orders == 0 {
+		return CPUSplit{}
+	}
+	per := func(usec int64) time.Duration {
+		return time.Duration(usec) * time.Microsecond / time.Duration(r.Orders)
+	}
+	scripts, conns := sumOf(r.Commands, scriptCommands), sumOf(r.Commands, connectionCommands)
+	var all int64
+	for _, s := range r.Commands {
+		all += s.Usec
+	}
+	return CPUSplit{
+		Scripts: per(scripts.Usec), Connections: per(conns.Usec), Other: per(all - scripts.Usec - conns.Usec),
+		Outside:     r.CPUPerOrder() - per(all),
+		ScriptCalls: r.perOrder(scripts.Calls), ConnectionCalls: r.perOrder(conns.Calls),
+	}
 }
 
 // LockScriptsPerOrder is the lock's script calls per order processed.
@@ -285,7 +322,8 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 			waits[i] = append(waits[i], res.LockWaits...)
 			r := &results[i]
 			r.MastersCPU += cost.cpu
-			r.LockScripts += cost.scripts - cost.writes
+			r.LockScripts += sumOf(cost.commands, scriptCommands).Calls - cost.writes
+			r.Commands = addStats(r.Commands, cost.commands, 1)
 			if r.Sent != nil {
 				*r.Sent = r.Sent.plus(cost.sent)
 			}
@@ -306,14 +344,14 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 // turnCounters are what a processor's turns are measured by; read before
 // and after a turn, their difference is what the turn cost.
 type turnCounters struct {
-	cpu     time.Duration // the masters' process CPU
-	scripts int64         // the masters' script calls
-	writes  int64         // the processor's stock writes
-	sent    ScriptsSent   // its Clients' own count, where it keeps one
+	cpu      time.Duration          // the masters' process CPU
+	commands map[string]CommandStat // the masters' commandstats
+	writes   int64                  // the processor's stock writes
+	sent     ScriptsSent            // its Clients' own count, where it keeps one
 }
 
 func (c turnCounters) minus(o turnCounters) turnCounters {
-	return turnCounters{cpu: c.cpu - o.cpu, scripts: c.scripts - o.scripts, writes: c.writes - o.writes, sent: c.sent.minus(o.sent)}
+	return turnCounters{cpu: c.cpu - o.cpu, commands: addStats(addStats(nil, c.commands, 1), o.commands, -1), writes: c.writes - o.writes, sent: c.sent.minus(o.sent)}
 }
 
 // measureTurn runs turn and returns what it cost. The masters' CPU is read
@@ -321,7 +359,7 @@ func (c turnCounters) minus(o turnCounters) turnCounters {
 func measureTurn(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, p *peerProcessor, turn func()) (turnCounters, error) {
 	var before, after turnCounters
 	var err error
-	if before.scripts, err = mastersScriptCalls(ctx, cl, masters); err != nil {
+	if before.commands, err = mastersCommandStats(ctx, cl, masters); err != nil {
 		return turnCounters{}, err
 	}
 	before.writes, before.sent = p.writes.Load(), scriptsSent(p.l)
@@ -333,20 +371,10 @@ func measureTurn(ctx context.Context, cl *localcluster.Cluster, masters []localc
 		return turnCounters{}, err
 	}
 	after.writes, after.sent = p.writes.Load(), scriptsSent(p.l)
-	if after.scripts, err = mastersScriptCalls(ctx, cl, masters); err != nil {
+	if after.commands, err = mastersCommandStats(ctx, cl, masters); err != nil {
 		return turnCounters{}, err
 	}
 	return after.minus(before), nil
-}
-
-// mastersScriptCalls is the number of script calls the masters served so
-// far.
-func mastersScriptCalls(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node) (int64, error) {
-	stats, err := mastersCommandStats(ctx, cl, masters)
-	if err != nil {
-		return 0, err
-	}
-	return sumOf(stats, scriptCommands).Calls, nil
 }
 
 // scriptsSent is what l's Clients sent so far, zero for a Locker that does

@@ -85,7 +85,7 @@ func BenchmarkHandoff(b *testing.B) {
 			}
 			var samples []time.Duration
 			for i := 0; b.Loop(); i++ {
-				d, err := handoff(b.Context(), pair, fmt.Sprintf("bench:handoff:test:%s:%d", name, i))
+				d, _, err := handoff(b.Context(), pair, fmt.Sprintf("bench:handoff:test:%s:%d", name, i))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -135,6 +135,35 @@ func micros(v float64) string {
 	}
 }
 
+// phaseMedians are the medians of a library's hand-off phases.
+type phaseMedians struct {
+	HandoffPhases
+	samples int
+}
+
+// handoffPhases are the medians of name's hand-off phases; false where it
+// has none.
+func (r Report) handoffPhases(name string) (phaseMedians, bool) {
+	for _, h := range r.Handoff {
+		if h.Library != name || len(h.Phases) == 0 {
+			continue
+		}
+		median := func(of func(HandoffPhases) time.Duration) time.Duration {
+			var d []time.Duration
+			for _, ph := range h.Phases {
+				d = append(d, of(ph))
+			}
+			return Summarize(d).Median
+		}
+		return phaseMedians{samples: len(h.Phases), HandoffPhases: HandoffPhases{
+			Release: median(func(ph HandoffPhases) time.Duration { return ph.Release }),
+			Notice:  median(func(ph HandoffPhases) time.Duration { return ph.Notice }),
+			Resume:  median(func(ph HandoffPhases) time.Duration { return ph.Resume }),
+		}}, true
+	}
+	return phaseMedians{}, false
+}
+
 func (r Report) handoff(name string) Summary {
 	for _, h := range r.Handoff {
 		if h.Library == name {
@@ -226,6 +255,30 @@ func (r Report) contention(p func(string, ...any)) {
 		ref.CPUPerOrder().Microseconds(), oc.CPUPerOrder().Microseconds(), busy(ob), busy(ref), r.Machine.Cores)
 	p("Where the servers' CPU is the limit, throughput goes as its inverse: %d µs against %d µs allows one Client %.0f%% of the fenced-floor processor's orders/s.\n",
 		ob.CPUPerOrder().Microseconds(), ref.CPUPerOrder().Microseconds(), 100*float64(ref.CPUPerOrder())/float64(ob.CPUPerOrder()))
+	if o16.Orders == 0 {
+		return
+	}
+	p("\nWhere the masters' CPU per order goes, with %d workers, from `INFO commandstats` over the same turns: the script calls' own time (the lock's and the stock writes'), ", contentionWorkers)
+	p("connections and pub/sub (`%s`), every other command, and the process CPU outside any command (sockets, accepting connections, replication). ", strings.Join(connectionCommands, "`, `"))
+	p("Redis times commands by the wall clock, so a command descheduled midway counts more than its CPU and *outside* less.\n\n")
+	p("| processor | masters' CPU per order | scripts µs (calls) | connections and pub/sub µs (calls) | other commands µs | outside commands µs |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, res := range []OrderResult{ref, ob, r.orders(NameBatchlock4Clients, contentionWorkers), o16} {
+		if res.Orders == 0 {
+			continue
+		}
+		c := res.CPUSplitPerOrder()
+		p("| %s | %d µs | %d (%.2f) | %d (%.2f) | %d | %d |\n", Label(res.Library), res.CPUPerOrder().Microseconds(),
+			c.Scripts.Microseconds(), c.ScriptCalls, c.Connections.Microseconds(), c.ConnectionCalls, c.Other.Microseconds(), c.Outside.Microseconds())
+	}
+	p("\nWhat 16 Clients cost beyond one, per order: %s.\n", cpuGap(o16.CPUSplitPerOrder(), ob.CPUSplitPerOrder()))
+}
+
+// cpuGap says how split exceeds base, part by part.
+func cpuGap(split, base CPUSplit) string {
+	d := func(a, b time.Duration) string { return fmt.Sprintf("%+d µs", (a - b).Microseconds()) }
+	return fmt.Sprintf("scripts %s (%+.2f calls), connections and pub/sub %s (%+.2f calls), other commands %s, outside commands %s",
+		d(split.Scripts, base.Scripts), split.ScriptCalls-base.ScriptCalls, d(split.Connections, base.Connections), split.ConnectionCalls-base.ConnectionCalls,
+		d(split.Other, base.Other), d(split.Outside, base.Outside))
 }
 
 // find is the result of a library with a number of workers among results.
@@ -352,6 +405,10 @@ func (r Report) Targets() []Target {
 		Reached: h.Median > 0 && h.Median < time.Millisecond && x >= 20,
 		Found:   fmt.Sprintf("%s ms, redsync %s ms: %.1fx quicker", Millis(h.Median), Millis(hr.Median), x),
 	})
+	if ph, ok := r.handoffPhases(NameBatchlock); ok && h.Median >= time.Millisecond {
+		ts[len(ts)-1].Found += fmt.Sprintf("; of it, medians: the hand-off reaches the waiter after %s ms (the holder's release call returns after %s ms), the waiter's continuing acquire takes %s ms (see Hand-off)",
+			Millis(ph.Notice), Millis(ph.Release), Millis(ph.Resume))
+	}
 
 	ref := r.orders(NameFencedFloorProcessor, contentionWorkers)
 	ob := r.orders(NameBatchlock, contentionWorkers)
@@ -364,9 +421,13 @@ func (r Report) Targets() []Target {
 	ts = append(ts, t)
 	t = Target{Goal: fmt.Sprintf("contention, %d Clients of one worker each: at least 65%% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.6x its", contentionWorkers),
 		Found: "not measured"}
-	if c, ok := compareOrders(r.orders(NameBatchlock16Clients, contentionWorkers), ref); ok {
+	o16 := r.orders(NameBatchlock16Clients, contentionWorkers)
+	if c, ok := compareOrders(o16, ref); ok {
 		t.Reached = c.share >= 0.65 && c.cpu <= 1.6
 		t.Found = c.String()
+		if !t.Reached && ob.Orders > 0 {
+			t.Found += "; what 16 Clients cost beyond one, per order: " + cpuGap(o16.CPUSplitPerOrder(), ob.CPUSplitPerOrder()) + " (see Contention)"
+		}
 	}
 	ts = append(ts, t)
 
@@ -549,6 +610,11 @@ func (r Report) Markdown(svgName string) string {
 			vs = Ratio(s.Median, base.Median)
 		}
 		p("| %s | %d | %s | %s | %s |\n", handoffLabels[h.Library], s.Samples, Millis(s.Median), Millis(s.P99), vs)
+	}
+	if ph, ok := r.handoffPhases(NameBatchlock); ok {
+		p("\nWhere batchlock's hand-off time goes, medians of the %d samples whose waiter saw the hand-off (`EventHandedOff`), each from the moment the holder starts its unlock: ", ph.samples)
+		p("the holder's release call returns after %s ms; the hand-off reaches the waiter after %s ms (the release script, its `SPUBLISH`, and the message's way to the waiter's subscription); ", Millis(ph.Release), Millis(ph.Notice))
+		p("from then the waiter's continuing acquire takes %s ms more, until its `Lock` returns.\n", Millis(ph.Resume))
 	}
 
 	r.contention(p)

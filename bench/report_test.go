@@ -61,11 +61,14 @@ func sampleReport(bl100 time.Duration) Report {
 			SendsScripts: true, LockScripts: 40000},
 		{Library: NameCeiling, Orders: 10000, LockWait: Summary{Median: ms, P99: 8 * ms, Max: 15 * ms}, MastersCPU: 500 * ms},
 		{Library: NameBatchlock, Orders: 7200, LockWait: Summary{Median: ms, P99: 12 * ms, Max: 30 * ms}, MastersCPU: 864 * ms,
-			SendsScripts: true, LockScripts: 36000, Sent: sent(18000, 18000)},
+			SendsScripts: true, LockScripts: 36000, Sent: sent(18000, 18000),
+			Commands: map[string]CommandStat{"evalsha": {Calls: 36000, Usec: 432000}, "get": {Calls: 7200, Usec: 72000}}},
 		{Library: NameBatchlock4Clients, Orders: 6400, LockWait: Summary{Median: ms, P99: 16 * ms, Max: 30 * ms}, MastersCPU: 832 * ms,
 			SendsScripts: true, LockScripts: 32000, Sent: sent(16000, 16000)},
 		{Library: NameBatchlock16Clients, Orders: 5600, LockWait: Summary{Median: 2 * ms, P99: 20 * ms, Max: 40 * ms}, MastersCPU: 784 * ms,
-			SendsScripts: true, LockScripts: 28000, Sent: sent(14000, 14000)},
+			SendsScripts: true, LockScripts: 28000, Sent: sent(14000, 14000),
+			Commands: map[string]CommandStat{"evalsha": {Calls: 30800, Usec: 392000}, "get": {Calls: 5600, Usec: 56000},
+				"ssubscribe": {Calls: 560, Usec: 16800}, "hello": {Calls: 560, Usec: 11200}}},
 		{Library: NameRedsyncSeq, Orders: 900, LockWait: Summary{Median: 50 * ms, P99: 500 * ms, Max: 900 * ms}, MastersCPU: 450 * ms,
 			SendsScripts: true, LockScripts: 18000},
 	}
@@ -206,9 +209,9 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"16 Clients within every bound", nil, clients16Goal, true,
 			"5600 orders/s against the fenced-floor processor's 8000: 70%; masters' CPU per order 140 µs against 100 µs: 1.40x"},
 		{"16 Clients below 65% of the orders/s", change(NameBatchlock16Clients, perOrder(4800, 140*us)), clients16Goal, false,
-			"4800 orders/s against the fenced-floor processor's 8000: 60%; masters' CPU per order 140 µs against 100 µs: 1.40x"},
+			"4800 orders/s against the fenced-floor processor's 8000: 60%; masters' CPU per order 140 µs against 100 µs: 1.40x; what 16 Clients cost beyond one, per order: scripts +21 µs (+1.42 calls), connections and pub/sub +5 µs (+0.23 calls), other commands +1 µs, outside commands -9 µs (see Contention)"},
 		{"16 Clients over 1.6x the CPU per order", change(NameBatchlock16Clients, perOrder(5600, 170*us)), clients16Goal, false,
-			"5600 orders/s against the fenced-floor processor's 8000: 70%; masters' CPU per order 170 µs against 100 µs: 1.70x"},
+			"5600 orders/s against the fenced-floor processor's 8000: 70%; masters' CPU per order 170 µs against 100 µs: 1.70x; what 16 Clients cost beyond one, per order: scripts +10 µs (+0.50 calls), connections and pub/sub +5 µs (+0.20 calls), other commands +0 µs, outside commands +35 µs (see Contention)"},
 		{"16 Clients not run", drop(NameBatchlock16Clients), clients16Goal, false, "not measured"},
 		{"redsync 8x slower", nil, redsyncGoal, true, "7200 orders/s against 900: 8.0x"},
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
@@ -220,6 +223,10 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"no contention run", func(r *Report) { r.Orders, r.Promotions = nil, nil }, noOversellGoal, false, "not measured"},
 		{"hand-off under 1 ms, 125x redsync", nil, handoffGoal, true, "0.80 ms, redsync 100 ms: 125.0x quicker"},
 		{"hand-off of 1 ms", func(r *Report) { r.Handoff[0].Samples = fixedSamples(ms) }, handoffGoal, false, "1.00 ms, redsync 100 ms: 100.0x quicker"},
+		{"hand-off of 1 ms, its phases measured", func(r *Report) {
+			r.Handoff[0].Samples = fixedSamples(ms)
+			r.Handoff[0].Phases = []HandoffPhases{{Release: 500 * us, Notice: 600 * us, Resume: 400 * us}, {Release: 300 * us, Notice: 700 * us, Resume: 300 * us}, {Release: 400 * us, Notice: 650 * us, Resume: 350 * us}}
+		}, handoffGoal, false, "1.00 ms, redsync 100 ms: 100.0x quicker; of it, medians: the hand-off reaches the waiter after 0.65 ms (the holder's release call returns after 0.40 ms), the waiter's continuing acquire takes 0.35 ms (see Hand-off)"},
 		{"hand-off under 20x redsync", func(r *Report) { r.Handoff[1].Samples = fixedSamples(10 * ms) }, handoffGoal, false, "0.80 ms, redsync 10.0 ms: 12.5x quicker"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,6 +260,9 @@ func TestMarkdownHasRatiosAndCommand(t *testing.T) {
 		// batchlock against the floors, latency.
 		"| 1 | spread over the slots | 0.50 / 0.42 / 0.40 | 1.19x | 1.25x |",
 		"| 100 | in one slot | 2.00 / 1.60 / 1.50 | 1.25x | 1.33x |",
+		// Where the masters' CPU per order goes: 16 Clients beyond one.
+		"| 140 µs | 70 (5.50) | 5 (0.20) | 10 | 55 |",
+		"What 16 Clients cost beyond one, per order: scripts +10 µs (+0.50 calls), connections and pub/sub +5 µs (+0.20 calls), other commands +0 µs, outside commands +5 µs.",
 		// Cost, per lock+unlock.
 		"| batchlock | 1 | 2 | 30.0 | 60.0 | 60.0 | 1.20x the fenced floor, 1.50x the floor |",
 		"| batchlock | 100 | 6 | 900 | 3000 | 30.0 | 1.50x the fenced floor, 2.00x the floor |",

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"errors"
+	"sync/atomic"
+	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/redis/go-redis/v9"
@@ -160,7 +162,12 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	}
 	s.Promotions = bl
 
-	waiter, err := newBatchlock(NameBatchlock)
+	var handedOff atomic.Int64
+	waiter, err := newBatchlock(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {
+		if e.Kind == batchlock.EventHandedOff {
+			handedOff.Store(time.Now().UnixNano())
+		}
+	}))
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -169,7 +176,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		return nil, errors.Join(err, s.Close())
 	}
 	s.Handoff = []HandoffPair{
-		{Name: NameBatchlock, Holder: bl, Waiter: waiter},
+		{Name: NameBatchlock, Holder: bl, Waiter: waiter, HandedOff: func() time.Time { return time.Unix(0, handedOff.Load()) }},
 		{Name: NameBatchlockPoll, Holder: bl, Waiter: poller},
 		{Name: NameRedsyncSeq, Holder: redsyncSeq, Waiter: NewRedsync(NameRedsyncSeq, client(), false)},
 		{Name: NameRedislockSeq, Holder: redislockSeq, Waiter: NewRedislock(NameRedislockSeq, client(), false)},
