@@ -145,7 +145,7 @@ func command(t *testing.T, bin string, args ...string) (code int, stdout, stderr
 	var out, errOut bytes.Buffer
 	cmd := exec.CommandContext(ctxTimeout(t, 2*time.Minute), bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.Env = append(cmd.Environ(), "BATCHLOCK_CLUSTER_ADDRS=")
+	cmd.Env = append(cmd.Environ(), "BATCHLOCK_CLUSTER_ADDRS=", "BATCHLOCK_PREFIX=")
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -161,8 +161,8 @@ type inspected struct {
 	Mode    string   `json:"mode"`
 	Holders []string `json:"holders"`
 	Holds   int      `json:"holds"`
-	TTLms   int64    `json:"ttl_ms"`
-	Fence   int64    `json:"fence"`
+	LeaseMS int64    `json:"lease_ms"`
+	Token   int64    `json:"token"`
 }
 
 func inspect(t *testing.T, bin, addrs, prefix, pattern string) map[string]inspected {
@@ -211,6 +211,8 @@ func TestCommandInspectShowsSharedHolders(t *testing.T) {
 	code, out, errOut := command(t, bin, "inspect", "--addrs", addrs, "--prefix", prefix)
 	require.Equal(t, 0, code, errOut)
 	assert.Regexp(t, `promo:1\s+shared\s+\*/\S+,order 7, line=2/\S+,order-8\s+3\s`, out)
+	assert.Regexp(t, `^KEY\s+MODE\s+HOLDERS\s+HOLDS\s+WAITING\s+LEASE\s+TOKEN\s+MASTER\n`, out, "the names of batchlock.HeldKey")
+	assert.True(t, strings.HasSuffix(out, "\n2 locks\n"), out)
 	for _, l := range locks {
 		require.NoError(t, l.Unlock(ctx))
 	}
@@ -234,8 +236,8 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 	for _, k := range keys {
 		h := held[k]
 		assert.Equal(t, "order-42", h.Owner, k)
-		assert.Equal(t, l.Token(k), h.Fence, k)
-		assert.True(t, h.TTLms > 0 && h.TTLms <= 30_000, "%s: lease %dms", k, h.TTLms)
+		assert.Equal(t, l.Token(k), h.Token, k)
+		assert.True(t, h.LeaseMS > 0 && h.LeaseMS <= 30_000, "%s: lease %dms", k, h.LeaseMS)
 	}
 	assert.Equal(t, 2, held["sku:1"].Holds, "two holds of one owner")
 	assert.Equal(t, 1, held["sku:2"].Holds)
@@ -248,6 +250,7 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 	code, _, errOut = command(t, bin, "unlock", "--force", "--addrs", addrs, "--prefix", prefix, "sku:1", "fence:{x}")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, `key "fence:{x}" is not a lock key`)
+	assert.Equal(t, 1, strings.Count(errOut, "\n"), "a usage error in one line: %q", errOut)
 	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "a bad key releases nothing")
 
 	// A waiter for sku:2 is woken by the forced release; without it, it
@@ -269,8 +272,8 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 
 	code, out, errOut := command(t, bin, "unlock", "--force", "--addrs", addrs, "--prefix", prefix, "sku:1", "sku:2", "sku:9")
 	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, fmt.Sprintf("released sku:1: owner order-42, 2 holds, fence %d\n", l.Token("sku:1")))
-	assert.Contains(t, out, fmt.Sprintf("released sku:2: owner order-42, 1 holds, fence %d\n", l.Token("sku:2")))
+	assert.Contains(t, out, fmt.Sprintf("released sku:1: owner order-42, 2 holds, token %d\n", l.Token("sku:1")))
+	assert.Contains(t, out, fmt.Sprintf("released sku:2: owner order-42, 1 hold, token %d\n", l.Token("sku:2")))
 	assert.Contains(t, out, "not held sku:9\n")
 	require.NoError(t, <-other, "the waiter got sku:2 once it was released")
 

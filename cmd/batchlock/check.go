@@ -10,8 +10,8 @@ import (
 )
 
 type checkOptions struct {
-	addrs, prefix string
-	replicas      int
+	clusterFlags
+	replicas int
 }
 
 func checkCommand() command {
@@ -25,8 +25,7 @@ replicas online that --replicas n asks for, clocks that agree), and the
 client settings; prints one line per check and exits 1 on any problem.`,
 		flags: func(fs *flag.FlagSet) any {
 			o := &checkOptions{}
-			fs.StringVar(&o.addrs, "addrs", "", "cluster seeds, comma-separated (default $BATCHLOCK_CLUSTER_ADDRS)")
-			fs.StringVar(&o.prefix, "prefix", batchlock.DefaultPrefix, "lock key prefix, as given to batchlock.WithPrefix")
+			o.define(fs)
 			fs.IntVar(&o.replicas, "replicas", 0, "replicas online each master needs, as given to batchlock.WithReplicas")
 			return o
 		},
@@ -43,7 +42,7 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 	if o.replicas < 0 {
 		return usagef("--replicas %d must not be negative", o.replicas)
 	}
-	locks, closeAll, err := openLocks(ctx, o.addrs, o.prefix, batchlock.WithReplicas(o.replicas, time.Second))
+	locks, closeAll, err := o.open(ctx, batchlock.WithReplicas(o.replicas, time.Second))
 	if err != nil {
 		return err
 	}
@@ -64,7 +63,7 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 		fmt.Fprintf(e.stdout, "ok    %-20s %s\n", r.Check, where)
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d problems found", failed)
+		return fmt.Errorf("%s found", plural(failed, "problem"))
 	}
 	return nil
 }

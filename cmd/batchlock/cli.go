@@ -26,11 +26,17 @@ Usage:
   batchlock check   [flags]          preflight: does the cluster and client suit batchlock
   batchlock help [COMMAND]           show this, or a command's flags
 
-Without --addrs, every command uses $BATCHLOCK_CLUSTER_ADDRS; demo, when
-that is not set either, starts a throwaway six-node cluster of its own and
-removes it afterwards.
+Environment (a flag, when given, wins):
+  BATCHLOCK_CLUSTER_ADDRS  cluster seeds, host:port[,host:port...], for --addrs
+  BATCHLOCK_PREFIX         lock key prefix of inspect, unlock and check, for
+                           --prefix (default batchlock:)
 
-Exit codes: 0 success, 1 failure (including a failed audit), 2 usage error.
+Without --addrs or $BATCHLOCK_CLUSTER_ADDRS, demo starts a throwaway
+six-node cluster of its own and removes it afterwards; the other commands
+need one of them.
+
+Exit codes: 0 success, 1 failure (including a failed audit), 2 usage error
+(reported in one line on stderr).
 `
 
 // command is one subcommand.
@@ -50,10 +56,16 @@ func commands() []command {
 	return []command{demoCommand(), inspectCommand(), unlockCommand(), checkCommand()}
 }
 
-// usageError is a mistake in the command line: exit code 2.
-type usageError struct{ msg string }
+// usageError is a mistake in the command line: exit code 2. err, if any,
+// is the error it reports.
+type usageError struct {
+	msg string
+	err error
+}
 
 func (e *usageError) Error() string { return e.msg }
+
+func (e *usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
@@ -65,11 +77,32 @@ type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// usageLine reports a usage error on w in one line, "WHO: PROBLEM; see
+// SEE", SEE being the command line that prints the full usage, and returns
+// exitUsage.
+func usageLine(w io.Writer, who, problem, see string) int {
+	fmt.Fprintf(w, "%s: %s; see %s\n", who, oneLine(problem), see)
+	return exitUsage
+}
+
+// oneLine joins the lines of msg (a joined error has several) with "; ".
+func oneLine(msg string) string {
+	return strings.Join(strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\r' }), "; ")
+}
+
+// commandNames lists the commands, for a usage error that names them.
+func commandNames() string {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	return strings.Join(names, ", ")
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return usageLine(stderr, "batchlock", "no command given (one of "+commandNames()+")", "batchlock help")
 	}
 	name, rest := args[0], args[1:]
 	switch name {
@@ -79,16 +112,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprint(stdout, commandUsage(c))
 				return exitOK
 			}
-			fmt.Fprintf(stderr, "batchlock: unknown command %q\n\n%s", rest[0], usage)
-			return exitUsage
+			return usageLine(stderr, "batchlock", fmt.Sprintf("unknown command %q (want one of %s)", rest[0], commandNames()), "batchlock help")
 		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
 	c, ok := findCommand(name)
 	if !ok {
-		fmt.Fprintf(stderr, "batchlock: unknown command %q\n\n%s", name, usage)
-		return exitUsage
+		return usageLine(stderr, "batchlock", fmt.Sprintf("unknown command %q (want one of %s)", name, commandNames()), "batchlock help")
 	}
 
 	fs := newFlagSet(c.name)
@@ -107,8 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "batchlock %s: %s\n\n%s", c.name, ue.msg, commandUsage(c))
-		return exitUsage
+		return usageLine(stderr, "batchlock "+c.name, ue.msg, "batchlock "+c.name+" -h")
 	case errors.As(err, &xe):
 		return xe.code
 	default:
@@ -128,7 +158,7 @@ func findCommand(name string) (command, bool) {
 
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported by run, with the usage
+	fs.SetOutput(io.Discard) // errors are reported by run, in one line
 	return fs
 }
 
@@ -154,6 +184,14 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+// plural counts n of noun: "1 lock", "2 locks", "0 locks".
+func plural[N ~int | ~int64](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // commandUsage describes a command and its flags.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +20,61 @@ import (
 
 // connectTimeout bounds the first contact with a cluster.
 const connectTimeout = 2 * time.Second
+
+// envPrefix names the environment variable that gives the lock key prefix
+// when --prefix is not given. (The seeds' is localcluster.EnvClusterAddrs,
+// BATCHLOCK_CLUSTER_ADDRS.)
+const envPrefix = "BATCHLOCK_PREFIX"
+
+// clusterFlags are the flags of a command that works on the locks of a
+// running cluster: --addrs and --prefix.
+type clusterFlags struct {
+	addrs  string
+	prefix prefixFlag
+}
+
+func (f *clusterFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&f.addrs, "addrs", "", "cluster seeds, comma-separated (default $"+localcluster.EnvClusterAddrs+")")
+	fs.Var(&f.prefix, "prefix", "lock key `prefix`, as given to batchlock.WithPrefix (default $"+envPrefix+", else "+batchlock.DefaultPrefix+")")
+}
+
+// open returns a batchlock Client, with the prefix and opts, on the
+// cluster, as openLocks does.
+func (f *clusterFlags) open(ctx context.Context, opts ...batchlock.Option) (*batchlock.Client, func() error, error) {
+	prefix, from := f.prefix.resolve()
+	locks, closeAll, err := openLocks(ctx, f.addrs, prefix, opts...)
+	var ue *usageError
+	if from != "" && errors.As(err, &ue) && errors.Is(err, batchlock.ErrInvalid) {
+		return nil, nil, usagef("%s: %s", from, ue.msg)
+	}
+	return locks, closeAll, err
+}
+
+// prefixFlag is --prefix: given (even empty), it wins; else
+// $BATCHLOCK_PREFIX, when set and not empty; else batchlock.DefaultPrefix.
+type prefixFlag struct {
+	value string
+	set   bool
+}
+
+func (p *prefixFlag) String() string { return p.value }
+
+func (p *prefixFlag) Set(s string) error {
+	p.value, p.set = s, true
+	return nil
+}
+
+// resolve returns the prefix, and "$BATCHLOCK_PREFIX" when it comes from
+// there.
+func (p *prefixFlag) resolve() (prefix, from string) {
+	if p.set {
+		return p.value, ""
+	}
+	if env := os.Getenv(envPrefix); env != "" {
+		return env, "$" + envPrefix
+	}
+	return batchlock.DefaultPrefix, ""
+}
 
 // parseAddrs splits a comma-separated list of host:port seeds.
 func parseAddrs(list string) ([]string, error) {
@@ -151,7 +207,7 @@ func openLocks(ctx context.Context, addrsFlag, prefix string, opts ...batchlock.
 	rdb := redis.NewClusterClient(batchlock.ClusterOptions(addrs...)) // connects on first use
 	locks, err := batchlock.New(rdb, append([]batchlock.Option{batchlock.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
-		return nil, nil, errors.Join(usagef("%v", err), rdb.Close())
+		return nil, nil, errors.Join(&usageError{msg: err.Error(), err: err}, rdb.Close())
 	}
 	closeAll := func() error { return errors.Join(locks.Close(), rdb.Close()) }
 	if err := reach(ctx, addrs, rdb); err != nil {

@@ -14,8 +14,9 @@ import (
 )
 
 type inspectOptions struct {
-	addrs, prefix, pattern string
-	json                   bool
+	clusterFlags
+	pattern string
+	json    bool
 }
 
 func inspectCommand() command {
@@ -23,14 +24,17 @@ func inspectCommand() command {
 		name: "inspect",
 		summary: `Usage: batchlock inspect [--addrs host:port,...] [--prefix batchlock:] [--pattern '*'] [--json]
 
-Lists the locks held in the cluster: key (without the prefix), mode
-(exclusive, or shared), owners (every holder of a shared key), number of
-live holds and of waiters, remaining lease and fencing token. Every master is
-scanned; the fencing counters and cancel marks are left out.`,
+Lists the locks held in the cluster, one lock key a line, with the names of
+batchlock.HeldKey: KEY (without the prefix), MODE (exclusive, or shared),
+HOLDERS (every owner holding it), HOLDS (live holds), WAITING (calls
+queued for it), LEASE (what is left of its lease), TOKEN (the fencing
+token of the ownership) and MASTER. --json gives the same as key, owner,
+mode, holders, holds, waiting, lease_ms (milliseconds), token and master.
+Every master is scanned; the fencing counters and cancel marks are left
+out.`,
 		flags: func(fs *flag.FlagSet) any {
 			o := &inspectOptions{}
-			fs.StringVar(&o.addrs, "addrs", "", "cluster seeds, comma-separated (default $BATCHLOCK_CLUSTER_ADDRS)")
-			fs.StringVar(&o.prefix, "prefix", batchlock.DefaultPrefix, "lock key prefix, as given to batchlock.WithPrefix")
+			o.define(fs)
 			fs.StringVar(&o.pattern, "pattern", "*", "glob of the keys to list, without the prefix")
 			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 			return o
@@ -45,7 +49,7 @@ func runInspect(ctx context.Context, e *env, o *inspectOptions, args []string) e
 	if len(args) > 0 {
 		return usagef("unexpected argument %q", args[0])
 	}
-	locks, closeAll, err := openLocks(ctx, o.addrs, o.prefix)
+	locks, closeAll, err := o.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -57,10 +61,12 @@ func runInspect(ctx context.Context, e *env, o *inspectOptions, args []string) e
 	if o.json {
 		return writeJSON(e.stdout, asJSON(held))
 	}
-	return writeLocks(e.stdout, held, o.prefix, o.pattern)
+	prefix, _ := o.prefix.resolve()
+	return writeLocks(e.stdout, held, prefix, o.pattern)
 }
 
-// heldLock is one lock key as inspect --json shows it.
+// heldLock is one lock key as inspect --json shows it: a
+// batchlock.HeldKey, with its mode spelt out and its lease in milliseconds.
 type heldLock struct {
 	Key   string `json:"key"`
 	Owner string `json:"owner"`
@@ -70,19 +76,23 @@ type heldLock struct {
 	Holds   int      `json:"holds"`
 	// Waiting counts the calls queued for the key.
 	Waiting int    `json:"waiting"`
-	TTLms   int64  `json:"ttl_ms"` // the remaining lease in milliseconds
-	Fence   int64  `json:"fence"`
-	Node    string `json:"master"`
+	LeaseMS int64  `json:"lease_ms"` // what is left of the lease, in milliseconds
+	Token   int64  `json:"token"`    // the fencing token of the ownership
+	Master  string `json:"master"`
 }
 
 func asJSON(held []batchlock.HeldKey) []heldLock {
 	out := make([]heldLock, len(held))
 	for i, h := range held {
 		out[i] = heldLock{Key: h.Key, Owner: h.Owner, Mode: modeName(h), Holders: h.Holders, Holds: h.Holds, Waiting: h.Waiting,
-			TTLms: h.Lease.Milliseconds(), Fence: h.Token, Node: h.Master}
+			LeaseMS: h.Lease.Milliseconds(), Token: h.Token, Master: h.Master}
 	}
 	return out
 }
+
+// inspectHeader names the columns of inspect's table after the fields of
+// batchlock.HeldKey.
+const inspectHeader = "KEY\tMODE\tHOLDERS\tHOLDS\tWAITING\tLEASE\tTOKEN\tMASTER"
 
 func writeLocks(w io.Writer, locks []batchlock.HeldKey, prefix, pattern string) error {
 	if len(locks) == 0 {
@@ -90,13 +100,16 @@ func writeLocks(w io.Writer, locks []batchlock.HeldKey, prefix, pattern string) 
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tMODE\tOWNERS\tHOLDS\tWAITING\tLEASE\tFENCE\tMASTER")
+	fmt.Fprintln(tw, inspectHeader)
 	for _, l := range locks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", l.Key, modeName(l), strings.Join(l.Holders, ","), l.Holds, l.Waiting,
 			l.Lease.Round(time.Millisecond), l.Token, l.Master)
 	}
-	fmt.Fprintf(tw, "%d locks\n", len(locks))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, plural(len(locks), "lock"))
+	return err
 }
 
 // modeName names how a key is held.

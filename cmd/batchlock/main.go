@@ -5,8 +5,13 @@
 // checks a cluster and the client settings before use. Run "batchlock help"
 // for usage.
 //
+// A flag not given is read from the environment: --addrs from
+// BATCHLOCK_CLUSTER_ADDRS, and --prefix (of inspect, unlock and check) from
+// BATCHLOCK_PREFIX, else "batchlock:".
+//
 // Exit codes: 0 success; 1 a runtime failure or a failed audit; 2 a usage
-// error.
+// error, reported in one line on stderr that says where the usage is
+// ("batchlock unlock: no KEY to unlock; see batchlock unlock -h").
 package main
 
 import (

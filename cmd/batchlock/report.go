@@ -49,8 +49,8 @@ func judge(noLock bool, a orders.Audit) (verdict string, passed bool) {
 	case !a.OnlyOversell():
 		return "FAILED: beyond the oversell, the audit found lost or half-applied writes (listed above)", false
 	case a.OversoldUnits > 0:
-		return fmt.Sprintf("OVERSOLD %d units on %d SKUs without a lock: this is what batchlock prevents",
-			a.OversoldUnits, a.OversoldSKUs), true
+		return fmt.Sprintf("OVERSOLD %s on %s without a lock: this is what batchlock prevents",
+			plural(a.OversoldUnits, "unit"), plural(a.OversoldSKUs, "SKU")), true
 	default:
 		return "no oversell this time without a lock: the race depends on timing; " +
 			"try more --workers, less --stock or some --think", true
@@ -68,11 +68,11 @@ func (r demoReport) writeText(w io.Writer) error {
 	}
 	row("cluster", "%s (%s)", strings.Join(r.Cluster, ","), kind)
 	row("stock in", "%s", r.Store)
-	row("workload", "%d SKUs of %d units, baskets of 1 to %d SKUs, seed %d, think %v",
-		r.SKUs, r.StockPerSKU, r.MaxBasket, r.Seed, r.Think)
+	row("workload", "%s of %s, baskets of 1 to %s, seed %d, think %v",
+		plural(r.SKUs, "SKU"), plural(r.StockPerSKU, "unit"), plural(r.MaxBasket, "SKU"), r.Seed, r.Think)
 	row("promotions", "%s", r.Promos)
 	if r.Replicas > 0 {
-		row("durability", "every lock and write acknowledged by %d replica(s)", r.Replicas)
+		row("durability", "every lock and write acknowledged by %s", plural(r.Replicas, "replica"))
 	}
 	if err := r.Run.WriteText(&b); err != nil {
 		return err
@@ -80,11 +80,11 @@ func (r demoReport) writeText(w io.Writer) error {
 	if c := r.Chaos; c != nil {
 		switch {
 		case c.Err != "":
-			row("chaos", "failover of %s after %d orders FAILED after %v: %s", c.Master, c.AtOrder, c.Took, c.Err)
+			row("chaos", "failover of %s after %s FAILED after %v: %s", c.Master, plural(c.AtOrder, "order"), c.Took, c.Err)
 		case c.Promoted == "":
 			row("chaos", "no failover: the run ended before it was due")
 		default:
-			row("chaos", "failed master %s over to %s after %d orders, in %v", c.Master, c.Promoted, c.AtOrder, c.Took)
+			row("chaos", "failed master %s over to %s after %s, in %v", c.Master, c.Promoted, plural(c.AtOrder, "order"), c.Took)
 		}
 	}
 	fmt.Fprintf(&b, "\n%s\n", r.Verdict)

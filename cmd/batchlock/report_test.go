@@ -16,6 +16,8 @@ import (
 func TestJudge(t *testing.T) {
 	clean := orders.Check([]orders.SKUState{{SKU: "a", Initial: 5, Remaining: 2, Sold: 3}}, map[string]int64{"a": 3})
 	oversold := orders.Check([]orders.SKUState{{SKU: "a", Initial: 5, Remaining: -1, Sold: 6}}, map[string]int64{"a": 6})
+	oversoldMore := orders.Check([]orders.SKUState{{SKU: "a", Initial: 5, Remaining: -1, Sold: 6}, {SKU: "b", Initial: 5, Remaining: -3, Sold: 8}},
+		map[string]int64{"a": 6, "b": 8})
 	halfApplied := orders.Check([]orders.SKUState{{SKU: "a", Initial: 5, Remaining: 2, Sold: 3}}, map[string]int64{})
 
 	for _, tc := range []struct {
@@ -27,7 +29,8 @@ func TestJudge(t *testing.T) {
 	}{
 		{"locked, clean", false, clean, true, "PASSED"},
 		{"locked, oversold", false, oversold, false, "FAILED"},
-		{"no lock, oversold", true, oversold, true, "OVERSOLD 1 units on 1 SKUs without a lock: this is what batchlock prevents"},
+		{"no lock, oversold", true, oversold, true, "OVERSOLD 1 unit on 1 SKU without a lock: this is what batchlock prevents"},
+		{"no lock, oversold more", true, oversoldMore, true, "OVERSOLD 4 units on 2 SKUs without a lock"},
 		{"no lock, lucky", true, clean, true, "no oversell this time"},
 		{"no lock, half-applied", true, halfApplied, false, "lost or half-applied writes"},
 	} {
@@ -57,8 +60,8 @@ func TestDemoReportText(t *testing.T) {
 	for _, want := range []string{
 		"cluster          127.0.0.1:7000,127.0.0.1:7001 (throwaway)\n",
 		"stock in         postgresql 15.18: a row per SKU\n",
-		"workload         1 SKUs of 5 units, baskets of 1 to 3 SKUs, seed 9, think 0s\n",
-		"durability       every lock and write acknowledged by 1 replica(s)\n",
+		"workload         1 SKU of 5 units, baskets of 1 to 3 SKUs, seed 9, think 0s\n",
+		"durability       every lock and write acknowledged by 1 replica\n",
 		"mode             batchlock, 4 workers\n",
 		"audit            PASSED\n",
 		"chaos            failed master 127.0.0.1:7000 over to 127.0.0.1:7003 after 3 orders, in 1.5s\n",

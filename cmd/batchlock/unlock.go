@@ -10,8 +10,8 @@ import (
 )
 
 type unlockOptions struct {
-	addrs, prefix string
-	force         bool
+	clusterFlags
+	force bool
 }
 
 func unlockCommand() command {
@@ -23,11 +23,11 @@ Releases the locks on KEYs (without the prefix) whoever holds them, and
 wakes their waiters. For an operator, when a holder is known dead and its
 lease too long to wait for: the holder, if still alive, loses the lock
 (its watchdog reports it lost) and its fencing tokens are now stale.
-Refuses to run without --force.`,
+Prints, key by key, "released KEY: owner OWNER, N holds, token TOKEN" or
+"not held KEY". Refuses to run without --force.`,
 		flags: func(fs *flag.FlagSet) any {
 			o := &unlockOptions{}
-			fs.StringVar(&o.addrs, "addrs", "", "cluster seeds, comma-separated (default $BATCHLOCK_CLUSTER_ADDRS)")
-			fs.StringVar(&o.prefix, "prefix", batchlock.DefaultPrefix, "lock key prefix, as given to batchlock.WithPrefix")
+			o.define(fs)
 			fs.BoolVar(&o.force, "force", false, "confirm: release locks that other processes hold")
 			return o
 		},
@@ -44,7 +44,7 @@ func runUnlock(ctx context.Context, e *env, o *unlockOptions, keys []string) err
 	if !o.force {
 		return usagef("unlock releases locks that other processes hold: pass --force to confirm")
 	}
-	locks, closeAll, err := openLocks(ctx, o.addrs, o.prefix)
+	locks, closeAll, err := o.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func runUnlock(ctx context.Context, e *env, o *unlockOptions, keys []string) err
 		switch {
 		case r.Err != nil:
 		case r.Held:
-			fmt.Fprintf(e.stdout, "released %s: owner %s, %d holds, fence %d\n", r.Key, r.Owner, r.Holds, r.Token)
+			fmt.Fprintf(e.stdout, "released %s: owner %s, %s, token %d\n", r.Key, r.Owner, plural(r.Holds, "hold"), r.Token)
 		default:
 			fmt.Fprintf(e.stdout, "not held %s\n", r.Key)
 		}
