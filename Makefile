@@ -5,9 +5,10 @@ SHELL := bash
 GO    ?= go
 
 # The modules, tied together by replace directives in their go.mod files:
-# the root (the library) first, then the harness, the suite, the command,
-# the examples, the OpenTelemetry adapter and the benchmarks.
-MODULES     := . localcluster cluster_test cmd/batchlock examples batchlockotel bench
+# the root (the library) first, then the order workload (of the demo, the
+# bench and the suite), the harness, the suite, the command, the examples,
+# the OpenTelemetry adapter and the benchmarks.
+MODULES     := . orders localcluster cluster_test cmd/batchlock examples batchlockotel bench
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CURDIR)/bin/staticcheck
 
@@ -16,7 +17,7 @@ STATICCHECK := $(CURDIR)/bin/staticcheck
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 # The modules whose tests need no Redis.
-UNIT_MODULES := . localcluster cmd/batchlock batchlockotel
+UNIT_MODULES := . orders localcluster cmd/batchlock batchlockotel
 CLUSTER_TEST = $(GO) -C cluster_test test -count=1 -timeout 15m -skip '^TestSoak$$' ./...
 # The randomized fault soak: SOAK is its length, SEED replays a schedule,
 # SOAK_BACKEND picks the backend (default: as for the suite), SOAK_REPLICAS

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/batchlock/batchlock v0.0.0-00010101000000-000000000000
 	github.com/batchlock/batchlock/localcluster v0.0.0-00010101000000-000000000000
+	github.com/batchlock/batchlock/orders v0.0.0-00010101000000-000000000000
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
@@ -67,4 +68,5 @@ require (
 replace (
 	github.com/batchlock/batchlock => ../
 	github.com/batchlock/batchlock/localcluster => ../localcluster
+	github.com/batchlock/batchlock/orders => ../orders
 )

@@ -5,11 +5,13 @@ go 1.26.0
 replace (
 	github.com/batchlock/batchlock => ../
 	github.com/batchlock/batchlock/localcluster => ../localcluster
+	github.com/batchlock/batchlock/orders => ../orders
 )
 
 require (
 	github.com/batchlock/batchlock v0.0.0-00010101000000-000000000000
 	github.com/batchlock/batchlock/localcluster v0.0.0-00010101000000-000000000000
+	github.com/batchlock/batchlock/orders v0.0.0-00010101000000-000000000000
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1

@@ -5,6 +5,9 @@
 // either apply every line or reject the order, and an audit that proves
 // whether stock was oversold.
 //
+// It is a module of its own, github.com/batchlock/batchlock/orders, and uses
+// only what a user's processor can: batchlock's public API and go-redis.
+//
 // # Data in Redis
 //
 // Each SKU is one hash, prefix+"stock:"+sku, with the fields initial, units

@@ -9,20 +9,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
 )
 
 // Stock is a catalogue of SKUs and their stock in Redis, under a key prefix
 // of its own (such as "demo:<run>:") so that runs do not meet.
 type Stock struct {
-	rdb       redis.UniversalClient
-	runner    *script.Runner
-	runnerErr error // rdb is of a kind the runner does not take
-	prefix    string
-	skus      []string
-	initial   int64
+	rdb        redis.UniversalClient
+	masters    masters
+	mastersErr error // rdb is of a kind masters does not take
+	prefix     string
+	skus       []string
+	initial    int64
 
 	replicas       int
 	replicaTimeout time.Duration
@@ -31,11 +28,11 @@ type Stock struct {
 // NewStock describes the stock of skus under prefix, initial units each. It
 // touches nothing in Redis until Setup.
 func NewStock(rdb redis.UniversalClient, prefix string, skus []string, initial int64) *Stock {
-	runner, err := script.New(rdb)
+	m, err := mastersOf(rdb)
 	if err != nil {
 		err = fmt.Errorf("orders: %w", err)
 	}
-	return &Stock{rdb: rdb, runner: runner, runnerErr: err, prefix: prefix, skus: skus, initial: initial}
+	return &Stock{rdb: rdb, masters: m, mastersErr: err, prefix: prefix, skus: skus, initial: initial}
 }
 
 // RequireReplicas makes every write count as applied only once n replicas
@@ -199,37 +196,35 @@ var (
 // ErrNotReplicated.
 func (s *Stock) apply(ctx context.Context, o Order, idx []int, tokens []int64) []error {
 	errs := make([]error, len(idx))
-	if s.runnerErr != nil {
+	if s.mastersErr != nil {
 		for j := range errs {
-			errs[j] = s.runnerErr
+			errs[j] = s.mastersErr
 		}
 		return errs
 	}
-	calls := make([]*script.Call, len(idx))
+	writes := make([]*write, len(idx))
 	for j, i := range idx {
 		l := o.Lines[i]
-		key := s.Key(l.SKU)
-		calls[j] = &script.Call{Slot: hashtag.Slot(key), Keys: []string{key}, Args: []any{l.Qty, o.ID, tokens[i]}}
+		writes[j] = &write{key: s.Key(l.SKU), args: []any{l.Qty, o.ID, tokens[i]}}
 	}
-	ack := script.Ack{Replicas: s.replicas, Timeout: s.replicaTimeout}
-	s.runner.Send(ctx, applyScript, calls, ack)
+	s.send(ctx, writes)
 	failed := false
-	for j, cl := range calls {
-		err := cl.Reply.Err()
+	for j, w := range writes {
+		err := w.reply.Err()
 		switch {
 		case redis.HasErrorPrefix(err, errFenced):
 			err = fmt.Errorf("%w: %s: %w", ErrFenced, o.Lines[idx[j]].SKU, err)
-		case err == nil && !ack.Acknowledged(cl):
-			err = fmt.Errorf("%w: %s: %d of %d", ErrNotReplicated, o.Lines[idx[j]].SKU, max(cl.Acks, 0), s.replicas)
+		case err == nil && s.replicas > 0 && w.acks < int64(s.replicas):
+			err = fmt.Errorf("%w: %s: %d of %d", ErrNotReplicated, o.Lines[idx[j]].SKU, max(w.acks, 0), s.replicas)
 		case err != nil:
 			failed = true
 		}
 		errs[j] = err
 	}
-	if failed {
+	if failed && s.masters.reload != nil {
 		// A MOVED or a refused connection: a failover may be under way.
 		// Let the next attempt find the new masters.
-		s.runner.Refresh(ctx)
+		s.masters.reload(ctx)
 	}
 	return errs
 }

@@ -1,5 +1,5 @@
 // Package backoff is the jittered exponential pause shared by batchlock's
-// retries, Redlock's attempts and the order workload.
+// retries and Redlock's attempts.
 package backoff
 
 import (

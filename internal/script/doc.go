@@ -1,8 +1,8 @@
-// Package script runs Lua scripts for batchlock and the order workload: the
-// calls of each master in one pipeline on that master's own connection
-// (EVALSHA, EVAL again for a master that does not know the script, WAIT for
-// replicas at the end when asked), masters in parallel, so that a round costs
-// one round trip per master touched.
+// Package script runs Lua scripts for batchlock: the calls of each master in
+// one pipeline on that master's own connection (EVALSHA, EVAL again for a
+// master that does not know the script, WAIT for replicas at the end when
+// asked), masters in parallel, so that a round costs one round trip per
+// master touched.
 //
 // Send makes one attempt. Route is the one routing and retry layer: it cuts
 // a batch into calls per master, at most MaxCallKeys keys each, declaring no

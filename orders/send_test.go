@@ -1,0 +1,32 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStockRefusesOtherClients(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	s := NewStock(ring, "t:", []string{"a"}, 1)
+	errs := s.apply(context.Background(), Order{ID: "o", Lines: []Line{{SKU: "a", Qty: 1}}}, []int{0}, []int64{0})
+	require.Len(t, errs, 1)
+	assert.ErrorContains(t, errs[0], "unsupported redis client *redis.Ring")
+}
+
+func TestSleepEndsWithTheContext(t *testing.T) {
+	cause := errors.New("stop")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	start := time.Now()
+	assert.ErrorIs(t, sleep(ctx, time.Hour), cause)
+	assert.ErrorIs(t, pause(ctx, 100), cause)
+	assert.Less(t, time.Since(start), time.Second)
+	assert.NoError(t, sleep(context.Background(), time.Millisecond))
+}
