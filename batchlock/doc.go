@@ -72,6 +72,7 @@
 // (a GET, not an attempt) to catch a release that came before it listened;
 // so a conflict in Redis costs the refused attempt and the call that goes on
 // with the handed key and the rest of the batch.
+//
 // Reentrancy is by owner id: calls with the same owner (WithOwner,
 // ContextWithOwner, or inside Do) may hold the same keys at once; each Lock
 // releases only its own holds, each hold ends with its own lease, and a key
@@ -84,23 +85,13 @@
 // # Shared keys
 //
 // WithShared names keys taken shared in the same call as the exclusive ones,
-// with the same all-or-nothing, order, leases, watchdog, loss signal,
-// WithReplicas and rollback. Any number of owners hold a key shared at once;
-// one holding it exclusively excludes every other owner. Readers and writers
-// share the key's queue: a reader is granted the key only while no writer
-// waits for it ahead of the reader, so once a writer queues, later readers
-// queue behind it, and the writer gets the key handed over when the last
-// reader leaves. A release that hands a key to a reader hands it to the
-// readers queued right behind it too, up to the next writer, each told with
-// its own message. An owner that holds a key shared gets it shared again at
-// once, writers queued or not (they wait for it anyway); an owner that holds
-// a key exclusively gets it in either mode and the key stays exclusive; an
-// owner that holds a key shared and asks for it exclusively is refused with
-// ErrUpgrade, without waiting, since two owners doing so would wait for each
-// other forever. The fencing token of a shared key is taken when the key
-// goes to readers (from free, or from a writer) and is the same for every
-// reader until it is free again: a writer after them gets a larger one, so
-// a reader that finds a larger token in storage knows a writer came.
+// with the same all-or-nothing, order, leases, loss signal, WithReplicas and
+// rollback: readers share a key, a writer excludes every other owner and is
+// not overtaken by later readers, and an owner reading a key that asks for it
+// exclusively gets ErrUpgrade at once. WithShared's documentation has the
+// rules, reentrancy across modes and what Token means for a shared key.
+//
+// # Leases, loss and failover
 //
 // Every lock has a lease, counted from before the first request that granted
 // or lengthened it was sent. A call hands a lock out only with at least half
@@ -197,26 +188,15 @@
 //
 // # Data in Redis
 //
-// Each lock key is prefix+key (default prefix "batchlock:"), a string
-// "<token> <queue> <holds> <owner>": the fencing token of the ownership (of
-// the shared ownership, for a key held shared), the waiters' places as
-// "<hold>@<ends>" comma-separated in arrival order, with "s" after the place
-// of a reader and then "p" after that of a waiter that polls (else "-"),
-// its holds as "<hold>=<ends>" comma-separated, or "<hold>=<ends>=<owner>"
-// on a key held shared (ends: the server time in milliseconds at which that
-// place or hold's lease ends; nothing for the one hold of a key taken
-// afresh, which ends with the key), and the owner id,
-// "*" for a key held shared, empty while the key is a waiter's claim. Owner
-// ids are stored with space, comma, "=", "@", "*" and "%" written as %XX, so
-// that no id reads as a separator. The key expires with its longest hold. Per slot, prefix+"fence:{" + tag + "}" counts fencing tokens
-// (it never expires), and prefix+"cancel:{" + tag + "}:" + hold marks a hold
-// cancelled by a rollback, for one lease. Keys starting with "fence:{" or
-// "cancel:{" are therefore refused. A hand-off is announced with SPUBLISH on
-// a channel named like the lock key, its message the hold field of the
-// waiter it is for ("released" when a key is freed with no live place left
-// in its queue, or by ForceUnlock: every waiter then tries again). Held,
-// Inspect and ForceUnlock read and change this layout for tools; nothing
-// else needs to know it.
+// Each lock key is prefix+key (default prefix "batchlock:"; a key's own {tag}
+// is kept, so keys co-located stay so). Each slot has a fencing counter,
+// which never expires, and the cancel marks of rolled-back holds, under
+// reserved names: keys starting with "fence:{" or "cancel:{" are refused.
+// Waiters are told of hand-offs with SPUBLISH on a channel named like the
+// lock key. The layout is defined in one place for the scripts,
+// scripts/layout.lua (the value of a lock key, field by field), and one for
+// Go, layout.go (the keys, channels and messages); Held, Inspect and
+// ForceUnlock read and change it for tools, and nothing else needs to know it.
 //
 // # Client settings
 //

@@ -83,6 +83,112 @@ func ExampleLock_Done() {
 	}
 }
 
+// Inside Do, LockFromContext gives the lock, whose fencing tokens go with
+// each write: a Redis script refuses a write whose token is older than the
+// newest that wrote the SKU, so a holder paused past its lease cannot undo
+// the next owner's work.
+func ExampleLockFromContext() {
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"))
+	defer rdb.Close()
+	locks, err := batchlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	ctx := context.Background()
+	skus := []string{"sku:1", "sku:2", "sku:3"}
+	err = locks.Do(ctx, skus, func(ctx context.Context) error {
+		l, _ := batchlock.LockFromContext(ctx) // the Lock that Do holds
+		for _, sku := range skus {
+			if err := take.Run(ctx, rdb, []string{"stock:" + sku}, l.Token(sku), 1).Err(); err != nil {
+				return fmt.Errorf("taking %s: %w", sku, err) // STALE, or ctx ended: lock lost
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+// take decrements a SKU's units, unless a newer token already wrote the SKU.
+var take = redis.NewScript(`
+local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < seen then return redis.error_reply('STALE token') end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))`)
+
+// WithWait bounds the wait for the keys, not the hold: once held, the lock
+// lasts as long as the work.
+func ExampleWithWait() {
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000"))
+	defer rdb.Close()
+	locks, err := batchlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	ctx := context.Background()
+	skus := []string{"sku:1", "sku:2"}
+	work := func(ctx context.Context) error { return decrementStock(ctx, rdb, skus) }
+	err = locks.Do(ctx, skus, work, batchlock.WithWait(5*time.Second))
+	if conflict, ok := errors.AsType[*batchlock.ConflictError](err); ok {
+		log.Printf("busy: %v held by %v", conflict.Keys, conflict.Holders)
+	}
+}
+
+// The errors of Do, tested in an order that retries only what a retry can
+// cure: ErrUpgrade and ErrNoReplicas also match ErrNotObtained, and a
+// WithWait that runs out matches context.DeadlineExceeded.
+func ExampleClient_Do_errors() {
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000"))
+	defer rdb.Close()
+	locks, err := batchlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	skus := []string{"sku:1", "sku:2"}
+	work := func(ctx context.Context) error { return decrementStock(ctx, rdb, skus) }
+	for attempt := 0; ; attempt++ {
+		err := locks.Do(ctx, skus, work, batchlock.WithWait(5*time.Second))
+		retry := false
+		switch {
+		case err == nil:
+		case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade):
+			// A bug in the call: bad keys or options, or an owner that holds a key
+			// shared asking for it exclusively. The same call fails the same way.
+		case errors.Is(err, batchlock.ErrClosed), ctx.Err() != nil:
+			// The Client is closed, or the caller gave up: do not retry.
+		case errors.Is(err, batchlock.ErrNoReplicas):
+			// Too few replicas acknowledged in time: retry later, and alert.
+			retry = true
+		case errors.Is(err, batchlock.ErrNotObtained):
+			// Busy: keys held past WithWait (*ConflictError), or the lease ran out
+			// while the keys were taken. fn did not run: retry later, with backoff.
+			retry = true
+		case errors.Is(err, batchlock.ErrLockLost):
+			// fn ran and the lock was lost meanwhile (ErrMaxHold too, at the cap):
+			// fenced writes after the loss were refused. Redo or repair the order.
+		default:
+			// fn's own error, possibly joined with an Unlock that failed (the keys
+			// then go at the end of their lease): fn's error says what to do.
+		}
+		if !retry || attempt == 3 {
+			if err != nil {
+				log.Print(err)
+			}
+			return
+		}
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+	}
+}
+
 func decrementStock(ctx context.Context, rdb *redis.ClusterClient, skus []string) error {
 	for _, sku := range skus {
 		if err := rdb.Decr(ctx, "stock:"+sku).Err(); err != nil {

@@ -9,18 +9,36 @@ import (
 	"github.com/batchlock/batchlock/hashtag"
 )
 
-// The data layout in Redis, in one place on the Go side (doc.go describes
-// it; scripts/layout.lua reads and writes it for the scripts): a lock key is
-// prefix+key, a string "<token> <queue> <holds> <owner>" (the fencing token
-// of the ownership, the waiters as "<hold>@<ends>" comma-separated in
-// arrival order, "s" after a shared request's and "p" after a poller's, or
-// "-", the holds as "<hold>=<ends>" comma-separated (no ends: the one hold
-// of a key taken afresh, ending with the key), or "<hold>=<ends>=<owner>" on
-// a key held shared, ends being the server time in milliseconds at which a place or a
-// lease ends, and the owner id, escaped (escapeOwner), "*" for a key held
-// shared, empty while the key is handed to a waiter), expiring with its
-// longest hold. Per slot, a fencing counter and the cancel marks of
-// holds live under reserved names.
+// The data layout in Redis, defined in two places only: here for Go, and
+// in scripts/layout.lua for the scripts, which reads and writes the value of
+// a lock key and describes it field by field. Tools read it only through
+// Held, Inspect and ForceUnlock.
+//
+// Keys, all under the Client's prefix:
+//   - prefix+key, the lock key of a user key (its own {tag} kept, so that
+//     keys co-located stay so): a string "<token> <queue> <holds> <owner>"
+//     (the fencing token, the waiters' places, the holds with the server
+//     time each ends, and the owner: see layout.lua), read here by
+//     parseLock, holdsIn and placeIn. It expires with its longest live hold.
+//   - prefix+"fence:{"+tag+"}", one per slot (tag: hashtag.ForSlot of the
+//     slot, fenceKey): the slot's fencing counter, which a fresh ownership
+//     of a key increments (INCRBY) for its token. It never expires.
+//   - prefix+"cancel:{"+tag+"}:"+hold (cancelMark): a hold cancelled by a
+//     rollback, for one lease, so that a late acquire of that hold (a frozen
+//     master) cannot take its key.
+//
+// User keys starting with "fence:{" or "cancel:{" are refused (reserved).
+// Hold fields are "h:" and 16 hex digits, a default owner id 32 hex digits,
+// both from crypto/rand (randomID). Owner ids, a caller's too, are stored
+// escaped (escapeOwner), so that none reads as a separator or as "*", the
+// owner field of a key held shared.
+//
+// Messages: a hand-off is announced with SPUBLISH on a channel named like
+// the lock key, its message the hold field of the waiter it is for;
+// "released" (RELEASED in layout.lua) when a key is freed with no live place
+// left in its queue, or by ForceUnlock: every waiter of the key then tries
+// again. A waiter whose place lapsed, and a reader that may join once the
+// writer ahead of it left, are told with their own hold field too.
 const (
 	holdPrefix = "h:"
 

@@ -188,7 +188,12 @@ func WithOwner(owner string) LockOption {
 // A key asked for shared is granted while no other owner holds it
 // exclusively and no call waits ahead for it exclusively: once a writer
 // queues for a key, later readers queue behind it, so writers are not
-// starved. An owner's holds are reentrant across modes: an owner that holds
+// starved, and the writer is handed the key when the last reader leaves. A
+// release that hands a key to a reader hands it to the readers queued right
+// behind it too, up to the next writer, each told with its own message.
+// Everything else is as for exclusive keys: all or nothing, the global
+// order, the queue, leases and the watchdog, the loss signal, WithReplicas
+// and rollback. An owner's holds are reentrant across modes: an owner that holds
 // a key shared gets it shared again at once, even with writers queued (they
 // wait for that owner anyway; so an owner id shared by many goroutines that
 // keep a key shared between them can keep writers out), and one that holds

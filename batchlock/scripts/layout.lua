@@ -1,5 +1,7 @@
 -- layout.lua: the value of a lock key, read and written by every script
--- (each is this file followed by its own).
+-- (each is this file followed by its own). The names of the keys (lock keys,
+-- fencing counters, cancel marks), the channels and the ids are described in
+-- layout.go, the layout's one definition on the Go side.
 --
 -- A lock key is a string "<token> <queue> <holds> <owner>":
 --   token  the fencing token of the ownership, in decimal; of a shared key,
@@ -20,8 +22,8 @@
 --          is the waiter's, whose next acquire takes the key with a fresh
 --          token (a shared key handed to readers has a claim per reader: its
 --          holds with an empty owner)
--- Owner ids are escaped by the client (see owner.go): they hold no space,
--- comma, "=", "@" or "*", so "*" is no owner's id.
+-- Owner ids are escaped by the client (see owner.go): they hold no
+-- whitespace or control byte, comma, "=", "@" or "*", so "*" is no owner's id.
 -- The key expires with its longest hold (PXAT).
 
 -- A key handed to a waiter stays its claim for this long (a waiter that polls
