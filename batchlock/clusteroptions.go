@@ -10,27 +10,30 @@ import (
 // ClusterOptions returns go-redis cluster client settings for the seed
 // addresses addrs that keep calls within their context and recover within
 // about a second after a failover, a restart or a migration; go-redis's
-// defaults (5 s timeouts, topology reloaded every minute, a failing node
-// avoided for 15 s) take much longer, and a call would wait past its
-// context. Per-node retries stay off (MaxRetries unset): batchlock is its
-// calls' one retry layer, and retries stacked on it would outlast their
-// context. Each call returns a fresh copy, to change at will.
+// defaults (5 s timeouts, a failing node avoided for 15 s) take much longer,
+// and a call would wait past its context. Per-node retries stay off
+// (MaxRetries unset): batchlock is its calls' one retry layer, and retries
+// stacked on it would outlast their context. The map of slots is reloaded
+// when a call meets a redirection (go-redis) or fails (batchlock, before it
+// tries again), not on a timer more often than go-redis's minute: a reload
+// on a timer runs in the background, and one cut short by the cluster
+// client's Close prints "Unexpected conn[N] state changed by hook to CLOSED"
+// (TestNoStrayLogLines). Each call returns a fresh copy, to change at will.
 func ClusterOptions(addrs ...string) *redis.ClusterOptions {
 	return &redis.ClusterOptions{
-		Addrs:                      addrs,
-		ContextTimeoutEnabled:      true, // calls end with their context
-		DialTimeout:                time.Second,
-		ReadTimeout:                time.Second,
-		WriteTimeout:               time.Second,
-		DialerRetries:              2,
-		DialerRetryTimeout:         50 * time.Millisecond,
-		MaxRedirects:               16, // ride out MOVED and TRYAGAIN in failovers and migrations
-		MinRetryBackoff:            16 * time.Millisecond,
-		MaxRetryBackoff:            256 * time.Millisecond,
-		PoolTimeout:                2 * time.Second,
-		FailingTimeoutSeconds:      1,
-		ClusterStateReloadInterval: time.Second,
-		DisableIdentity:            true, // no CLIENT SETINFO on every new connection
+		Addrs:                 addrs,
+		ContextTimeoutEnabled: true, // calls end with their context
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialerRetries:         2,
+		DialerRetryTimeout:    50 * time.Millisecond,
+		MaxRedirects:          16, // ride out MOVED and TRYAGAIN in failovers and migrations
+		MinRetryBackoff:       16 * time.Millisecond,
+		MaxRetryBackoff:       256 * time.Millisecond,
+		PoolTimeout:           2 * time.Second,
+		FailingTimeoutSeconds: 1,
+		DisableIdentity:       true, // no CLIENT SETINFO on every new connection
 		// Not CLIENT MAINT_NOTIFICATIONS on every new connection either: a
 		// Redis Cloud feature, tried (and refused) by default.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},

@@ -13,7 +13,7 @@ func TestClusterOptions(t *testing.T) {
 	assert.Equal(t, []string{"127.0.0.1:7000", "127.0.0.1:7001"}, opts.Addrs)
 	assert.True(t, opts.ContextTimeoutEnabled)
 	assert.Zero(t, opts.MaxRetries, "no per-node retries")
-	assert.Positive(t, opts.ClusterStateReloadInterval)
+	assert.Zero(t, opts.ClusterStateReloadInterval, "go-redis's minute: no reloads on a timer to cut at Close")
 	opts.ReadTimeout = 0
 	assert.NotZero(t, ClusterOptions().ReadTimeout, "a fresh copy each call")
 }

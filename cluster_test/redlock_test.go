@@ -500,3 +500,40 @@ func TestRedlockSharedKeys(t *testing.T) {
 	require.NoError(t, b.Unlock(ctx))
 	n.requireHeldExactly(t, []int{0, 1, 2, 3, 4}, nil)
 }
+
+// WithMaxHold caps a redlock lock as it caps a batchlock one, given per
+// lock or through WithClientOptions as every lock's default: at the cap
+// every deployment's lock ends and releases its keys, the lock is lost with
+// a cause that wraps ErrMaxHold, and the next owner takes the keys at once,
+// long before the leases the watchdog kept renewing would run out.
+func TestRedlockMaxHold(t *testing.T) {
+	n := startRedlockNodes(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, tc := range []struct {
+		name     string
+		client   []redlock.Option
+		lockOpts []batchlock.LockOption
+	}{
+		{"per lock", nil, []batchlock.LockOption{batchlock.WithMaxHold(300 * time.Millisecond)}},
+		{"the client's default", []redlock.Option{redlock.WithClientOptions(batchlock.WithMaxHold(300 * time.Millisecond))}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := n.client(t, append([]redlock.Option{redlock.WithClientOptions(batchlock.WithLease(5 * time.Second))}, tc.client...)...)
+			keys := []string{"cap:" + tc.name + ":1", "cap:" + tc.name + ":2"}
+			held, err := c.Lock(ctx, keys, tc.lockOpts...)
+			require.NoError(t, err)
+			select {
+			case <-held.Done():
+			case <-time.After(3 * time.Second):
+				t.Fatal("the lock outlived its cap")
+			}
+			require.ErrorIs(t, held.Err(), batchlock.ErrMaxHold)
+			require.ErrorIs(t, held.Err(), batchlock.ErrLockLost)
+			soon, cancel := context.WithTimeout(ctx, 2*time.Second) // the leases had 5s
+			defer cancel()
+			next, err := n.client(t).Lock(soon, keys)
+			require.NoError(t, err, "the keys were released at the cap")
+			require.NoError(t, next.Unlock(ctx))
+		})
+	}
+}

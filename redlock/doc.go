@@ -16,6 +16,10 @@
 // random, growing pause. Each deployment's batchlock watchdog renews its part
 // of the lock (or a fixed WithTTL lease ends it); Done closes once fewer than
 // a majority still hold it, and the remaining minority is released.
+// batchlock.WithMaxHold caps a lock here as there, per lock or for every lock
+// through WithClientOptions: at the cap every deployment's part ends and
+// releases its keys, and the lock is lost with a cause that wraps both
+// ErrLockLost and ErrMaxHold (TestRedlockMaxHold).
 //
 // # What is guaranteed
 //
