@@ -2,12 +2,10 @@ package batchlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/backoff"
 	"github.com/batchlock/batchlock/internal/lease"
 )
 
@@ -58,23 +56,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		return nil, err
 	}
 
-	owner := lc.owner
-	if !lc.ownerSet {
-		if o, ok := OwnerFromContext(ctx); ok && o != "" {
-			owner = o
-		} else {
-			owner = randomID(16)
-		}
-	}
-	leaseLen, renew := c.cfg.lease, true
-	if lc.ttlSet {
-		leaseLen, renew = lc.ttl, false
-	}
-	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
-	l.ack = c.cfg.ack
-	if lc.ackSet {
-		l.ack = lc.ack
-	}
+	l := c.newLockFor(ctx, lc, userKeys, groups)
 
 	start := time.Now()
 	c.taking.Add(1)
@@ -100,28 +82,66 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		err = &ConflictError{Keys: l.blockers, Holders: l.blockerHolders, cause: fmt.Errorf("waited %v: %w", lc.wait, context.DeadlineExceeded)}
 	}
 	if err == nil {
-		// A context cancelled (rather than past its deadline) is noticed
-		// only once replies arrive, and Close may have come meanwhile: the
-		// caller gave up, so the keys go back. Close is read directly, as
-		// its cancellation of ctx runs in a goroutine of its own.
-		switch {
-		case c.closing.Err() != nil:
-			err = ErrClosed
-		case context.Cause(ctx) != nil:
-			err = context.Cause(ctx)
-		}
-		if err != nil {
-			c.rollback(ctx, l, l.groups)
-		} else {
-			c.watchdog.add(l)
-			c.hold(l)
-		}
+		err = c.keepIfWanted(ctx, l)
 	}
 	if err != nil {
 		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
 		return nil, err
 	}
 	handedOut = true
+	c.handOut(l, lc, start)
+	return l, nil
+}
+
+// newLockFor is the lock a call with lc takes of groups: its owner (WithOwner,
+// else the context's, else a fresh one), its lease (WithTTL, else the
+// Client's, renewed) and the acknowledgement it needs of replicas.
+func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
+	owner := lc.owner
+	if !lc.ownerSet {
+		if o, ok := OwnerFromContext(ctx); ok && o != "" {
+			owner = o
+		} else {
+			owner = randomID(16)
+		}
+	}
+	leaseLen, renew := c.cfg.lease, true
+	if lc.ttlSet {
+		leaseLen, renew = lc.ttl, false
+	}
+	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
+	l.ack = c.cfg.ack
+	if lc.ackSet {
+		l.ack = lc.ack
+	}
+	return l
+}
+
+// keepIfWanted keeps l, every key taken, unless its caller gave up: a
+// context cancelled (rather than past its deadline) is noticed only once
+// replies arrive, and Close may have come meanwhile; the keys then go back.
+// Close is read directly, as its cancellation of ctx runs in a goroutine of
+// its own.
+func (c *Client) keepIfWanted(ctx context.Context, l *Lock) error {
+	var err error
+	switch {
+	case c.closing.Err() != nil:
+		err = ErrClosed
+	case context.Cause(ctx) != nil:
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		c.rollback(ctx, l, l.groups)
+		return err
+	}
+	c.watchdog.add(l)
+	c.hold(l)
+	return nil
+}
+
+// handOut starts l's life with its caller: its hold counted from now, capped
+// by WithMaxHold (the call's, else the Client's).
+func (c *Client) handOut(l *Lock, lc lockConfig, start time.Time) {
 	l.acquiredAt = time.Now()
 	if capped := lc.maxHold; capped.set || c.cfg.maxHold.set {
 		if !capped.set {
@@ -130,10 +150,13 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		l.capHold(capped.d)
 	}
 	l.emit(Event{Kind: EventAcquired, Duration: l.acquiredAt.Sub(start)})
-	return l, nil
 }
 
 // take acquires all of l's groups, or rolls back whatever it may have taken.
+// Each attempt asks for the groups not held yet, in the global order; a
+// refusal keeps the groups before the refused one and a place in its queue
+// (keepInOrder), then waits for the hand-off (waitForTurn), so a waiter
+// holds only keys that come before every key it waits for.
 func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 	wt := &waiting{}
 	defer func() { wt.sub.close() }()
@@ -145,7 +168,8 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		}
 		outcome := c.acquire(ctx, l, groups, wt.mode(c, wait))
 		l.marks = appendNew(l.marks, outcome.marks...)
-		if outcome.err != nil {
+		switch {
+		case outcome.err != nil:
 			taken := outcome.mayHold(groups)
 			if wt.waited {
 				// Our place in the queue of the group waited for, which
@@ -154,8 +178,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			}
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), taken...))
 			return outcome.err
-		}
-		if outcome.refused < 0 && wt.focus && wt.held+1 < len(l.groups) {
+		case outcome.refused < 0 && wt.focus && wt.held+1 < len(l.groups):
 			// The group waited for is ours: the rest goes in one attempt.
 			if wt.held == 0 {
 				wt.since = start
@@ -163,12 +186,11 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			wt.held++
 			wt.focus = false
 			continue
-		}
-		if outcome.refused < 0 {
+		case outcome.refused < 0:
 			if wt.since.IsZero() {
 				wt.since = start
 			}
-			return c.hand(ctx, l, wt.waited, wt.since, start)
+			return c.finishTaking(ctx, l, wt.waited, wt.since, start)
 		}
 
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
@@ -178,82 +200,52 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
 			return conflict
 		}
-
-		// Keep the groups before the first refused one, and the keys of
-		// that one before the key refused, which holds our place in its
-		// queue; give back what other runs took or queued after it, so
-		// that the next attempt takes it in order again. The give-back is
-		// a rollback of those groups: when the call ends meanwhile, it
-		// goes on in the background, and so does the rollback of the rest.
-		failed := wt.held + outcome.refused
-		var after []group
-		for _, i := range append(outcome.granted, outcome.queued...) {
-			if wt.held+i > failed {
-				after = append(after, l.groups[wt.held+i])
-			}
+		if err := c.keepInOrder(ctx, l, wt, outcome, start); err != nil {
+			return err
 		}
-		if err := c.releaseAside(ctx, l, after, nil); err != nil {
-			// A give-back that failed is tried again by the rollback; one
-			// whose call ended goes on in the background meanwhile.
-			c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
-			return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
+		if err := c.waitForTurn(ctx, l, wt, outcome, conflict); err != nil {
+			return err
 		}
-		if wt.held == 0 && failed+outcome.part > 0 {
-			wt.since = start
-		}
-		if outcome.part > 0 {
-			l.split(failed, outcome.part)
-			failed++
-		}
-		wt.held = failed
-		wt.waited = true
-		// Until the refused group is granted, attempts ask for it alone:
-		// asking for all the rest again and giving most of it back would
-		// load the servers for nothing.
-		wt.focus = true
-
-		// Listen for the blockers' release before waiting, and read them
-		// once listening, so that a release between the try and the wait
-		// is not missed. Each round of this costs a subscription and a
-		// read, so a waiter whose blockers keep changing cannot spin faster
-		// than the servers answer.
-		blockers := outcome.groupConflicts
-		if !slices.Equal(blockers, wt.queuedFor) {
-			wt.queuedFor = blockers
-			l.emit(Event{Kind: EventQueued, Conflict: c.userKeys(blockers)})
-		}
-		if !wt.sub.covers(blockers) {
-			wt.sub.close()
-			wt.sub = c.waiters.subscribe(ctx, l.hold, blockers)
-			if !wt.sub.active() {
-				continue // no message will come: try again, then poll
-			}
-			switch c.recheck(ctx, l, l.groups[wt.held], blockers) {
-			case handedOver:
-				wt.focus = false
-				l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(blockers)})
-				fallthrough
-			case mayBeFree:
-				continue
-			}
-		}
-		if err := c.pause(ctx, l, wt, outcome.wait); err != nil {
-			// The group waited for goes too: our place in its queue, and
-			// the key itself if it was handed to us meanwhile.
-			c.rollback(ctx, l, l.groups[:wt.held+1])
-			return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
-		}
-		if wt.sub.handedOff() {
-			// The key waited for is ours: the next attempt takes it and
-			// all the rest, the one call a conflict costs per master.
-			wt.focus = false
-			l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(wt.queuedFor)})
-		}
-		wt.attempt++
 	}
 }
 
-// hand finishes taking l once every group is held, the last of them taken by
+// keepInOrder keeps, after a refusal, the groups before the first refused
+// one and the keys of that one before the key refused, which holds our place
+// in its queue; it gives back what other runs took or queued after it, so
+// that the next attempt takes it in order again. The give-back is a rollback
+// of those groups: when the call ends meanwhile, it goes on in the
+// background, and so does the rollback of the rest.
+func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome acquireOutcome, start time.Time) error {
+	failed := wt.held + outcome.refused
+	var after []group
+	for _, i := range append(outcome.granted, outcome.queued...) {
+		if wt.held+i > failed {
+			after = append(after, l.groups[wt.held+i])
+		}
+	}
+	if err := c.releaseAside(ctx, l, after, nil); err != nil {
+		// A give-back that failed is tried again by the rollback; one
+		// whose call ended goes on in the background meanwhile.
+		c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
+		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
+	}
+	if wt.held == 0 && failed+outcome.part > 0 {
+		wt.since = start
+	}
+	if outcome.part > 0 {
+		l.split(failed, outcome.part)
+		failed++
+	}
+	wt.held = failed
+	wt.waited = true
+	// Until the refused group is granted, attempts ask for it alone:
+	// asking for all the rest again and giving most of it back would load
+	// the servers for nothing.
+	wt.focus = true
+	return nil
+}
+
+// finishTaking finishes taking l once every group is held, the last of them taken by
 // the attempt that started at start, the oldest lease at since. After a
 // wait the groups' leases started at different times; they are restarted
 // only when the wait left too little (lease.Kept: nine tenths of a WithTTL
@@ -261,7 +253,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 // thirds), since the restart costs a call per master. The lock is handed to the
 // caller only with enough of its lease left (see lease.Enough); otherwise
 // it is rolled back.
-func (c *Client) hand(ctx context.Context, l *Lock, waited bool, since, start time.Time) error {
+func (c *Client) finishTaking(ctx context.Context, l *Lock, waited bool, since, start time.Time) error {
 	if waited {
 		start = since
 	}
@@ -291,97 +283,4 @@ func (c *Client) userHolders(holders map[string][]string) map[string][]string {
 		out[key[len(c.cfg.prefix):]] = owners
 	}
 	return out
-}
-
-// errWaitOver is the cause that ends a wait bounded by WithWait.
-var errWaitOver = errors.New("batchlock: waited for WithWait")
-
-// place is how long a waiting call's place in a key's queue lasts unless it
-// asks again: a few of its polls, which renew it, so that the place of a
-// waiter that died lapses soon.
-func (c *Client) place() time.Duration { return max(3*c.cfg.pollMax, 2*time.Second) }
-
-// waiting is the state of a Lock call that waits for some of its groups.
-type waiting struct {
-	held    int       // groups[:held] are held
-	since   time.Time // the oldest lease among them started then
-	waited  bool      // more than one attempt was made
-	focus   bool      // the next attempt asks for groups[held] alone
-	sub     *subscription
-	attempt int
-	// queuedFor are the lock keys whose queue the call took a place in
-	// last (EventQueued says each once).
-	queuedFor []string
-}
-
-// mode is the mode of the next attempt: a waiter that will not hear of its
-// hand-off (no pub/sub, or a subscription not confirmed) polls, and its
-// place in a queue says so, so that a key handed to it is kept for it until
-// its next poll.
-func (wt *waiting) mode(c *Client, wait bool) string {
-	switch {
-	case !wait:
-		return modeTry
-	case !c.cfg.pubsub || wt.sub != nil && !wt.sub.active():
-		return modePoll
-	}
-	return modeWait
-}
-
-// pause waits for a release message, the blocker's lease, a backoff or ctx,
-// whichever comes first. Meanwhile it renews the groups already held a third
-// of a lease after their oldest lease started, however the wait is cut up.
-func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease time.Duration) error {
-	d := backoff.Jittered(wt.attempt, time.Millisecond, c.cfg.pollMax)
-	if wt.sub.active() {
-		// Woken by messages, polling is only the safety net for a lost one.
-		d = c.cfg.pollMax
-	}
-	if blockerLease > 0 && blockerLease+time.Millisecond < d {
-		d = blockerLease + time.Millisecond
-	}
-	deadline := time.Now().Add(d)
-	for {
-		next := deadline
-		renewAt := wt.since.Add(l.lease / 3)
-		if wt.held > 0 && renewAt.Before(next) {
-			next = renewAt
-		}
-		t := time.NewTimer(time.Until(next))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return context.Cause(ctx)
-		case <-wt.sub.wakeups():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		if wt.held > 0 && !time.Now().Before(renewAt) {
-			start := time.Now()
-			// A renewal that takes long (a slow master) must not make the
-			// place in the queue lapse: it gets a third of a place (or of
-			// the lease), and if it has not landed by then the next attempt,
-			// which renews the place, goes first and the renewal is tried
-			// again after it, until the held keys' lease has run out.
-			rctx, cancel := context.WithTimeout(ctx, min(c.place(), l.lease)/3)
-			lost, err := c.extend(rctx, l, l.groups[:wt.held], l.lease)
-			cancel()
-			switch {
-			case len(lost) > 0:
-				return fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
-			case err == nil:
-				wt.since = start
-			case ctx.Err() != nil:
-				return context.Cause(ctx)
-			case time.Since(wt.since) >= l.lease:
-				return err
-			default:
-				return nil
-			}
-		}
-		if !time.Now().Before(deadline) {
-			return nil
-		}
-	}
 }

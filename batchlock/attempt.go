@@ -155,70 +155,61 @@ func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, 
 // the error the reply means.
 func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call, wait bool) ([]int, error) {
 	vals, _ := cl.Reply.Slice()
-	status := int64(acquireMalformed)
-	if len(vals) > 0 {
-		status, _ = vals[0].(int64)
+	r, err := decodeAcquire(vals)
+	if err != nil {
+		// The groups may or may not be held.
+		out.unknown = append(out.unknown, at...)
+		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, err)
 	}
-	switch {
-	case status == acquireGranted:
-		c.granted(l, out, groups, at, vals[1:])
+	switch r.status {
+	case acquireGranted:
+		c.granted(l, out, groups, at, r.tokens)
 		if !l.ack.Acknowledged(cl) {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
-	case status == acquireRefused && len(vals) >= 6:
-		held, _ := vals[1].(int64)
-		waitMs, _ := vals[2].(int64)
-		conflicts := stringsOf(vals[3])
-		part, _ := vals[5].(int64)
-		held = min(held, int64(len(at)-1))
+	case acquireRefused:
+		held := min(r.held, len(at)-1)
 		refused := at[held]
-		if held == 0 && len(conflicts) > 0 {
-			refused = groupOf(groups, at, conflicts[0])
+		if held == 0 && len(r.conflicts) > 0 {
+			refused = groupOf(groups, at, r.conflicts[0])
 		}
-		out.conflicts = append(out.conflicts, conflicts...)
-		if len(vals) > 6 {
-			out.addHolders(conflicts, stringsOf(vals[6]))
-		}
-		toks, _ := vals[4].([]any)
-		c.granted(l, out, groups, at[:held], toks)
+		out.conflicts = append(out.conflicts, r.conflicts...)
+		out.addHolders(r.conflicts, r.holders)
+		c.granted(l, out, groups, at[:held], r.tokens)
 		// The part keys' tokens come last, after those of the held groups.
-		if toks, _ := vals[4].([]any); part > 0 && int(part) <= min(len(toks), len(groups[refused].keys)) {
-			l.setTokens(groups[refused].keys[:part], toks[len(toks)-int(part):])
+		part := r.part
+		if part > 0 && part <= min(len(r.tokens), len(groups[refused].keys)) {
+			l.setTokens(groups[refused].keys[:part], r.tokens[len(r.tokens)-part:])
 		}
 		if wait {
 			out.queued = append(out.queued, refused)
 		}
 		if out.refused < 0 || refused < out.refused {
 			out.refused = refused
-			out.part = int(part)
-			out.groupConflicts = inGroup(groups[refused], conflicts)
-			out.wait = time.Duration(waitMs) * time.Millisecond
+			out.part = part
+			out.groupConflicts = inGroup(groups[refused], r.conflicts)
+			out.wait = r.wait
 		}
 		if held+part > 0 && !l.ack.Acknowledged(cl) {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
-	case status == acquireElsewhere:
+	case acquireElsewhere:
 		return at, nil
-	case status == acquireUpgrade && len(vals) == 2:
+	case acquireUpgrade:
 		// Nothing was changed, and waiting would not help.
-		key, _ := vals[1].(string)
-		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, strings.TrimPrefix(key, c.cfg.prefix))
-	default:
-		// A cancelled hold (a rollback overtook this acquire) or a reply
-		// of another shape: the groups may or may not be held.
+		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, strings.TrimPrefix(r.key, c.cfg.prefix))
+	case acquireCancelled:
+		// A rollback overtook this acquire: the groups may or may not be
+		// held.
 		out.unknown = append(out.unknown, at...)
-		err := fmt.Errorf("unexpected reply %v", vals)
-		if status == acquireCancelled {
-			err = errors.New("a rollback overtook it")
-		}
-		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, err)
+		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, errors.New("a rollback overtook it"))
 	}
 	return nil, nil
 }
 
 // granted records groups at (indices into groups) as held, with the tokens
 // of their keys in order.
-func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens []any) {
+func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens []int64) {
 	n := 0
 	for _, gi := range at {
 		out.granted = append(out.granted, gi)
@@ -229,11 +220,11 @@ func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int,
 
 // setTokens records the fencing tokens of keys, in order, as far as tokens
 // go.
-func (l *Lock) setTokens(keys []string, tokens []any) {
+func (l *Lock) setTokens(keys []string, tokens []int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, k := range keys[:min(len(keys), len(tokens))] {
-		l.tokens[k], _ = tokens[i].(int64)
+		l.tokens[k] = tokens[i]
 	}
 }
 

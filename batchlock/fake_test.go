@@ -263,7 +263,7 @@ func (f *fakeRedis) run(name string, c *script.Call) []any {
 func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 	switch name {
 	case "acquire":
-		return []any{int64(-2), int64(0)}
+		return []any{int64(-2)}
 	case "release":
 		return []any{[]any{}, c.Args[4+c.Args[3].(int):]}
 	case "extend":

@@ -42,6 +42,10 @@ import (
 const (
 	holdPrefix = "h:"
 
+	// claimTime is how long a key handed to a waiter that listens stays
+	// its claim (CLAIM_MS in layout.lua): time for its next acquire.
+	claimTime = 3 * time.Second
+
 	// Reserved names under the prefix, one set per slot.
 	fenceName  = "fence:{"
 	cancelName = "cancel:{"

@@ -33,13 +33,3 @@ var (
 func newScript(body string) *redis.Script {
 	return redis.NewScript(shebang + layoutSource + body)
 }
-
-// Replies of acquire.lua.
-const (
-	acquireGranted   = 1
-	acquireRefused   = 0
-	acquireCancelled = -1  // a rollback overtook the call: its outcome is unknown
-	acquireElsewhere = -2  // a slot is not served by the master: nothing changed
-	acquireUpgrade   = -3  // the owner holds a key shared that it asked for exclusively: nothing changed
-	acquireMalformed = -99 // not a reply of acquire.lua
-)

@@ -275,6 +275,16 @@ func TestScriptAcquire(t *testing.T) {
 			reply: []any{int64(1), int64(4)},
 			after: map[string]string{"k": "4 h:r2@{now+2000}s h:r1={now+60000}=ann,h:r3={now+1000}=cid *"},
 			told:  map[string][]string{"k": {"h:x", "h:r2"}}},
+		{name: "an owner that holds a key shared and asks for it exclusively is refused, nothing changed (ErrUpgrade)",
+			before: map[string]string{"k": "3 - h:a={now+60000}=alice *"},
+			script: acquireScript, args: acquireArgv("alice", "h:b", 1000, "wait", "", "k"),
+			reply: []any{int64(-3), "k"},
+			after: map[string]string{"k": "3 - h:a={now+60000}=alice *"}},
+		{name: "a hold cancelled by a rollback that overtook it takes nothing",
+			before: map[string]string{"cancel:{a}:h:b": "1"},
+			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			reply: []any{int64(-1)},
+			after: map[string]string{"k": ""}},
 	})
 }
 
@@ -343,6 +353,17 @@ func TestScriptRelease(t *testing.T) {
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: []any{[]any{"k"}, []any{}},
 			after: map[string]string{"k": "5 - h:b={now+60000} bob"}},
+		{name: "a release of one of an owner's two holds keeps the other",
+			before: map[string]string{"k": "3 - h:a={now+60000},h:b={now+50000} alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "3 - h:b={now+50000} alice"}},
+		{name: "a key released with readers first in its queue is handed to the run of them, not the writer behind",
+			before: map[string]string{"k": "3 h:r1@{now+2000}s,h:r2@{now+2000}s,h:w@{now+2000} h:a={now+60000} alice"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "0 h:w@{now+2000} h:r1={now+3000}=,h:r2={now+3000}= *"},
+			told:  map[string][]string{"k": {"h:r1", "h:r2"}}},
 		{name: "waiters whose place lapsed are told, and the first live one is handed the key",
 			before: map[string]string{"k": "3 h:x@{now-5},h:w@{now+2000} h:a={now+60000} alice"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
@@ -425,4 +446,32 @@ func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
 	require.NoError(t, err)
 	vals := reply.([]any)
 	assert.Equal(t, []any{[]any{}, nil}, vals[1:], "a forced release says the list was not held")
+}
+
+// luaConstant is the value of `local name = value` in a script's source.
+func luaConstant(t *testing.T, source, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^local ` + name + ` = (.+)$`).FindStringSubmatch(source)
+	require.NotNil(t, m, "no %s in the script", name)
+	return strings.Trim(m[1], `'"`)
+}
+
+// The facts the Go code and the scripts share are written once on each side
+// and agree: the messages, the owner field of a shared key, the claim time
+// doc.go states, the hold prefix the script headers name, and the statuses
+// acquire.lua's header lists against those the Go side decodes.
+func TestScriptConstantsAgree(t *testing.T) {
+	assert.Equal(t, releasedMessage, luaConstant(t, layoutSource, "RELEASED"))
+	assert.Equal(t, sharedOwner, luaConstant(t, layoutSource, "SHARED"))
+	assert.Equal(t, strconv.FormatInt(claimTime.Milliseconds(), 10), luaConstant(t, layoutSource, "CLAIM_MS"))
+	for name, source := range map[string]string{"acquire": acquireSource, "release": releaseSource} {
+		assert.Contains(t, source, `"`+holdPrefix+`" .. hold id`, "%s.lua's header names the hold prefix", name)
+	}
+	var statuses []int64
+	for _, m := range regexp.MustCompile(`(?m)^-- Returns \{(-?\d+)`).FindAllStringSubmatch(acquireSource, -1) {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		require.NoError(t, err)
+		statuses = append(statuses, n)
+	}
+	assert.ElementsMatch(t, []int64{acquireGranted, acquireRefused, acquireCancelled, acquireElsewhere, acquireUpgrade}, statuses)
 }

@@ -40,13 +40,15 @@
 -- longest remaining lease of the keys listed, in milliseconds.
 -- Returns {-1}: this hold was cancelled by a rollback that overtook this
 -- call; nothing was changed.
--- Returns {-2, slot}: slot number slot (from 0) is not served here, or in
+-- Returns {-2}: a slot of the call is not served here, or is in
 -- migration; nothing was changed.
 -- Returns {-3, key}: the owner holds key shared and asked for it
 -- exclusively; nothing was changed.
 local owner, hold, lease, mode, mark, place = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
--- some: some key is asked for shared, and each slot says which.
-local some = string.byte(mode, -1) == 115
+-- some: some key is asked for shared, and each slot says which, a byte
+-- per key: SHARED_BYTE for a shared one.
+local SHARED_BYTE = string.byte('s')
+local some = string.byte(mode, -1) == SHARED_BYTE
 if some then
   mode = string.sub(mode, 1, -2)
 end
@@ -55,7 +57,7 @@ local waiting = mode ~= 'try'
 local cancelled = redis.pcall('EXISTS', mark)
 if type(cancelled) == 'table' then
   if layout().moved(cancelled) then
-    return {-2, 0}
+    return {-2}
   end
   return cancelled
 elseif cancelled == 1 then
@@ -280,7 +282,7 @@ while i <= #ARGV do
         slow().undo()
       end
       if layout().moved(base) then
-        return {-2, slot}
+        return {-2}
       end
       return base
     end
@@ -288,7 +290,7 @@ while i <= #ARGV do
   end
   for j = 0, n - 1 do
     local key = ARGV[first + j]
-    local shared = modes and string.byte(modes, j + 1) == 115
+    local shared = modes and string.byte(modes, j + 1) == SHARED_BYTE
     local token, left, s
     if not clear then
       token, left = slow().verdict(key, shared)
@@ -312,7 +314,7 @@ while i <= #ARGV do
       if left == 'upgrade' then
         return {-3, key}
       elseif layout().moved(left) then
-        return {-2, slot}
+        return {-2}
       end
       return left
     elseif token == false then

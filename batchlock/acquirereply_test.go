@@ -1,0 +1,56 @@
+package batchlock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Each reply acquire.lua's header names decodes into its fields; anything
+// else is an error, which the caller takes as an outcome it does not know.
+func TestDecodeAcquire(t *testing.T) {
+	refusal := func(extra ...any) []any {
+		return append([]any{int64(0), int64(1), int64(250), []any{"p:a", "p:b"}, []any{int64(7), int64(9)}, int64(1)}, extra...)
+	}
+	for _, tc := range []struct {
+		name  string
+		reply []any
+		want  acquireReply
+		bad   bool
+	}{
+		{name: "granted", reply: []any{int64(1), int64(4), int64(5)}, want: acquireReply{status: acquireGranted, tokens: []int64{4, 5}}},
+		{name: "granted no key", reply: []any{int64(1)}, want: acquireReply{status: acquireGranted, tokens: []int64{}}},
+		{name: "refused", reply: refusal(), want: acquireReply{status: acquireRefused, held: 1, part: 1, wait: 250 * time.Millisecond,
+			conflicts: []string{"p:a", "p:b"}, tokens: []int64{7, 9}}},
+		{name: "refused with holders", reply: refusal([]any{"alice", ""}), want: acquireReply{status: acquireRefused, held: 1, part: 1,
+			wait: 250 * time.Millisecond, conflicts: []string{"p:a", "p:b"}, tokens: []int64{7, 9}, holders: []string{"alice", ""}}},
+		{name: "cancelled", reply: []any{int64(-1)}, want: acquireReply{status: acquireCancelled}},
+		{name: "elsewhere", reply: []any{int64(-2)}, want: acquireReply{status: acquireElsewhere}},
+		{name: "upgrade", reply: []any{int64(-3), "p:a"}, want: acquireReply{status: acquireUpgrade, key: "p:a"}},
+
+		{name: "empty", reply: []any{}, bad: true},
+		{name: "status not a number", reply: []any{"1"}, bad: true},
+		{name: "unknown status", reply: []any{int64(7)}, bad: true},
+		{name: "token not a number", reply: []any{int64(1), "4"}, bad: true},
+		{name: "refusal too short", reply: refusal()[:5], bad: true},
+		{name: "refusal too long", reply: refusal([]any{}, int64(1)), bad: true},
+		{name: "refusal negative held", reply: []any{int64(0), int64(-1), int64(0), []any{}, []any{}, int64(0)}, bad: true},
+		{name: "refusal conflicts not strings", reply: []any{int64(0), int64(0), int64(0), []any{int64(1)}, []any{}, int64(0)}, bad: true},
+		{name: "refusal holders not a list", reply: refusal("alice"), bad: true},
+		{name: "elsewhere with more", reply: []any{int64(-2), int64(0)}, bad: true},
+		{name: "upgrade without key", reply: []any{int64(-3)}, bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeAcquire(tc.reply)
+			if tc.bad {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "unexpected reply")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}

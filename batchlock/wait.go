@@ -1,0 +1,148 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/batchlock/batchlock/internal/backoff"
+)
+
+// waitForTurn waits, with a place in the queue of the group refused, until
+// its blockers may be gone: it listens for their release before waiting,
+// and reads them once listening, so that a release between the attempt and
+// the wait is not missed. Each round of this costs a subscription and a
+// read, so a waiter whose blockers keep changing cannot spin faster than the
+// servers answer. A wait that ends with ctx rolls back every group,
+// the one waited for too.
+func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome acquireOutcome, conflict *ConflictError) error {
+	blockers := outcome.groupConflicts
+	if !slices.Equal(blockers, wt.queuedFor) {
+		wt.queuedFor = blockers
+		l.emit(Event{Kind: EventQueued, Conflict: c.userKeys(blockers)})
+	}
+	if !wt.sub.covers(blockers) {
+		wt.sub.close()
+		wt.sub = c.waiters.subscribe(ctx, l.hold, blockers)
+		if !wt.sub.active() {
+			return nil // no message will come: try again, then poll
+		}
+		switch c.recheck(ctx, l, l.groups[wt.held], blockers) {
+		case handedOver:
+			wt.focus = false
+			l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(blockers)})
+			return nil
+		case mayBeFree:
+			return nil
+		}
+	}
+	if err := c.pause(ctx, l, wt, outcome.wait); err != nil {
+		// The group waited for goes too: our place in its queue, and the
+		// key itself if it was handed to us meanwhile.
+		c.rollback(ctx, l, l.groups[:wt.held+1])
+		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
+	}
+	if wt.sub.handedOff() {
+		// The key waited for is ours: the next attempt takes it and all
+		// the rest, the one call a conflict costs per master.
+		wt.focus = false
+		l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(wt.queuedFor)})
+	}
+	wt.attempt++
+	return nil
+}
+
+// errWaitOver is the cause that ends a wait bounded by WithWait.
+var errWaitOver = errors.New("batchlock: waited for WithWait")
+
+// place is how long a waiting call's place in a key's queue lasts unless it
+// asks again: a few of its polls, which renew it, so that the place of a
+// waiter that died lapses soon.
+func (c *Client) place() time.Duration { return max(3*c.cfg.pollMax, 2*time.Second) }
+
+// waiting is the state of a Lock call that waits for some of its groups.
+type waiting struct {
+	held    int       // groups[:held] are held
+	since   time.Time // the oldest lease among them started then
+	waited  bool      // more than one attempt was made
+	focus   bool      // the next attempt asks for groups[held] alone
+	sub     *subscription
+	attempt int
+	// queuedFor are the lock keys whose queue the call took a place in
+	// last (EventQueued says each once).
+	queuedFor []string
+}
+
+// mode is the mode of the next attempt: a waiter that will not hear of its
+// hand-off (no pub/sub, or a subscription not confirmed) polls, and its
+// place in a queue says so, so that a key handed to it is kept for it until
+// its next poll.
+func (wt *waiting) mode(c *Client, wait bool) string {
+	switch {
+	case !wait:
+		return modeTry
+	case !c.cfg.pubsub || wt.sub != nil && !wt.sub.active():
+		return modePoll
+	}
+	return modeWait
+}
+
+// pause waits for a release message, the blocker's lease, a backoff or ctx,
+// whichever comes first. Meanwhile it renews the groups already held a third
+// of a lease after their oldest lease started, however the wait is cut up.
+func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease time.Duration) error {
+	d := backoff.Jittered(wt.attempt, time.Millisecond, c.cfg.pollMax)
+	if wt.sub.active() {
+		// Woken by messages, polling is only the safety net for a lost one.
+		d = c.cfg.pollMax
+	}
+	if blockerLease > 0 && blockerLease+time.Millisecond < d {
+		d = blockerLease + time.Millisecond
+	}
+	deadline := time.Now().Add(d)
+	for {
+		next := deadline
+		renewAt := wt.since.Add(l.lease / 3)
+		if wt.held > 0 && renewAt.Before(next) {
+			next = renewAt
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-wt.sub.wakeups():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		if wt.held > 0 && !time.Now().Before(renewAt) {
+			start := time.Now()
+			// A renewal that takes long (a slow master) must not make the
+			// place in the queue lapse: it gets a third of a place (or of
+			// the lease), and if it has not landed by then the next attempt,
+			// which renews the place, goes first and the renewal is tried
+			// again after it, until the held keys' lease has run out.
+			rctx, cancel := context.WithTimeout(ctx, min(c.place(), l.lease)/3)
+			lost, err := c.extend(rctx, l, l.groups[:wt.held], l.lease)
+			cancel()
+			switch {
+			case len(lost) > 0:
+				return fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
+			case err == nil:
+				wt.since = start
+			case ctx.Err() != nil:
+				return context.Cause(ctx)
+			case time.Since(wt.since) >= l.lease:
+				return err
+			default:
+				return nil
+			}
+		}
+		if !time.Now().Before(deadline) {
+			return nil
+		}
+	}
+}
