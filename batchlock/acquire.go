@@ -24,7 +24,8 @@ import (
 // if less than nine tenths of a WithTTL lock's lease is left, or less than
 // half of a renewed lock's.
 func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
-	return c.lock(ctx, keys, opts, true)
+	l, err := c.lock(ctx, keys, opts, true)
+	return l, onePrefix(err)
 }
 
 // TryLock makes one attempt to take every key. When another owner holds any
@@ -32,7 +33,8 @@ func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*
 // those keys, and no key held that was not held before the call; when it is
 // another lock of this Client, at once, without a call to Redis.
 func (c *Client) TryLock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
-	return c.lock(ctx, keys, opts, false)
+	l, err := c.lock(ctx, keys, opts, false)
+	return l, onePrefix(err)
 }
 
 func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wait bool) (*Lock, error) {
@@ -163,7 +165,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 	for {
 		start := time.Now()
 		groups := l.groups[wt.held:]
-		if wt.focus {
+		if wt.refusedAlone {
 			groups = groups[:1]
 		}
 		outcome := c.acquire(ctx, l, groups, wt.mode(c, wait))
@@ -178,13 +180,13 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			}
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), taken...))
 			return outcome.err
-		case outcome.refused < 0 && wt.focus && wt.held+1 < len(l.groups):
+		case outcome.refused < 0 && wt.refusedAlone && wt.held+1 < len(l.groups):
 			// The group waited for is ours: the rest goes in one attempt.
 			if wt.held == 0 {
 				wt.since = start
 			}
 			wt.held++
-			wt.focus = false
+			wt.refusedAlone = false
 			continue
 		case outcome.refused < 0:
 			if wt.since.IsZero() {
@@ -229,11 +231,11 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 		c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
 		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
 	}
-	if wt.held == 0 && failed+outcome.part > 0 {
+	if wt.held == 0 && failed+outcome.partHeld > 0 {
 		wt.since = start
 	}
-	if outcome.part > 0 {
-		l.split(failed, outcome.part)
+	if outcome.partHeld > 0 {
+		l.split(failed, outcome.partHeld)
 		failed++
 	}
 	wt.held = failed
@@ -241,7 +243,7 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 	// Until the refused group is granted, attempts ask for it alone:
 	// asking for all the rest again and giving most of it back would load
 	// the servers for nothing.
-	wt.focus = true
+	wt.refusedAlone = true
 	return nil
 }
 

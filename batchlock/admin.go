@@ -42,7 +42,8 @@ type HeldKey struct {
 // sorted by key, on every master. It scans: a key taken or released while it
 // runs may or may not be listed. The fencing counters and cancel marks are
 // left out. It reads, and changes nothing.
-func (c *Client) Held(ctx context.Context, pattern string) ([]HeldKey, error) {
+func (c *Client) Held(ctx context.Context, pattern string) (_ []HeldKey, err error) {
+	defer func() { err = onePrefix(err) }()
 	if pattern == "" {
 		return nil, invalid("empty pattern: use \"*\" for every key")
 	}
@@ -55,13 +56,7 @@ func (c *Client) Held(ctx context.Context, pattern string) ([]HeldKey, error) {
 		mu.Unlock()
 		return err
 	}
-	var err error
-	if c.cluster {
-		err = c.rdb.(*redis.ClusterClient).ForEachMaster(ctx, scan)
-	} else {
-		err = scan(ctx, c.rdb.(*redis.Client))
-	}
-	if err != nil {
+	if err := c.deployment.forEachMaster(ctx, scan); err != nil {
 		return nil, fmt.Errorf("batchlock: listing held keys: %w", err)
 	}
 	slices.SortFunc(found, func(a, b HeldKey) int { return strings.Compare(a.Key, b.Key) })
@@ -124,11 +119,12 @@ func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string
 // who holds each: a HeldKey with an empty Owner for a key not held. Unlike
 // Held it scans nothing: one pipeline, one round trip per master. It reads,
 // and changes nothing.
-func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error) {
+func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err error) {
+	defer func() { err = onePrefix(err) }()
 	lockKeys := make([]string, len(keys))
 	for i, k := range keys {
-		if k == "" || reserved(k) {
-			return nil, invalid("key %q is not a lock key", k)
+		if err := c.checkKey(k, "key", i); err != nil {
+			return nil, err
 		}
 		lockKeys[i] = c.cfg.prefix + k
 	}
@@ -198,15 +194,16 @@ type Released struct {
 // could not be released carries its error, which is also returned. Bad keys
 // (empty, or reserved names) are refused with ErrInvalid before anything
 // is sent.
-func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, error) {
+func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released, err error) {
+	defer func() { err = onePrefix(err) }()
 	if len(keys) == 0 {
 		return nil, invalid("no keys")
 	}
 	lockKeys := make([]string, len(keys))
 	out := make([]Released, len(keys))
 	for i, k := range keys {
-		if k == "" || reserved(k) {
-			return nil, invalid("key %q is not a lock key", k)
+		if err := c.checkKey(k, "key", i); err != nil {
+			return nil, err
 		}
 		lockKeys[i] = c.cfg.prefix + k
 		out[i].Key = k
@@ -230,18 +227,17 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 			return args
 		},
 		Read: func(cl *script.Call, at []int) ([]int, error) {
-			vals, err := cl.Reply.Slice()
-			if err != nil || len(vals) != 2+len(at) {
-				return nil, script.Describe(ctx, "batchlock: force unlock", cl, fmt.Errorf("unexpected reply %v", vals))
+			r, err := decodeForce(cl.Reply.Val(), len(at))
+			if err != nil {
+				return nil, script.Describe(ctx, "batchlock: force unlock", cl, err)
 			}
-			now, _ := vals[0].(int64)
 			var away []int
-			for _, k := range stringsOf(vals[1]) {
+			for _, k := range r.elsewhere {
 				away = append(away, partsNamed(parts, at, []string{k})...)
 			}
 			for n, i := range at {
-				v, _ := vals[2+n].(string)
-				if s, ok := parseLock(v, time.UnixMilli(now)); ok {
+				v := r.values[n]
+				if s, ok := parseLock(v, r.now); ok {
 					out[i] = Released{Key: keys[i], Held: true, Owner: s.firstHolder(), Holders: s.holders, Holds: s.holds, Token: s.token}
 					for _, h := range holdsIn(v) {
 						released[h] = true

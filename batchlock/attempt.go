@@ -14,7 +14,7 @@ import (
 // acquireOutcome is what one attempt at some groups found.
 type acquireOutcome struct {
 	refused        int                 // index of the first refused group, -1 when none was
-	part           int                 // keys of the first refused group now held (waiting)
+	partHeld       int                 // keys of the first refused group now held (waiting)
 	queued         []int               // refused groups whose first conflict queues this hold (waiting)
 	granted        []int               // groups now held
 	conflicts      []string            // lock keys held by other owners
@@ -76,7 +76,7 @@ const (
 func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode string) acquireOutcome {
 	out := acquireOutcome{refused: -1}
 	wait := mode != modeTry
-	leaseMs, placeMs := lease.Millis(l.lease), lease.Millis(c.place())
+	leaseMs, placeMs := lease.Millis(l.lease), lease.Millis(c.placeLease())
 	parts := make([]script.Part, len(groups))
 	for i, g := range groups {
 		parts[i] = script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)}
@@ -186,7 +186,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 		}
 		if out.refused < 0 || refused < out.refused {
 			out.refused = refused
-			out.part = part
+			out.partHeld = part
 			out.groupConflicts = inGroup(groups[refused], r.conflicts)
 			out.wait = r.wait
 		}

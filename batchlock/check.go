@@ -48,9 +48,9 @@ func (c *Client) Check(ctx context.Context) error {
 	for _, r := range c.Preflight(ctx) {
 		if r.Err != nil {
 			if r.Node != "" {
-				errs = append(errs, fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, r.Err))
+				errs = append(errs, onePrefix(fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, r.Err)))
 			} else {
-				errs = append(errs, fmt.Errorf("batchlock: check: %s: %w", r.Check, r.Err))
+				errs = append(errs, onePrefix(fmt.Errorf("batchlock: check: %s: %w", r.Check, r.Err)))
 			}
 		}
 	}
@@ -90,7 +90,7 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 		add(CheckScripts, c.checkScripts(ctx, node, tags))
 		add(CheckPubSub, node.SPublish(ctx, c.cfg.prefix+"check:{"+tags[0]+"}", "check").Err())
 		add(CheckEviction, checkEviction(ctx, node))
-		if c.cluster {
+		if c.deployment.isCluster() {
 			add(CheckState, checkState(ctx, node))
 		}
 		add(CheckReplicas, checkReplicas(ctx, node, c.cfg.ack.Replicas))
@@ -106,12 +106,8 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 		mu.Unlock()
 		return nil
 	}
-	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
-		if err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(node) }); err != nil {
-			results = append(results, CheckResult{Check: CheckState, Err: fmt.Errorf("reaching every master: %w", err)})
-		}
-	} else {
-		_ = check(c.rdb.(*redis.Client))
+	if err := c.deployment.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(node) }); err != nil {
+		results = append(results, CheckResult{Check: CheckState, Err: fmt.Errorf("reaching every master: %w", err)})
 	}
 	if len(clocks) > 0 {
 		first, last := clocks[0], clocks[0]
@@ -163,14 +159,13 @@ func (c *Client) checkScripts(ctx context.Context, node *redis.Client, tags [2]s
 // serves, found in one pass over the slots; on one node, of slots 0 and 1.
 func (c *Client) slotTags(ctx context.Context, addr string) [2]string {
 	tags := [2]string{hashtag.ForSlot(0), hashtag.ForSlot(1)}
-	cluster, ok := c.rdb.(*redis.ClusterClient)
-	if !ok {
+	if !c.deployment.isCluster() {
 		return tags
 	}
 	found := 0
 	for slot := 0; slot < hashtag.SlotCount && found < len(tags); slot++ {
 		tag := hashtag.ForSlot(slot)
-		if node, err := cluster.MasterForKey(ctx, "{"+tag+"}"); err == nil && node.Options().Addr == addr {
+		if node, err := c.deployment.masterOf(ctx, "{"+tag+"}"); err == nil && node.Options().Addr == addr {
 			tags[found] = tag
 			found++
 		}
@@ -224,14 +219,7 @@ func checkReplicas(ctx context.Context, node *redis.Client, want int) error {
 }
 
 func (c *Client) checkClientOptions() error {
-	var retries int
-	var timeouts bool
-	switch r := c.rdb.(type) {
-	case *redis.ClusterClient:
-		retries, timeouts = r.Options().MaxRetries, r.Options().ContextTimeoutEnabled
-	case *redis.Client:
-		retries, timeouts = r.Options().MaxRetries, r.Options().ContextTimeoutEnabled
-	}
+	retries, timeouts := c.deployment.settings()
 	var errs []error
 	if retries > 0 {
 		errs = append(errs, fmt.Errorf("MaxRetries %d: go-redis's retries stack on batchlock's own; leave it unset on a ClusterClient, -1 on a Client", retries))

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
 )
@@ -17,10 +16,10 @@ import (
 // concurrent use. Close it when done: it owns a watchdog goroutine and the
 // pub/sub connections of waiters.
 type Client struct {
-	rdb     redis.UniversalClient
-	cluster bool
-	cfg     config
-	runner  *script.Runner
+	rdb        redis.UniversalClient
+	deployment deployment
+	cfg        config
+	runner     *script.Runner
 
 	watchdog *watchdog
 	waiters  *waiters
@@ -57,37 +56,19 @@ type Client struct {
 //
 // Redis 7.0 or newer is required (sharded pub/sub).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	c := &Client{rdb: rdb, cfg: defaultConfig(), held: make(map[*Lock]struct{})}
-	switch r := rdb.(type) {
-	case *redis.ClusterClient:
-		if r == nil {
-			return nil, invalid("nil redis client")
-		}
-		c.cluster = true
-	case *redis.Client:
-		if r == nil {
-			return nil, invalid("nil redis client")
-		}
-	case nil:
-		return nil, invalid("nil redis client")
-	default:
-		return nil, invalid("unsupported redis client %T: use a *redis.ClusterClient or a *redis.Client", rdb)
+	d, err := newDeployment(rdb)
+	if err != nil {
+		return nil, err
 	}
+	c := &Client{rdb: rdb, deployment: d, cfg: defaultConfig(), held: make(map[*Lock]struct{})}
 	for _, o := range opts {
 		o.apply(&c.cfg)
-	}
-	c.fences = make([]atomic.Pointer[string], 1)
-	if c.cluster {
-		c.fences = make([]atomic.Pointer[string], hashtag.SlotCount)
 	}
 	if err := c.cfg.validate(); err != nil {
 		return nil, err
 	}
-	runner, err := script.New(rdb)
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
-	c.runner = runner
+	c.fences = make([]atomic.Pointer[string], d.slots())
+	c.runner = d.runner()
 	c.watchdog = newWatchdog(c)
 	c.waiters = newWaiters(c)
 	c.gates = newGates()

@@ -93,3 +93,32 @@ func describeKeys(keys []string) string {
 	}
 	return b.String()
 }
+
+// errPrefix starts the message of every error the package returns, once:
+// the sentinels carry it, and an error that wraps several of them says it
+// only at its start (onePrefix).
+const errPrefix = "batchlock: "
+
+// onePrefix returns err, or, when its message says errPrefix more than once
+// and starts with it, err with a message that says it only at the start;
+// errors.Is and errors.As see through it. An error that does not start with
+// errPrefix (a caller's, wrapping one of ours) is the caller's message and
+// left as it is.
+func onePrefix(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, errPrefix) || strings.Count(msg, errPrefix) < 2 {
+		return err
+	}
+	return &prefixedError{msg: errPrefix + strings.ReplaceAll(msg, errPrefix, ""), err: err}
+}
+
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string { return e.msg }
+func (e *prefixedError) Unwrap() error { return e.err }

@@ -2,7 +2,6 @@ package batchlock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -178,21 +177,18 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 		},
 		Read: func(cl *script.Call, in []int) ([]int, error) {
 			segs := segments(in)
-			var vals []any // nil: every hold was extended
-			if n, err := cl.Reply.Int64(); err != nil || n != 0 {
-				var err error
-				if vals, err = cl.Reply.Slice(); err != nil || len(vals) != 2*len(segs) {
-					return nil, script.Describe(ctx, "batchlock: extend", cl, fmt.Errorf("unexpected reply %v", cl.Reply.Val()))
-				}
+			lists, err := decodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
+			if err != nil {
+				return nil, script.Describe(ctx, "batchlock: extend", cl, err)
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			var again []int
 			for n, seg := range segs {
 				i := lockOf[at[seg[0]]]
-				if vals != nil {
-					results[i].lost = append(results[i].lost, stringsOf(vals[2*n])...)
-					again = append(again, partsNamed(sub, seg, stringsOf(vals[2*n+1]))...)
+				if lists != nil {
+					results[i].lost = append(results[i].lost, lists[n].lost...)
+					again = append(again, partsNamed(sub, seg, lists[n].elsewhere)...)
 				}
 				if !ack.Acknowledged(cl) {
 					fail(i, unacknowledged(cl, ack))

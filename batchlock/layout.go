@@ -107,7 +107,7 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 		ends, who, _ := strings.Cut(e, "=")
 		// No end: the one hold of a key taken afresh, which ends with the
 		// key, there to be read.
-		if ends != "" && !live(ends, now) {
+		if ends != "" && !endsAfter(ends, now) {
 			continue
 		}
 		s.holds++
@@ -122,7 +122,7 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	s.holders = slices.Compact(s.holders)
 	for e := range strings.SplitSeq(queue, ",") {
 		_, ends, _ := strings.Cut(e, "@")
-		if live(strings.TrimRight(ends, "sp"), now) {
+		if endsAfter(strings.TrimRight(ends, "sp"), now) {
 			s.waiting++
 		}
 	}
@@ -149,15 +149,15 @@ func placeIn(value, hold string, now time.Time) bool {
 	_, rest, _ := strings.Cut(value, " ")
 	queue, _, _ := strings.Cut(rest, " ")
 	for e := range strings.SplitSeq(queue, ",") {
-		if h, ends, ok := strings.Cut(e, "@"); ok && h == hold && live(strings.TrimRight(ends, "sp"), now) {
+		if h, ends, ok := strings.Cut(e, "@"); ok && h == hold && endsAfter(strings.TrimRight(ends, "sp"), now) {
 			return true
 		}
 	}
 	return false
 }
 
-// live reports whether ends, in milliseconds, is after now.
-func live(ends string, now time.Time) bool {
+// endsAfter reports whether ends, in milliseconds, is after now.
+func endsAfter(ends string, now time.Time) bool {
 	ms, err := strconv.ParseInt(ends, 10, 64)
 	return err == nil && time.UnixMilli(ms).After(now)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
 )
@@ -137,7 +138,8 @@ func (l *Lock) ValidUntil() time.Time {
 // WithReplicas, the extension counts only once replicas acknowledged it:
 // otherwise the error wraps ErrNoReplicas and the lock's validity (ValidUntil)
 // is not lengthened. On any error the validity stays as it was.
-func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
+	defer func() { err = onePrefix(err) }()
 	if ttl < time.Millisecond {
 		return invalid("ttl %v must be at least 1ms", ttl)
 	}
@@ -170,7 +172,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // the release fails (the network, a master down, ctx ending), Unlock returns
 // the error and the lock can be unlocked again; it is no longer renewed, so
 // its keys are freed when their lease runs out if no later Unlock succeeds.
-func (l *Lock) Unlock(ctx context.Context) error {
+func (l *Lock) Unlock(ctx context.Context) (err error) {
+	defer func() { err = onePrefix(err) }()
 	l.unlocking.Lock()
 	defer l.unlocking.Unlock()
 	if l.released {
@@ -231,7 +234,7 @@ func (l *Lock) arm() {
 func (l *Lock) untilExpiry() time.Duration {
 	d := time.Until(l.validUntil)
 	if l.renew {
-		d -= l.lease / 6
+		d -= lease.LossMargin(l.lease)
 	}
 	return d
 }
@@ -262,7 +265,7 @@ func (l *Lock) lose(err error) {
 
 // finish ends the lock with err; only the first end counts.
 func (l *Lock) finish(err error) bool {
-	if !l.life.End(err) {
+	if !l.life.End(onePrefix(err)) {
 		return false
 	}
 	l.c.unhold(l)

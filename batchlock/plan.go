@@ -49,7 +49,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 	}
 
 	var slots []hashtag.Group
-	if c.cluster {
+	if c.deployment.isCluster() {
 		slots = hashtag.GroupBySlot(lockKeys)
 	} else {
 		// A single node takes the whole batch in one slot's worth of calls.

@@ -38,16 +38,11 @@ func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []strin
 			return mayBeFree
 		}
 	}
-	var pipe redis.Pipeliner
-	if cluster, ok := c.rdb.(*redis.ClusterClient); ok {
-		master, err := cluster.MasterForKey(ctx, blockers[0])
-		if err != nil {
-			return mayBeFree
-		}
-		pipe = master.Pipeline()
-	} else {
-		pipe = c.rdb.Pipeline()
+	master, err := c.deployment.masterOf(ctx, blockers[0])
+	if err != nil {
+		return mayBeFree
 	}
+	pipe := master.Pipeline()
 	values := make([]*redis.StringCmd, len(blockers))
 	for i, k := range blockers {
 		values[i] = pipe.Get(ctx, k)

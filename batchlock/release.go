@@ -2,7 +2,6 @@ package batchlock
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/batchlock/batchlock/hashtag"
@@ -46,15 +45,15 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 			return args
 		},
 		Read: func(cl *script.Call, at []int) ([]int, error) {
-			if n, err := cl.Reply.Int64(); err == nil && n == 0 {
+			lists, err := decodeKeyLists(cl.Reply.Val(), 1)
+			if err != nil {
+				return nil, script.Describe(ctx, "batchlock: release", cl, err)
+			}
+			if lists == nil {
 				return nil, nil // every key released
 			}
-			vals, err := cl.Reply.Slice()
-			if err != nil || len(vals) != 2 {
-				return nil, script.Describe(ctx, "batchlock: release", cl, fmt.Errorf("unexpected reply %v", cl.Reply.Val()))
-			}
-			taken = append(taken, partsNamed(parts, at, stringsOf(vals[0]))...)
-			return partsNamed(parts, at, stringsOf(vals[1])), nil
+			taken = append(taken, partsNamed(parts, at, lists[0].lost)...)
+			return partsNamed(parts, at, lists[0].elsewhere), nil
 		},
 	})
 	// A key sent again after a run whose reply was lost may have been
@@ -141,17 +140,6 @@ func firstError(results []script.Result) error {
 		}
 	}
 	return nil
-}
-
-func stringsOf(v any) []string {
-	vals, _ := v.([]any)
-	out := make([]string, 0, len(vals))
-	for _, e := range vals {
-		if s, ok := e.(string); ok {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // userKeys strips the prefix from lock keys.

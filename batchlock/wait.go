@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
+	"github.com/batchlock/batchlock/internal/lease"
 )
 
 // waitForTurn waits, with a place in the queue of the group refused, until
@@ -31,7 +32,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		}
 		switch c.recheck(ctx, l, l.groups[wt.held], blockers) {
 		case handedOver:
-			wt.focus = false
+			wt.refusedAlone = false
 			l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(blockers)})
 			return nil
 		case mayBeFree:
@@ -47,7 +48,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 	if wt.sub.handedOff() {
 		// The key waited for is ours: the next attempt takes it and all
 		// the rest, the one call a conflict costs per master.
-		wt.focus = false
+		wt.refusedAlone = false
 		l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(wt.queuedFor)})
 	}
 	wt.attempt++
@@ -57,19 +58,19 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 // errWaitOver is the cause that ends a wait bounded by WithWait.
 var errWaitOver = errors.New("batchlock: waited for WithWait")
 
-// place is how long a waiting call's place in a key's queue lasts unless it
+// placeLease is how long a waiting call's place in a key's queue lasts unless it
 // asks again: a few of its polls, which renew it, so that the place of a
 // waiter that died lapses soon.
-func (c *Client) place() time.Duration { return max(3*c.cfg.pollMax, 2*time.Second) }
+func (c *Client) placeLease() time.Duration { return max(3*c.cfg.pollMax, 2*time.Second) }
 
 // waiting is the state of a Lock call that waits for some of its groups.
 type waiting struct {
-	held    int       // groups[:held] are held
-	since   time.Time // the oldest lease among them started then
-	waited  bool      // more than one attempt was made
-	focus   bool      // the next attempt asks for groups[held] alone
-	sub     *subscription
-	attempt int
+	held         int       // groups[:held] are held
+	since        time.Time // the oldest lease among them started then
+	waited       bool      // more than one attempt was made
+	refusedAlone bool      // the next attempt asks for groups[held], the one refused, alone
+	sub          *subscription
+	attempt      int
 	// queuedFor are the lock keys whose queue the call took a place in
 	// last (EventQueued says each once).
 	queuedFor []string
@@ -104,7 +105,7 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 	deadline := time.Now().Add(d)
 	for {
 		next := deadline
-		renewAt := wt.since.Add(l.lease / 3)
+		renewAt := wt.since.Add(lease.RenewalPeriod(l.lease))
 		if wt.held > 0 && renewAt.Before(next) {
 			next = renewAt
 		}
@@ -125,7 +126,7 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 			// the lease), and if it has not landed by then the next attempt,
 			// which renews the place, goes first and the renewal is tried
 			// again after it, until the held keys' lease has run out.
-			rctx, cancel := context.WithTimeout(ctx, min(c.place(), l.lease)/3)
+			rctx, cancel := context.WithTimeout(ctx, lease.RenewalPeriod(min(c.placeLease(), l.lease)))
 			lost, err := c.extend(rctx, l, l.groups[:wt.held], l.lease)
 			cancel()
 			switch {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/batchlock/batchlock/hashtag"
 )
 
 // releasedMessage is what the scripts publish on a lock key's channel when
@@ -40,9 +38,9 @@ type listener struct {
 	ps       *redis.PubSub
 	channels map[string]*channel // wanted, guarded by waiters.mu
 
-	// sync sends (un)subscriptions one at a time, outside waiters.mu, and
+	// sending sends (un)subscriptions one at a time, outside waiters.mu, and
 	// sent is what it last asked the server for.
-	sync    sync.Mutex
+	sending sync.Mutex
 	sent    map[string]bool
 	started bool
 	dropped bool // taken out of use; guarded by waiters.mu
@@ -93,13 +91,10 @@ func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *s
 		return s
 	}
 	for _, key := range keys {
-		slot := 0
-		if ws.c.cluster {
-			slot = hashtag.Slot(key)
-		}
+		slot := ws.c.deployment.slot(key)
 		ln := ws.listeners[slot]
 		if ln == nil {
-			ln = &listener{slot: slot, ps: ws.newPubSub(), channels: make(map[string]*channel),
+			ln = &listener{slot: slot, ps: ws.c.deployment.pubSub(), channels: make(map[string]*channel),
 				sent: make(map[string]bool), leaving: make(map[string]int)}
 			ws.listeners[slot] = ln
 		}
@@ -115,7 +110,7 @@ func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *s
 	}
 	ws.mu.Unlock()
 	for ln := range touched {
-		ws.sync(ctx, ln)
+		ws.sendSubscriptions(ctx, ln)
 	}
 
 	t := time.NewTimer(confirmTimeout)
@@ -140,22 +135,12 @@ func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *s
 	return s
 }
 
-// newPubSub returns a pub/sub client not yet connected: its first
-// subscription connects it to the master of that channel's slot, and so
-// does every reconnect.
-func (ws *waiters) newPubSub() *redis.PubSub {
-	if ws.c.cluster {
-		return ws.c.rdb.(*redis.ClusterClient).SSubscribe(context.Background())
-	}
-	return ws.c.rdb.(*redis.Client).SSubscribe(context.Background())
-}
-
-// sync makes ln's subscriptions on the server what its channels want, and
+// sendSubscriptions makes ln's subscriptions on the server what its channels want, and
 // starts its reader after its first subscription. A listener left with no
 // channel is closed.
-func (ws *waiters) sync(ctx context.Context, ln *listener) {
-	ln.sync.Lock()
-	defer ln.sync.Unlock()
+func (ws *waiters) sendSubscriptions(ctx context.Context, ln *listener) {
+	ln.sending.Lock()
+	defer ln.sending.Unlock()
 	ws.mu.Lock()
 	var add, drop []string
 	for key := range ln.channels {
@@ -281,9 +266,7 @@ func (ws *waiters) drop(ln *listener) {
 			s.wake()
 		}
 	}
-	if ws.c.cluster {
-		ws.c.rdb.(*redis.ClusterClient).ReloadState(context.Background())
-	}
+	ws.c.deployment.reloadSlots()
 	ws.wg.Go(func() { _ = ln.ps.Close() })
 }
 
@@ -374,6 +357,6 @@ func (s *subscription) close() {
 	s.joined = nil
 	ws.mu.Unlock()
 	for ln := range touched {
-		ws.sync(context.Background(), ln)
+		ws.sendSubscriptions(context.Background(), ln)
 	}
 }

@@ -80,7 +80,7 @@ func (wd *watchdog) wake() {
 // renewalOf is when a lock whose lease is confirmed until validUntil is
 // renewed: a third of a lease after that lease began.
 func (wd *watchdog) renewalOf(validUntil time.Time) time.Time {
-	return validUntil.Add(-2 * wd.c.cfg.lease / 3)
+	return validUntil.Add(-wd.c.cfg.lease + lease.RenewalPeriod(wd.c.cfg.lease))
 }
 
 func (wd *watchdog) remove(l *Lock) {
@@ -137,7 +137,7 @@ func (wd *watchdog) next() (time.Time, bool) {
 // further than the holder was told; they go in a batch of their own per
 // acknowledgement setting.
 func (wd *watchdog) startRound() {
-	horizon := time.Now().Add(wd.c.cfg.lease / 6)
+	horizon := time.Now().Add(lease.RoundHorizon(wd.c.cfg.lease))
 	wd.mu.Lock()
 	batches := make(map[script.Ack][]*Lock)
 	for l, r := range wd.due {
@@ -149,7 +149,7 @@ func (wd *watchdog) startRound() {
 	wd.mu.Unlock()
 	for ack, locks := range batches {
 		wd.rounds.Go(func() {
-			ctx, cancel := context.WithTimeout(wd.ctx, wd.c.cfg.lease/3)
+			ctx, cancel := context.WithTimeout(wd.ctx, lease.RenewalPeriod(wd.c.cfg.lease))
 			defer cancel()
 			wd.renewBatch(ctx, locks, ack)
 		})
@@ -183,7 +183,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ac
 			wd.reschedule(l, wd.renewalOf(start.Add(wd.c.cfg.lease)))
 			l.emit(Event{Kind: EventRenewed, Duration: left})
 		default:
-			wd.reschedule(l, time.Now().Add(wd.c.cfg.lease/12))
+			wd.reschedule(l, time.Now().Add(lease.RetryAfter(wd.c.cfg.lease)))
 		}
 	})
 }

@@ -46,19 +46,15 @@ var (
 )
 
 // NewFloor returns the floor on rdb.
-func NewFloor(rdb *redis.ClusterClient) (*Floor, error) { return newFloor(rdb, NameFloor, false) }
+func NewFloor(rdb *redis.ClusterClient) *Floor { return newFloor(rdb, NameFloor, false) }
 
 // NewFencedFloor returns the fenced floor on rdb.
-func NewFencedFloor(rdb *redis.ClusterClient) (*Floor, error) {
+func NewFencedFloor(rdb *redis.ClusterClient) *Floor {
 	return newFloor(rdb, NameFencedFloor, true)
 }
 
-func newFloor(rdb *redis.ClusterClient, name string, fenced bool) (*Floor, error) {
-	runner, err := script.New(rdb)
-	if err != nil {
-		return nil, err
-	}
-	return &Floor{name: name, fenced: fenced, rdb: rdb, runner: runner}, nil
+func newFloor(rdb *redis.ClusterClient, name string, fenced bool) *Floor {
+	return &Floor{name: name, fenced: fenced, rdb: rdb, runner: script.NewCluster(rdb)}
 }
 
 // FenceKey is the fenced floor's token counter of slot, named as

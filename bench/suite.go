@@ -106,14 +106,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
-	floor, err := NewFloor(client())
-	if err != nil {
-		return nil, errors.Join(err, s.Close())
-	}
-	fenced, err := NewFencedFloor(client())
-	if err != nil {
-		return nil, errors.Join(err, s.Close())
-	}
+	floor, fenced := NewFloor(client()), NewFencedFloor(client())
 	redsyncSeq, redislockSeq := NewRedsync(NameRedsyncSeq, client(), false), NewRedislock(NameRedislockSeq, client(), false)
 	s.Lockers = []Locker{
 		bl,
@@ -127,10 +120,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		OneSlot{floor},
 		OneSlot{fenced},
 	}
-	processorFloor, err := NewFencedFloor(client())
-	if err != nil {
-		return nil, errors.Join(err, s.Close())
-	}
+	processorFloor := NewFencedFloor(client())
 	// batchlock through n Clients, each on a cluster client of its own, as
 	// n processes would have it.
 	newLeastBusy := func(name string, n int) (*LeastBusy, error) {

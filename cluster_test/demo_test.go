@@ -249,7 +249,7 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "without --force nothing is released")
 	code, _, errOut = command(t, bin, "unlock", "--force", "--addrs", addrs, "--prefix", prefix, "sku:1", "fence:{x}")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `key "fence:{x}" is not a lock key`)
+	assert.Contains(t, errOut, `key "fence:{x}": names starting with "fence:{" or "cancel:{" are reserved`)
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), "a usage error in one line: %q", errOut)
 	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "a bad key releases nothing")
 

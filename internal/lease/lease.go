@@ -31,3 +31,23 @@ func Kept(left, lease time.Duration, renewed bool) bool {
 func Millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
+
+// The watchdog's rhythm, in fractions of a lease. Enough and Kept rest on
+// them: a renewed lock must reach its next renewal with a sixth to spare.
+
+// RenewalPeriod is how long after a lease began it is renewed (with two
+// thirds of it left), and how long a renewal call may take.
+func RenewalPeriod(lease time.Duration) time.Duration { return lease / 3 }
+
+// RoundHorizon is how far ahead a round of renewals looks: a lock due that
+// soon is renewed in this round rather than in one of its own.
+func RoundHorizon(lease time.Duration) time.Duration { return lease / 6 }
+
+// LossMargin is how much earlier than its lease's end a renewed lock counts
+// as lost (half a renewal period), so that its holder hears of the loss
+// before another client can take the keys.
+func LossMargin(lease time.Duration) time.Duration { return lease / 6 }
+
+// RetryAfter is how soon a renewal that could not be confirmed is tried
+// again.
+func RetryAfter(lease time.Duration) time.Duration { return lease / 12 }

@@ -57,3 +57,21 @@ func TestMillisRoundsUp(t *testing.T) {
 		}
 	}
 }
+
+// The watchdog's rhythm holds together for any lease: a lock handed out with
+// what Enough asks for is renewed before it would count as lost, a round
+// looks no further ahead than a renewal period, and an unconfirmed renewal
+// is tried again before the loss margin runs out.
+func TestRenewalRhythm(t *testing.T) {
+	for _, l := range []time.Duration{3 * time.Millisecond, time.Second, 30 * time.Second, time.Hour} {
+		if RenewalPeriod(l)+LossMargin(l) > l/2 {
+			t.Errorf("lease %v: renewal at %v plus loss margin %v is past the half Enough leaves", l, RenewalPeriod(l), LossMargin(l))
+		}
+		if RoundHorizon(l) >= RenewalPeriod(l) {
+			t.Errorf("lease %v: a round looks %v ahead, past a renewal period %v", l, RoundHorizon(l), RenewalPeriod(l))
+		}
+		if RetryAfter(l) >= LossMargin(l) {
+			t.Errorf("lease %v: retry after %v, not within the loss margin %v", l, RetryAfter(l), LossMargin(l))
+		}
+	}
+}

@@ -14,10 +14,6 @@ import (
 // found for its slot (the cluster's map is being reloaded).
 var errUnrouted = errors.New("no master known for the slot")
 
-func errUnsupported(rdb redis.UniversalClient) error {
-	return fmt.Errorf("unsupported redis client %T: use a *redis.ClusterClient or a *redis.Client", rdb)
-}
-
 // Retryable reports errors after which a script call has not run, or may have
 // run but is safe to repeat, and may succeed when sent again.
 func Retryable(err error) bool {

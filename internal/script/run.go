@@ -36,28 +36,27 @@ type Runner struct {
 	single bool
 }
 
-// New returns a Runner on rdb: a *redis.ClusterClient, or a *redis.Client for
-// one node. Other clients are refused with an error naming their type.
-func New(rdb redis.UniversalClient) (*Runner, error) {
-	switch r := rdb.(type) {
-	case *redis.ClusterClient:
-		m := &masters{rdb: r, nodes: nodes{rdb: r}}
-		return &Runner{
-			sender: m,
-			close:  m.nodes.close,
-			master: func(ctx context.Context, key string) (string, error) {
-				node, err := r.MasterForKey(ctx, key)
-				if err != nil {
-					return "", fmt.Errorf("%w: %w", errUnrouted, err)
-				}
-				return node.Options().Addr, nil
-			},
-			reload: func(ctx context.Context) { r.ReloadState(ctx) },
-		}, nil
-	case *redis.Client:
-		return &Runner{sender: single{r}, master: oneNode, single: true}, nil
+// NewCluster returns a Runner on a cluster client: each call goes to the
+// master of its slot, and redirections are followed.
+func NewCluster(r *redis.ClusterClient) *Runner {
+	m := &masters{rdb: r, nodes: nodes{rdb: r}}
+	return &Runner{
+		sender: m,
+		close:  m.nodes.close,
+		master: func(ctx context.Context, key string) (string, error) {
+			node, err := r.MasterForKey(ctx, key)
+			if err != nil {
+				return "", fmt.Errorf("%w: %w", errUnrouted, err)
+			}
+			return node.Options().Addr, nil
+		},
+		reload: func(ctx context.Context) { r.ReloadState(ctx) },
 	}
-	return nil, errUnsupported(rdb)
+}
+
+// NewNode returns a Runner on the client of a single node.
+func NewNode(r *redis.Client) *Runner {
+	return &Runner{sender: single{r}, master: oneNode, single: true}
 }
 
 func oneNode(context.Context, string) (string, error) { return "", nil }

@@ -121,3 +121,65 @@ func stringList(v any) ([]string, error) {
 	}
 	return out, nil
 }
+
+// keyLists is, per lock of a release.lua or extend.lua call (one for a
+// release), the keys that no longer carry its hold (held by another owner,
+// or lost) and the keys whose slot this master does not serve.
+type keyLists struct{ lost, elsewhere []string }
+
+// decodeKeyLists decodes a release or extend reply for locks locks: 0 when
+// every key went as asked (nil), else {lost, elsewhere, ...} per lock.
+func decodeKeyLists(reply any, locks int) ([]keyLists, error) {
+	if n, ok := reply.(int64); ok && n == 0 {
+		return nil, nil
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 2*locks {
+		return nil, fmt.Errorf("unexpected reply %v", reply)
+	}
+	out := make([]keyLists, locks)
+	for i := range out {
+		var err error
+		if out[i].lost, err = stringList(vals[2*i]); err != nil {
+			return nil, fmt.Errorf("unexpected reply %v: %w", reply, err)
+		}
+		if out[i].elsewhere, err = stringList(vals[2*i+1]); err != nil {
+			return nil, fmt.Errorf("unexpected reply %v: %w", reply, err)
+		}
+	}
+	return out, nil
+}
+
+// forceReply is force.lua's reply for keys keys: the server's time, the keys
+// it does not serve, and per key the value it had (empty for none).
+type forceReply struct {
+	now       time.Time
+	elsewhere []string
+	values    []string
+}
+
+func decodeForce(reply any, keys int) (forceReply, error) {
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 2+keys {
+		return forceReply{}, fmt.Errorf("unexpected reply %v", reply)
+	}
+	ms, ok := vals[0].(int64)
+	if !ok {
+		return forceReply{}, fmt.Errorf("unexpected reply %v: no time", reply)
+	}
+	elsewhere, err := stringList(vals[1])
+	if err != nil {
+		return forceReply{}, fmt.Errorf("unexpected reply %v: %w", reply, err)
+	}
+	r := forceReply{now: time.UnixMilli(ms), elsewhere: elsewhere, values: make([]string, keys)}
+	for i, v := range vals[2:] {
+		switch v := v.(type) {
+		case string:
+			r.values[i] = v
+		case nil:
+		default:
+			return forceReply{}, fmt.Errorf("unexpected reply %v: value %v", reply, v)
+		}
+	}
+	return r, nil
+}

@@ -54,3 +54,49 @@ func TestDecodeAcquire(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeKeyLists(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply any
+		locks int
+		want  []keyLists
+		bad   bool
+	}{
+		{name: "every key went as asked", reply: int64(0), locks: 2},
+		{name: "one release", reply: []any{[]any{"p:a"}, []any{"p:b"}}, locks: 1, want: []keyLists{{lost: []string{"p:a"}, elsewhere: []string{"p:b"}}}},
+		{name: "two locks extended", reply: []any{[]any{}, []any{}, []any{"p:c"}, []any{}}, locks: 2,
+			want: []keyLists{{lost: []string{}, elsewhere: []string{}}, {lost: []string{"p:c"}, elsewhere: []string{}}}},
+		{name: "another number", reply: int64(1), locks: 1, bad: true},
+		{name: "a list per lock missing", reply: []any{[]any{}, []any{}}, locks: 2, bad: true},
+		{name: "a key not a string", reply: []any{[]any{int64(1)}, []any{}}, locks: 1, bad: true},
+		{name: "not a list of lists", reply: []any{"p:a", []any{}}, locks: 1, bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeKeyLists(tc.reply, tc.locks)
+			if tc.bad {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "unexpected reply")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestDecodeForce(t *testing.T) {
+	got, err := decodeForce([]any{int64(1700000000000), []any{"p:moved"}, "3 - h:a= alice", nil}, 2)
+	require.NoError(t, err)
+	assert.Equal(t, forceReply{now: time.UnixMilli(1700000000000), elsewhere: []string{"p:moved"}, values: []string{"3 - h:a= alice", ""}}, got)
+	for name, reply := range map[string]any{
+		"a value missing":       []any{int64(1), []any{}},
+		"no time":               []any{"now", []any{}, nil},
+		"moved keys not a list": []any{int64(1), "p:moved", nil},
+		"a value not a string":  []any{int64(1), []any{}, int64(3)},
+		"not a list":            int64(0),
+	} {
+		_, err := decodeForce(reply, 1)
+		assert.Error(t, err, name)
+	}
+}

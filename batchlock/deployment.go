@@ -1,0 +1,108 @@
+package batchlock
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+// deployment is the Redis a Client locks on: a cluster, or a single node (a
+// Sentinel failover client too). It is the one place that tells the two
+// apart; the rest of the package asks it.
+type deployment struct {
+	cluster *redis.ClusterClient // nil on a single node
+	node    *redis.Client        // nil on a cluster
+}
+
+// newDeployment accepts a cluster client or a single node's client, and
+// refuses anything else by its type (a *redis.Ring spreads keys by its own
+// hashing, with no atomicity across them).
+func newDeployment(rdb redis.UniversalClient) (deployment, error) {
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		if r != nil {
+			return deployment{cluster: r}, nil
+		}
+	case *redis.Client:
+		if r != nil {
+			return deployment{node: r}, nil
+		}
+	case nil:
+	default:
+		return deployment{}, invalid("unsupported redis client %T: use a *redis.ClusterClient or a *redis.Client", rdb)
+	}
+	return deployment{}, invalid("nil redis client")
+}
+
+func (d deployment) isCluster() bool { return d.cluster != nil }
+
+// slots is how many slots keys fall in: a cluster's, or one on a single
+// node, which takes a whole batch as one slot's worth of calls.
+func (d deployment) slots() int {
+	if d.isCluster() {
+		return hashtag.SlotCount
+	}
+	return 1
+}
+
+// slot is the slot of a lock key (see slots).
+func (d deployment) slot(key string) int {
+	if d.isCluster() {
+		return hashtag.Slot(key)
+	}
+	return 0
+}
+
+// runner is the script pipeline of the deployment.
+func (d deployment) runner() *script.Runner {
+	if d.isCluster() {
+		return script.NewCluster(d.cluster)
+	}
+	return script.NewNode(d.node)
+}
+
+// forEachMaster calls fn with the client of every master, at once.
+func (d deployment) forEachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	if d.isCluster() {
+		return d.cluster.ForEachMaster(ctx, fn)
+	}
+	return fn(ctx, d.node)
+}
+
+// masterOf returns the client of the master that serves key's slot.
+func (d deployment) masterOf(ctx context.Context, key string) (*redis.Client, error) {
+	if d.isCluster() {
+		return d.cluster.MasterForKey(ctx, key)
+	}
+	return d.node, nil
+}
+
+// pubSub returns a pub/sub client not yet connected: its first subscription
+// connects it to the master of that channel's slot, and so does every
+// reconnect.
+func (d deployment) pubSub() *redis.PubSub {
+	if d.isCluster() {
+		return d.cluster.SSubscribe(context.Background())
+	}
+	return d.node.SSubscribe(context.Background())
+}
+
+// reloadSlots asks for the cluster's map of slots to be read again, after a
+// sign that it changed; it returns at once.
+func (d deployment) reloadSlots() {
+	if d.isCluster() {
+		d.cluster.ReloadState(context.Background())
+	}
+}
+
+// settings are the go-redis settings batchlock relies on: node retries, and
+// calls that end with their context.
+func (d deployment) settings() (maxRetries int, contextTimeouts bool) {
+	if d.isCluster() {
+		return d.cluster.Options().MaxRetries, d.cluster.Options().ContextTimeoutEnabled
+	}
+	return d.node.Options().MaxRetries, d.node.Options().ContextTimeoutEnabled
+}

@@ -1,0 +1,61 @@
+package batchlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestOnePrefix(t *testing.T) {
+	conflict := &ConflictError{Keys: []string{"a"}}
+	callers := errors.New("saving the order")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil", nil, ""},
+		{"a sentinel", ErrNotHeld, "batchlock: not held"},
+		{"two sentinels", fmt.Errorf("%w: %w", ErrNotObtained, ErrNoReplicas), "batchlock: not obtained: not acknowledged by enough replicas"},
+		{"a step around a sentinel", fmt.Errorf("batchlock: unlock: %w", fmt.Errorf("batchlock: release: %w", ErrNotHeld)), "batchlock: unlock: release: not held"},
+		{"a caller's error around ours", fmt.Errorf("%w: %w", callers, fmt.Errorf("%w: %w", ErrLockLost, ErrMaxHold)), "saving the order: batchlock: lock lost: batchlock: held for its longest hold"},
+		{"a conflict that waited", fmt.Errorf("%w: %w", conflict, ErrClosed), "batchlock: not obtained: held by another owner: \"a\": client closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := onePrefix(tc.err)
+			if tc.err == nil {
+				require.NoError(t, got)
+				return
+			}
+			assert.Equal(t, tc.want, got.Error())
+			assert.ErrorIs(t, got, tc.err, "what it wraps stays visible")
+		})
+	}
+	var c *ConflictError
+	assert.ErrorAs(t, onePrefix(fmt.Errorf("%w: %w", conflict, ErrClosed)), &c)
+}
+
+// An error through the public API says "batchlock:" once, at its start,
+// and still matches each sentinel it wraps: here an Unlock after the lock
+// ended at its longest hold (ErrNotHeld, ErrLockLost, ErrMaxHold) and the
+// lock's own cause.
+func TestErrorsSayBatchlockOnce(t *testing.T) {
+	c, _ := newFaked(t)
+	ctx := t.Context()
+	l, err := c.Lock(ctx, []string{"a"}, WithMaxHold(5*time.Millisecond))
+	require.NoError(t, err)
+	<-l.Done()
+	for _, err := range []error{l.Err(), l.Unlock(ctx)} {
+		require.Error(t, err)
+		assert.Equal(t, 1, strings.Count(err.Error(), errPrefix), err.Error())
+		assert.True(t, strings.HasPrefix(err.Error(), errPrefix), err.Error())
+		assert.ErrorIs(t, err, ErrLockLost)
+		assert.ErrorIs(t, err, ErrMaxHold)
+	}
+	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+}
