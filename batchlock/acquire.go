@@ -87,6 +87,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		err = c.keepIfWanted(ctx, l)
 	}
 	if err != nil {
+		err = onePrefix(err) // the event's error is the one returned
 		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
 		return nil, err
 	}

@@ -130,6 +130,9 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err 
 	}
 	out, err := c.readLocks(ctx, c.rdb, lockKeys)
 	if err != nil {
+		// A master that died answers nothing that would make go-redis
+		// read the map of slots again.
+		c.deployment.reloadSlots()
 		return nil, fmt.Errorf("batchlock: inspecting %d keys: %w", len(keys), err)
 	}
 	return out, nil

@@ -99,20 +99,25 @@ func describeKeys(keys []string) string {
 // only at its start (onePrefix).
 const errPrefix = "batchlock: "
 
-// onePrefix returns err, or, when its message says errPrefix more than once
-// and starts with it, err with a message that says it only at the start;
-// errors.Is and errors.As see through it. An error that does not start with
-// errPrefix (a caller's, wrapping one of ours) is the caller's message and
-// left as it is.
+// onePrefix returns err, or, when its message starts with errPrefix and
+// says it again where one of our errors wraps another (after ": "), err with
+// a message that says it only at the start (each line of a joined error is
+// a message of its own); errors.Is and errors.As see through it. The prefix elsewhere
+// (inside a quoted key, say) is left alone, and so is an error that does not
+// start with errPrefix (a caller's, wrapping one of ours).
 func onePrefix(err error) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	if !strings.HasPrefix(msg, errPrefix) || strings.Count(msg, errPrefix) < 2 {
+	if !strings.HasPrefix(msg, errPrefix) {
 		return err
 	}
-	return &prefixedError{msg: errPrefix + strings.ReplaceAll(msg, errPrefix, ""), err: err}
+	tidy := strings.ReplaceAll(msg, ": "+errPrefix, ": ")
+	if tidy == msg {
+		return err
+	}
+	return &prefixedError{msg: tidy, err: err}
 }
 
 type prefixedError struct {

@@ -24,6 +24,7 @@ func TestOnePrefix(t *testing.T) {
 		{"two sentinels", fmt.Errorf("%w: %w", ErrNotObtained, ErrNoReplicas), "batchlock: not obtained: not acknowledged by enough replicas"},
 		{"a step around a sentinel", fmt.Errorf("batchlock: unlock: %w", fmt.Errorf("batchlock: release: %w", ErrNotHeld)), "batchlock: unlock: release: not held"},
 		{"a caller's error around ours", fmt.Errorf("%w: %w", callers, fmt.Errorf("%w: %w", ErrLockLost, ErrMaxHold)), "saving the order: batchlock: lock lost: batchlock: held for its longest hold"},
+		{"the prefix inside a key", fmt.Errorf("%w: %w", &ConflictError{Keys: []string{"batchlock: a"}}, ErrClosed), "batchlock: not obtained: held by another owner: \"batchlock: a\": client closed"},
 		{"a conflict that waited", fmt.Errorf("%w: %w", conflict, ErrClosed), "batchlock: not obtained: held by another owner: \"a\": client closed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

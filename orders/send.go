@@ -76,10 +76,11 @@ func (s *Stock) send(ctx context.Context, writes []*write) {
 // freshly promoted master). WAIT counts the replicas that received the writes
 // made on its own connection, so it shares the scripts' pipeline.
 func (s *Stock) sendTo(ctx context.Context, node *redis.Client, writes []*write) {
-	if s.replicas > 0 {
+	if read := node.Options().ReadTimeout; s.replicas > 0 && read > 0 {
 		// WAIT may take its whole timeout to answer: the read must not
 		// give up first, or the write would be retried instead of refused.
-		node = node.WithTimeout(node.Options().ReadTimeout + s.replicaTimeout)
+		// (A client without read deadlines, ReadTimeout <= 0, waits anyway.)
+		node = node.WithTimeout(read + s.replicaTimeout)
 	}
 	s.exec(ctx, node, writes, false)
 	var unknown []*write

@@ -66,10 +66,11 @@ func (n single) Send(ctx context.Context, s *redis.Script, calls []*Call, ack Ac
 // WAIT counts the replicas that received the writes made on its own
 // connection, so it shares the scripts' pipeline.
 func sendTo(ctx context.Context, node *redis.Client, s *redis.Script, calls []*Call, ack Ack) {
-	if ack.Replicas > 0 {
+	if read := node.Options().ReadTimeout; ack.Replicas > 0 && read > 0 {
 		// WAIT may take its whole timeout to answer: the read must not
 		// give up first, or the call would be retried instead of refused.
-		node = node.WithTimeout(node.Options().ReadTimeout + ack.Timeout)
+		// (A client without read deadlines, ReadTimeout <= 0, waits anyway.)
+		node = node.WithTimeout(read + ack.Timeout)
 	}
 	exec := func(calls []*Call, bySource bool) {
 		pipe := node.Pipeline()
