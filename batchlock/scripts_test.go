@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -474,4 +476,58 @@ func TestScriptConstantsAgree(t *testing.T) {
 		statuses = append(statuses, n)
 	}
 	assert.ElementsMatch(t, []int64{acquireGranted, acquireRefused, acquireCancelled, acquireElsewhere, acquireUpgrade}, statuses)
+}
+
+// On a master that does not serve a key's slot (moved, or never its), the
+// scripts change nothing for that key and say so: an acquire that meets one
+// takes nothing, even of the keys it could have taken ({-2}); a release, an
+// extension and a forced release name it as elsewhere and go on with the
+// keys served here.
+func TestScriptMovedKeys(t *testing.T) {
+	rdb := halfClusterNode(t)
+	ctx := t.Context()
+	served, moved := hashtag.ForSlot(100), hashtag.ForSlot(9000)
+	here, away := "k{"+served+"}", "k{"+moved+"}"
+	hold := func() {
+		t.Helper()
+		require.NoError(t, rdb.FlushAll(ctx).Err())
+		require.NoError(t, rdb.Set(ctx, here, "3 - h:a= alice", time.Minute).Err())
+	}
+	run := func(s *redis.Script, args ...any) any {
+		t.Helper()
+		reply, err := s.Run(ctx, rdb, nil, args...).Result()
+		require.NoError(t, err)
+		return reply
+	}
+	cancelMark := "cancel:{" + served + "}:h:b"
+
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	reply := run(acquireScript, "bob", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+moved+"}", 1, away)
+	assert.True(t, similar([]any{int64(-2)}, reply), "a moved key: %v", reply)
+	reply = run(acquireScript, "bob", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+served+"}", 1, "j{"+served+"}", "fence:{"+moved+"}", 1, away)
+	assert.True(t, similar([]any{int64(-2)}, reply), "a served and a moved slot: %v", reply)
+	n, err := rdb.Exists(ctx, "j{"+served+"}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the served key the call could have taken is not taken")
+
+	hold()
+	reply = run(releaseScript, releaseArgv("alice", "h:a", here, away)...)
+	assert.True(t, similar([]any{[]any{}, []any{away}}, reply), "release: %v", reply)
+	assert.ErrorIs(t, rdb.Get(ctx, here).Err(), redis.Nil, "the served key is released")
+
+	hold()
+	reply = run(extendScript, "h:a", 60000, 2, here, away)
+	assert.True(t, similar([]any{[]any{}, []any{away}}, reply), "extend: %v", reply)
+	pttl, err := rdb.PTTL(ctx, here).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, 59*time.Second, "the served key is extended")
+
+	hold()
+	vals, ok := run(forceScript, here, away).([]any)
+	require.True(t, ok)
+	require.Len(t, vals, 4)
+	assert.Equal(t, []any{away}, vals[1], "force: the moved key is elsewhere")
+	assert.Equal(t, "3 - h:a= alice", vals[2])
+	assert.Nil(t, vals[3])
+	assert.ErrorIs(t, rdb.Get(ctx, here).Err(), redis.Nil, "the served key is released")
 }

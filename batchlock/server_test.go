@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,39 +61,79 @@ func startScriptServer() {
 		scriptServer.addr = addr
 		return
 	}
+	scriptServer.addr, scriptServer.cmd, scriptServer.err = startRedisServer()
+}
+
+// startRedisServer starts a redis-server on a free loopback port with args
+// added, and waits until it answers.
+func startRedisServer(args ...string) (string, *exec.Cmd, error) {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
-		scriptServer.err = err
-		return
+		return "", nil, err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		scriptServer.err = err
-		return
+		return "", nil, err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	cmd := exec.Command(path, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd := exec.Command(path, append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
 	cmd.Dir = os.TempDir()
 	if err := cmd.Start(); err != nil {
-		scriptServer.err = err
-		return
+		return "", nil, err
 	}
-	scriptServer.cmd = cmd
-	scriptServer.addr = fmt.Sprintf("127.0.0.1:%d", port)
-	rdb := redis.NewClient(&redis.Options{Addr: scriptServer.addr})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := rdb.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return
+			return addr, cmd, nil
 		}
 		if time.Now().After(deadline) {
-			scriptServer.err = fmt.Errorf("redis-server on port %d does not answer: %w", port, err)
-			return
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return "", nil, fmt.Errorf("redis-server on port %d does not answer: %w", port, err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling a server that is starting
+	}
+}
+
+// halfClusterNode starts a cluster-enabled redis-server of the test's own
+// that serves slots 0 to 8191 only: keys of the other half are moved keys
+// to its scripts. Without redis-server the test skips, and under CI=true it
+// fails.
+func halfClusterNode(t *testing.T) *redis.Client {
+	t.Helper()
+	dir := t.TempDir()
+	addr, cmd, err := startRedisServer("--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
+		"--cluster-require-full-coverage", "no", "--dir", dir)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no redis-server for the script tests (CI=true, so this fails): %v", err)
+		}
+		t.Skipf("SKIPPED, no redis-server for the script tests: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := t.Context()
+	if err := rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 8191).Err(); err != nil {
+		t.Fatalf("assigning slots: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := rdb.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return rdb
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node's cluster state is not ok: %q %v", info, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the node's state
 	}
 }
