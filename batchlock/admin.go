@@ -45,7 +45,7 @@ type HeldKey struct {
 func (c *Client) Held(ctx context.Context, pattern string) (_ []HeldKey, err error) {
 	defer func() { err = onePrefix(err) }()
 	if pattern == "" {
-		return nil, invalid("empty pattern: use \"*\" for every key")
+		return nil, invalid("pattern must not be empty: use \"*\" for every key")
 	}
 	var mu sync.Mutex
 	found := []HeldKey{}

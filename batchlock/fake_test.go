@@ -18,8 +18,11 @@ import (
 // fakeRedis models in memory what batchlock's scripts do to lock keys,
 // fencing counters and cancel marks, as a script.Sender: the acquisition
 // loop, rollback, the watchdog, Extend and Unlock run against it without a
-// server, under the real retry layer. The scripts themselves are exercised
-// against a real cluster by the integration suite.
+// server, under the real retry layer, with the faults those tests stage (a
+// lost reply, a slot found elsewhere, a slow master, a holder changed
+// between calls). It models no queue and no shared key: the scripts
+// themselves are checked, case by case, against a real redis-server by the
+// TestScript tests, and against a real cluster by the integration suite.
 type fakeRedis struct {
 	mu     sync.Mutex
 	keys   map[string]*fakeKey

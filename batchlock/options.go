@@ -52,11 +52,8 @@ func (c *config) validate() error {
 	if strings.ContainsAny(c.prefix, "{}") {
 		return invalid("prefix %q must not contain { or }: it would change the slot of every key", c.prefix)
 	}
-	if c.lease <= 0 {
-		return invalid("lease %v must be > 0", c.lease)
-	}
 	if c.lease < 3*time.Millisecond {
-		return invalid("lease %v is too short to be renewed (minimum 3ms)", c.lease)
+		return invalid("lease %v must be at least 3ms: it is renewed every third of it", c.lease)
 	}
 	if err := c.maxHold.validate(); err != nil {
 		return err

@@ -82,7 +82,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 // checkKey refuses a key that cannot be a lock key; what and i name it.
 func (c *Client) checkKey(k, what string, i int) error {
 	if k == "" {
-		return invalid("%s %d is empty", what, i)
+		return invalid("%s %d must not be empty", what, i)
 	}
 	if reserved(k) {
 		return invalid("%s %q: names starting with %q or %q are reserved", what, k, fenceName, cancelName)

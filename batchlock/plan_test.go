@@ -88,10 +88,10 @@ func TestPlanRejectsBadKeys(t *testing.T) {
 	}{
 		{"nil", nil, nil, "no keys"},
 		{"empty list", []string{}, []string{}, "no keys"},
-		{"empty key", []string{"a", "b", ""}, nil, "key 2 is empty"},
+		{"empty key", []string{"a", "b", ""}, nil, "key 2 must not be empty"},
 		{"fence name", []string{"fence:{abc}"}, nil, "reserved"},
 		{"cancel name", []string{"cancel:{abc}"}, nil, "reserved"},
-		{"empty shared key", []string{"a"}, []string{"b", ""}, "shared key 1 is empty"},
+		{"empty shared key", []string{"a"}, []string{"b", ""}, "shared key 1 must not be empty"},
 		{"reserved shared key", nil, []string{"fence:{abc}"}, "shared key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"brace prefix", rdb, []Option{WithPrefix("a{")}, "must not contain"},
 		{"closing brace prefix", rdb, []Option{WithPrefix("a}")}, "must not contain"},
 		{"zero lease", rdb, []Option{WithLease(0)}, "lease"},
-		{"tiny lease", rdb, []Option{WithLease(time.Millisecond)}, "too short"},
+		{"tiny lease", rdb, []Option{WithLease(time.Millisecond)}, "must be at least 3ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.rdb, tc.opts...)

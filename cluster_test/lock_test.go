@@ -341,7 +341,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		want string
 	}{
 		{"no keys", nil, nil, "no keys"},
-		{"empty key", []string{"a", ""}, nil, "key 1 is empty"},
+		{"empty key", []string{"a", ""}, nil, "key 1 must not be empty"},
 		{"reserved key", []string{"fence:{x}"}, nil, "reserved"},
 		{"zero ttl", []string{"a"}, []batchlock.LockOption{batchlock.WithTTL(0)}, "ttl"},
 		{"negative ttl", []string{"a"}, []batchlock.LockOption{batchlock.WithTTL(-time.Second)}, "ttl"},
