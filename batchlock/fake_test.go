@@ -20,9 +20,11 @@ import (
 // loop, rollback, the watchdog, Extend and Unlock run against it without a
 // server, under the real retry layer, with the faults those tests stage (a
 // lost reply, a slot found elsewhere, a slow master, a holder changed
-// between calls). It models no queue and no shared key: the scripts
-// themselves are checked, case by case, against a real redis-server by the
-// TestScript tests, and against a real cluster by the integration suite.
+// between calls). It models no queue and no shared key; on what it models
+// it agrees with the scripts step by step (TestScriptFakeAgrees). The
+// scripts themselves are checked, case by case, against a real
+// redis-server by the TestScript tests, and against a real cluster by the
+// integration suite.
 type fakeRedis struct {
 	mu     sync.Mutex
 	keys   map[string]*fakeKey
