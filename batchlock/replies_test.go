@@ -44,13 +44,7 @@ func TestDecodeAcquire(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := decodeAcquire(tc.reply)
-			if tc.bad {
-				require.Error(t, err)
-				assert.Contains(t, err.Error(), "unexpected reply")
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, got)
+			checkDecoded(t, tc.bad, tc.want, got, err)
 		})
 	}
 }
@@ -74,13 +68,7 @@ func TestDecodeKeyLists(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := decodeKeyLists(tc.reply, tc.locks)
-			if tc.bad {
-				require.Error(t, err)
-				assert.Contains(t, err.Error(), "unexpected reply")
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, got)
+			checkDecoded(t, tc.bad, tc.want, got, err)
 		})
 	}
 }
@@ -99,4 +87,17 @@ func TestDecodeForce(t *testing.T) {
 		_, err := decodeForce(reply, 1)
 		assert.Error(t, err, name)
 	}
+}
+
+// checkDecoded checks a decoder's result: an error that says the reply was
+// unexpected when bad, else want.
+func checkDecoded[T any](t *testing.T, bad bool, want, got T, err error) {
+	t.Helper()
+	if bad {
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "unexpected reply")
+		return
+	}
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
 }
