@@ -52,6 +52,20 @@ func BenchmarkScript(b *testing.B) {
 				mustRun(b, releaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
 			})
 		})
+		// A refused call: every key held by another owner, as a "try"
+		// finds them (it lists each conflict and who holds it); it leaves
+		// the keys as they were, so every iteration meets the same ones.
+		b.Run(fmt.Sprintf("batchlock-refused/keys=%d", n), func(b *testing.B) {
+			held := make([]any, n)
+			for j := range held {
+				held[j] = fmt.Sprintf("{a}held:%d", j)
+				mustRun(b, rdb.Do(b.Context(), "SET", held[j], "1 - h:a= alice", "PX", 600000))
+			}
+			args := append([]any{"bob", "h:b", 10000, modeTry, "cancel:{a}:h:b", 3000, "fence:{a}", n}, held...)
+			measureServer(b, rdb, n, func(int, []string) {
+				mustRun(b, acquireScript.Run(b.Context(), rdb, nil, args...))
+			})
+		})
 	}
 }
 

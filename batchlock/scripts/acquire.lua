@@ -124,10 +124,9 @@ local function slow()
 
   existing = {moved = L.moved}
 
-  -- holders names the owners with a live hold on key, escaped and sorted,
-  -- comma-separated.
-  function existing.holders(key)
-    local s = L.parse(redis.call('GET', key), key, now)
+  -- holders names the owners with a live hold on a key of state s (nil
+  -- for a value that is no lock), escaped and sorted, comma-separated.
+  function existing.holders(s)
     if not s then
       return ''
     elseif s.owner ~= SHARED then
@@ -135,7 +134,10 @@ local function slow()
     end
     local names, seen = {}, {}
     for id, who in pairs(s.owners) do
-      if who ~= '' and s.holds[id] > now and not seen[who] then
+      -- A hold whose lease ended may be gone from s.holds already (live
+      -- drops them).
+      local ends = s.holds[id]
+      if who ~= '' and ends and ends > now and not seen[who] then
         seen[who] = true
         names[#names + 1] = who
       end
@@ -219,7 +221,8 @@ local function slow()
   end
 
   -- verdict says what the hold could do with key, shared or not, without
-  -- changing it: as take does, 0 for a key it could take.
+  -- changing it: as take does (with the key's state when refused), 0 for a
+  -- key it could take.
   function existing.verdict(key, shared)
     local other = L.parse(redis.pcall('GET', key), key, now)
     if other and L.live(other, now) > 0 then
@@ -227,7 +230,7 @@ local function slow()
       if verdict == 'upgrade' then
         return nil, verdict
       elseif verdict == 'refuse' then
-        return false, redis.call('PTTL', key)
+        return false, redis.call('PTTL', key), other
       end
     end
     return 0
@@ -293,7 +296,7 @@ while i <= #ARGV do
     local shared = modes and string.byte(modes, j + 1) == SHARED_BYTE
     local token, left, s
     if not clear then
-      token, left = slow().verdict(key, shared)
+      token, left, s = slow().verdict(key, shared)
     elseif shared then
       token, left, s = slow().take(key, base + j + 1, true)
     else
@@ -321,7 +324,7 @@ while i <= #ARGV do
       clear = false
       conflicts, holders = conflicts or {}, holders or {}
       conflicts[#conflicts + 1] = key
-      holders[#holders + 1] = slow().holders(key)
+      holders[#holders + 1] = slow().holders(s)
       wait = math.max(wait, left)
       if waiting then
         if s then
