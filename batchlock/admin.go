@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/script"
 )
 
@@ -213,7 +212,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released,
 	}
 	parts := make([]script.Part, len(lockKeys))
 	for i, k := range lockKeys {
-		parts[i] = script.Part{Slot: hashtag.Slot(k), Route: k, Keys: 1}
+		parts[i] = script.Part{Slot: c.deployment.slot(k), Route: k, Keys: 1}
 	}
 	released := map[string]bool{} // the holds of the keys released
 	results := c.route(ctx, script.Batch{
