@@ -83,17 +83,25 @@ func BenchmarkHandoff(b *testing.B) {
 					pair = p
 				}
 			}
-			var samples []time.Duration
+			result := HandoffResult{Library: name}
 			for i := 0; b.Loop(); i++ {
-				d, _, err := handoff(b.Context(), pair, fmt.Sprintf("bench:handoff:test:%s:%d", name, i))
+				d, phases, err := handoff(b.Context(), pair, fmt.Sprintf("bench:handoff:test:%s:%d", name, i))
 				if err != nil {
 					b.Fatal(err)
 				}
-				samples = append(samples, d)
+				result.Samples = append(result.Samples, d)
+				if phases.Notice > 0 {
+					result.Phases = append(result.Phases, phases)
+				}
 			}
-			s := Summarize(samples)
-			b.ReportMetric(float64(s.Median)/float64(time.Millisecond), "handoff-median-ms")
-			b.ReportMetric(float64(s.P99)/float64(time.Millisecond), "handoff-p99-ms")
+			s := Summarize(result.Samples)
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			b.ReportMetric(ms(s.Median), "handoff-median-ms")
+			b.ReportMetric(ms(s.P99), "handoff-p99-ms")
+			if ph, ok := (Report{Handoff: []HandoffResult{result}}).handoffPhases(name); ok {
+				b.ReportMetric(ms(ph.Notice), "notice-median-ms")
+				b.ReportMetric(ms(ph.Resume), "resume-median-ms")
+			}
 		})
 	}
 }
