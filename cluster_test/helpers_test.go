@@ -112,6 +112,33 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
+// serverLeaseMargin is how long past a fixed lease's end, counted from its
+// call's return, a poll may take to see that Redis ended it: the millisecond
+// the lease is rounded up to, and a poll of a few masters on a loaded machine.
+const serverLeaseMargin = 100 * time.Millisecond
+
+// eventuallyPastServerLease polls cond until it holds, failing if it does not
+// once Redis must have ended a fixed lease of ttl whose call returned at
+// taken. A holder's Done fires as its lease ends counted from before its
+// call was sent; Redis counts it from when the script ran, a few
+// milliseconds later, and keeps the hold until then.
+// It fails on the first poll that started past that moment and found cond
+// false, however long the test took to get here.
+func eventuallyPastServerLease(t testing.TB, taken time.Time, ttl time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := taken.Add(ttl + serverLeaseMargin)
+	for {
+		started := time.Now()
+		if cond() {
+			return
+		}
+		if !started.Before(deadline) {
+			require.Fail(t, msg, "still so %v after the lease's end as Redis counts it", started.Sub(taken.Add(ttl)))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // holderOf says who holds key (without the prefix), through the admin API.
 func holderOf(t testing.TB, c *batchlock.Client, key string) batchlock.HeldKey {
 	t.Helper()

@@ -381,23 +381,23 @@ func TestExpiredNestedHoldDoesNotKeepTheKey(t *testing.T) {
 	keys := spread(6, "nested-ttl")
 	outer, err := c.Lock(ctx, keys)
 	require.NoError(t, err)
-	inner, err := c.Lock(ctx, keys[:3], batchlock.WithOwner(outer.Owner()), batchlock.WithTTL(200*time.Millisecond))
+	const ttl = 200 * time.Millisecond
+	inner, err := c.Lock(ctx, keys[:3], batchlock.WithOwner(outer.Owner()), batchlock.WithTTL(ttl))
 	require.NoError(t, err)
+	taken := time.Now()
 	select {
 	case <-inner.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the inner lease did not end")
 	}
 	require.NoError(t, outer.Unlock(ctx))
-	// The inner hold's lease ran from when Redis took it, its holder's from
-	// before the call was sent, so Redis may keep it a few milliseconds past
-	// Done; kept by the outer lock's release, it would last the default
-	// lease (30 s).
+	// Kept by the outer lock's release, the inner hold would last the
+	// outer lock's lease (30 s).
 	var l *batchlock.Lock
-	require.Eventually(t, func() bool {
+	eventuallyPastServerLease(t, taken, ttl, func() bool {
 		l, err = c.TryLock(ctx, keys)
 		return err == nil
-	}, 2*time.Second, 5*time.Millisecond, "the keys are free once the outer lock is released")
+	}, "the keys are free once the outer lock is released")
 	require.NoError(t, l.Unlock(ctx))
 }
 
