@@ -98,7 +98,7 @@ func BenchmarkHandoff(b *testing.B) {
 			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 			b.ReportMetric(ms(s.Median), "handoff-median-ms")
 			b.ReportMetric(ms(s.P99), "handoff-p99-ms")
-			if ph, ok := (Report{Handoff: []HandoffResult{result}}).handoffPhases(name); ok {
+			if ph, ok := result.phaseMedians(); ok {
 				b.ReportMetric(ms(ph.Notice), "notice-median-ms")
 				b.ReportMetric(ms(ph.Resume), "resume-median-ms")
 			}

@@ -145,23 +145,30 @@ type phaseMedians struct {
 // has none.
 func (r Report) handoffPhases(name string) (phaseMedians, bool) {
 	for _, h := range r.Handoff {
-		if h.Library != name || len(h.Phases) == 0 {
-			continue
+		if h.Library == name {
+			return h.phaseMedians()
 		}
-		median := func(of func(HandoffPhases) time.Duration) time.Duration {
-			var d []time.Duration
-			for _, ph := range h.Phases {
-				d = append(d, of(ph))
-			}
-			return Summarize(d).Median
-		}
-		return phaseMedians{samples: len(h.Phases), HandoffPhases: HandoffPhases{
-			Release: median(func(ph HandoffPhases) time.Duration { return ph.Release }),
-			Notice:  median(func(ph HandoffPhases) time.Duration { return ph.Notice }),
-			Resume:  median(func(ph HandoffPhases) time.Duration { return ph.Resume }),
-		}}, true
 	}
 	return phaseMedians{}, false
+}
+
+// phaseMedians are the medians of h's phases; false where it has none.
+func (h HandoffResult) phaseMedians() (phaseMedians, bool) {
+	if len(h.Phases) == 0 {
+		return phaseMedians{}, false
+	}
+	median := func(of func(HandoffPhases) time.Duration) time.Duration {
+		var d []time.Duration
+		for _, ph := range h.Phases {
+			d = append(d, of(ph))
+		}
+		return Summarize(d).Median
+	}
+	return phaseMedians{samples: len(h.Phases), HandoffPhases: HandoffPhases{
+		Release: median(func(ph HandoffPhases) time.Duration { return ph.Release }),
+		Notice:  median(func(ph HandoffPhases) time.Duration { return ph.Notice }),
+		Resume:  median(func(ph HandoffPhases) time.Duration { return ph.Resume }),
+	}}, true
 }
 
 func (r Report) handoff(name string) Summary {
