@@ -38,6 +38,9 @@ func (c *Client) TryLock(ctx context.Context, keys []string, opts ...LockOption)
 }
 
 func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wait bool) (*Lock, error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	var lc lockConfig
 	for _, o := range opts {
 		o.applyLock(&lc)
@@ -63,12 +66,13 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	start := time.Now()
 	c.taking.Add(1)
 	defer c.taking.Add(-1)
-	handedOut := false
+	returned := false
 	defer func() {
-		// Also on a panic (an observer's): a gate held by a lock nobody
-		// has would block this Client's other locks on its key for good.
-		if !handedOut {
-			l.leaveGates()
+		if !returned {
+			// A panic (an observer's): the call leaves nothing behind, not
+			// a key, a place in a queue or a gate, and the lock it may have
+			// taken is nobody's, then the panic goes on.
+			c.abandon(ctx, l)
 		}
 	}()
 	waitCtx, stopWaiting := ctx, context.CancelFunc(func() {})
@@ -80,20 +84,37 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		err = c.take(waitCtx, l, wait)
 	}
 	stopWaiting()
-	if err != nil && context.Cause(waitCtx) == errWaitOver && ctx.Err() == nil && len(l.blockers) > 0 {
-		err = &ConflictError{Keys: l.blockers, Holders: l.blockerHolders, cause: fmt.Errorf("waited %v: %w", lc.wait, context.DeadlineExceeded)}
+	if err != nil && context.Cause(waitCtx) == errWaitOver && ctx.Err() == nil {
+		waited := fmt.Errorf("waited %v: %w", lc.wait, context.DeadlineExceeded)
+		if len(l.blockers) > 0 {
+			err = &ConflictError{Keys: l.blockers, Holders: l.blockerHolders, cause: waited}
+		} else {
+			// No key was refused: the wait ran out in the routing's retries
+			// (a slot in migration, a master down).
+			err = fmt.Errorf("%w: %w: %w", ErrNotObtained, waited, err)
+		}
 	}
 	if err == nil {
 		err = c.keepIfWanted(ctx, l)
 	}
 	if err != nil {
+		l.leaveGates()
 		err = onePrefix(err) // the event's error is the one returned
 		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
+		returned = true
 		return nil, err
 	}
-	handedOut = true
 	c.handOut(l, lc, start)
+	returned = true
 	return l, nil
+}
+
+// abandon ends l, which a call that panicked may have taken or left partly
+// taken, and rolls back every group of it.
+func (c *Client) abandon(ctx context.Context, l *Lock) {
+	c.watchdog.remove(l)
+	l.finish(fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
+	c.rollback(ctx, l, l.groups)
 }
 
 // newLockFor is the lock a call with lc takes of groups: its owner (WithOwner,
@@ -156,19 +177,27 @@ func (c *Client) handOut(l *Lock, lc lockConfig, start time.Time) {
 }
 
 // take acquires all of l's groups, or rolls back whatever it may have taken.
-// Each attempt asks for the groups not held yet, in the global order; a
-// refusal keeps the groups before the refused one and a place in its queue
-// (keepInOrder), then waits for the hand-off (waitForTurn), so a waiter
-// holds only keys that come before every key it waits for.
+// Each attempt asks for the groups not held yet, in the global order, whose
+// gates it holds (regate); a refusal keeps the groups before the refused one
+// and a place in its queue (keepInOrder), then waits for the hand-off
+// (waitForTurn), so a waiter holds only keys, and gates, that come before
+// every key it waits for.
 func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 	wt := &waiting{}
 	defer func() { wt.sub.close() }()
 	for {
-		start := time.Now()
-		groups := l.groups[wt.held:]
+		end := len(l.groups)
 		if wt.refusedAlone {
-			groups = groups[:1]
+			end = wt.held + 1
 		}
+		if len(l.gated) < len(l.keys) {
+			var err error
+			if end, err = c.regate(ctx, l, wt, end); err != nil {
+				return err
+			}
+		}
+		start := time.Now()
+		groups := l.groups[wt.held:end]
 		outcome := c.acquire(ctx, l, groups, wt.mode(c, wait))
 		l.marks = appendNew(l.marks, outcome.marks...)
 		switch {
@@ -181,12 +210,14 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			}
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), taken...))
 			return outcome.err
-		case outcome.refused < 0 && wt.refusedAlone && wt.held+1 < len(l.groups):
-			// The group waited for is ours: the rest goes in one attempt.
+		case outcome.refused < 0 && end < len(l.groups):
+			// The group waited for is ours (or the keys before a gate
+			// another lock of the Client holds): the rest goes in one
+			// attempt.
 			if wt.held == 0 {
 				wt.since = start
 			}
-			wt.held++
+			wt.held = end
 			wt.refusedAlone = false
 			continue
 		case outcome.refused < 0:
@@ -240,6 +271,9 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 		failed++
 	}
 	wt.held = failed
+	// While it waits, the call keeps the gates of its keys up to the one
+	// it waits for, and no later one (see gated.go).
+	l.leaveGatesAfter(l.keysBefore(failed) + 1)
 	wt.waited = true
 	// Until the refused group is granted, attempts ask for it alone:
 	// asking for all the rest again and giving most of it back would load

@@ -534,6 +534,16 @@ func TestSlotFoundElsewhere(t *testing.T) {
 		assert.ErrorContains(t, err, "being migrated")
 		require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
 	})
+	t.Run("in migration until WithWait ends", func(t *testing.T) {
+		c, f := newFaked(t)
+		f.elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
+		_, err := c.Lock(t.Context(), basket, WithWait(100*time.Millisecond))
+		require.ErrorIs(t, err, ErrNotObtained, "as the README's error switch expects of a WithWait that runs out")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "waited 100ms")
+		assert.ErrorContains(t, err, "being migrated")
+		require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
+	})
 }
 
 // Two renewed locks of one owner on a shared key (a lock taken inside Do, on
@@ -570,4 +580,42 @@ func TestBadSharedKeysSendNothing(t *testing.T) {
 	_, err := c.Lock(t.Context(), nil, WithShared())
 	assert.ErrorIs(t, err, ErrInvalid, "no keys either way")
 	assert.Empty(t, f.log, "nothing sent")
+}
+
+// A nil context is ErrInvalid at once, for every call that sends something:
+// nothing is sent, the call is not left counted in flight, and Close returns.
+func TestNilContextIsInvalid(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.Lock(t.Context(), basket)
+	require.NoError(t, err)
+	sent := len(f.log)
+	var nilCtx context.Context
+	calls := map[string]func() error{
+		"Lock":        func() error { _, err := c.Lock(nilCtx, basket); return err },
+		"TryLock":     func() error { _, err := c.TryLock(nilCtx, basket); return err },
+		"Do":          func() error { return c.Do(nilCtx, basket, func(context.Context) error { return nil }) },
+		"Held":        func() error { _, err := c.Held(nilCtx, "*"); return err },
+		"Inspect":     func() error { _, err := c.Inspect(nilCtx, basket...); return err },
+		"ForceUnlock": func() error { _, err := c.ForceUnlock(nilCtx, basket...); return err },
+		"Check":       func() error { return c.Check(nilCtx) },
+		"Extend":      func() error { return l.Extend(nilCtx, time.Second) },
+		"Unlock":      func() error { return l.Unlock(nilCtx) },
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, err.Error(), "context must not be nil")
+		})
+	}
+	assert.Len(t, f.log, sent, "nothing was sent")
+	require.NoError(t, l.Unlock(t.Context()), "the lock is still held")
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs")
+	}
 }

@@ -43,6 +43,9 @@ type HeldKey struct {
 // left out. It reads, and changes nothing.
 func (c *Client) Held(ctx context.Context, pattern string) (_ []HeldKey, err error) {
 	defer func() { err = onePrefix(err) }()
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	if pattern == "" {
 		return nil, invalid("pattern must not be empty: use \"*\" for every key")
 	}
@@ -120,6 +123,9 @@ func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string
 // and changes nothing.
 func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err error) {
 	defer func() { err = onePrefix(err) }()
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	lockKeys := make([]string, len(keys))
 	for i, k := range keys {
 		if err := c.checkKey(k, "key", i); err != nil {
@@ -198,6 +204,9 @@ type Released struct {
 // is sent.
 func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released, err error) {
 	defer func() { err = onePrefix(err) }()
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
 	if len(keys) == 0 {
 		return nil, invalid("no keys")
 	}

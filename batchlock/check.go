@@ -69,6 +69,9 @@ func (c *Client) Check(ctx context.Context) error {
 // ContextTimeoutEnabled on, without which a call outlives its context. It
 // returns one result per check and master, in that order.
 func (c *Client) Preflight(ctx context.Context) []CheckResult {
+	if err := checkContext(ctx); err != nil {
+		return []CheckResult{{Check: CheckClientOpts, Err: err}}
+	}
 	type clock struct {
 		node   string
 		offset time.Duration

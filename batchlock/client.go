@@ -99,6 +99,9 @@ func (c *Client) Close() error {
 // wait for its clean-up. The context it returns ends with ErrClosed when the
 // Client closes; end must be called when the call returns.
 func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, nil, err // before counting it: a call that panicked would never leave
+	}
 	if !c.calls.Enter(1) {
 		return nil, nil, ErrClosed
 	}

@@ -44,13 +44,18 @@
 // exclusively gets ErrUpgrade; TryLock refuses at once, with a
 // *ConflictError naming the keys, without a call. A gate is let go the
 // moment its lock ends, whatever ends it (Unlock, its lease, a loss,
-// ForceUnlock, Close). The two levels cannot deadlock together: a call
-// waiting at a gate holds gates of keys before that one and nothing in
-// Redis; a call in Redis holds every gate of its batch, and, as above, only
-// Redis keys before the one it waits for. So along any chain of waits, the
-// waits at gates come first, their positions growing, and once a chain
-// reaches a call in Redis it stays there, its positions growing too: no
-// cycle.
+// ForceUnlock, Close). The gates are kept in step with Redis: a call refused
+// in Redis at a key gives back the gates of every later key of its batch
+// while it waits, and takes them again, in order, before it asks Redis for
+// those keys (taking first, in Redis, the keys before a gate another lock
+// holds, and renewing what it holds while it waits at that gate). So a call
+// waiting for a key, at its gate or in Redis, holds neither gates nor Redis
+// keys after it (in Redis it keeps that key's gate). Along a chain of waits,
+// each call waits for a key that the next one holds, at a gate or in Redis;
+// that one holds it, so it waits, if at all, for that key or a later one,
+// and for that same key only in Redis, behind a holder of another Client,
+// which holds the key in Redis and so waits for a later one. The waited-for
+// position never goes back and grows at least every second step: no cycle.
 //
 // Waiters queue. The call that finds a key held records its place in the
 // key's queue, in arrival order; the release that frees the key hands it to

@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -72,6 +73,15 @@ func (e *ConflictError) Unwrap() error { return e.cause }
 
 // Is reports ErrNotObtained as a match, so that callers need test for one error.
 func (e *ConflictError) Is(target error) bool { return target == ErrNotObtained }
+
+// checkContext refuses a nil context, which every call that sends
+// something needs.
+func checkContext(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("context must not be nil")
+	}
+	return nil
+}
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

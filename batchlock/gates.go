@@ -2,9 +2,7 @@ package batchlock
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
-	"slices"
 	"sync"
 )
 
@@ -39,6 +37,9 @@ type gate struct {
 
 // gateWaiter is a call waiting at a gate.
 type gateWaiter struct {
+	sh      *gateShard
+	key     string
+	gt      *gate
 	owner   string
 	shared  bool
 	granted chan struct{} // closed once the gate answered: verdict says how
@@ -99,8 +100,28 @@ func (gt *gate) judge(owner string, shared bool, ahead []*gateWaiter) verdict {
 // or after ctx ended (then it holds nothing). waiting is called before it
 // waits.
 func (g *gates) enter(ctx context.Context, key, owner string, shared, mayWait bool, waiting func()) verdict {
+	v, w := g.ask(key, owner, shared, mayWait)
+	if w == nil {
+		return v
+	}
+	w.notify(waiting)
+	select {
+	case <-w.granted:
+		return w.verdict
+	case <-ctx.Done():
+	}
+	w.abandon()
+	return gateWait
+}
+
+// ask gives owner's hold the gate of key if it may go through now
+// (gatePass); otherwise it reports gateUpgrade, or gateWait, with, when
+// mayWait, a place in the gate's queue: the caller waits for its granted,
+// or abandons it.
+func (g *gates) ask(key, owner string, shared, mayWait bool) (verdict, *gateWaiter) {
 	sh := g.shard(key)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	gt := sh.keys[key]
 	if gt == nil {
 		gt = &gate{}
@@ -109,51 +130,41 @@ func (g *gates) enter(ctx context.Context, key, owner string, shared, mayWait bo
 	switch v := gt.judge(owner, shared, gt.queue); {
 	case v == gatePass:
 		gt.admit(owner, shared)
-		sh.mu.Unlock()
-		return gatePass
+		return gatePass, nil
 	case v == gateUpgrade || !mayWait:
 		if gt.free() {
 			delete(sh.keys, key)
 		}
-		sh.mu.Unlock()
-		return v
+		return v, nil
 	}
-	w := &gateWaiter{owner: owner, shared: shared, granted: make(chan struct{})}
+	w := &gateWaiter{sh: sh, key: key, gt: gt, owner: owner, shared: shared, granted: make(chan struct{})}
 	gt.queue = append(gt.queue, w)
-	sh.mu.Unlock()
-	sh.notify(key, gt, w, waiting)
-
-	select {
-	case <-w.granted:
-		return w.verdict
-	case <-ctx.Done():
-	}
-	sh.abandon(key, gt, w)
-	return gateWait
+	return gateWait, w
 }
 
-// notify calls waiting for w, queued at gt; a panic in it (an observer's)
-// takes w out of the queue before it goes on, or the gate would be held by
-// nobody once w's turn came.
-func (sh *gateShard) notify(key string, gt *gate, w *gateWaiter, waiting func()) {
+// notify calls waiting for w, queued; a panic in it (an observer's) takes w
+// out of the queue before it goes on, or the gate would be held by nobody
+// once w's turn came.
+func (w *gateWaiter) notify(waiting func()) {
 	defer func() {
 		if r := recover(); r != nil {
-			sh.abandon(key, gt, w)
+			w.abandon()
 			panic(r)
 		}
 	}()
 	waiting()
 }
 
-// abandon takes w out of gt's queue, or gives back the gate if it was let
-// in meanwhile.
-func (sh *gateShard) abandon(key string, gt *gate, w *gateWaiter) {
+// abandon takes w out of its gate's queue, or gives back the gate if it
+// was let in meanwhile.
+func (w *gateWaiter) abandon() {
+	sh, gt := w.sh, w.gt
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	select {
 	case <-w.granted:
 		if w.verdict == gatePass {
-			sh.leave(key, gt, w.owner, w.shared)
+			sh.leave(w.key, gt, w.owner, w.shared)
 		}
 	default:
 		for i, q := range gt.queue {
@@ -163,7 +174,7 @@ func (sh *gateShard) abandon(key string, gt *gate, w *gateWaiter) {
 			}
 		}
 		// Readers behind a writer that gave up may go in now.
-		sh.admitQueued(key, gt)
+		sh.admitQueued(w.key, gt)
 	}
 }
 
@@ -243,89 +254,5 @@ func (sh *gateShard) admitQueued(key string, gt *gate) {
 	}
 	if gt.free() {
 		delete(sh.keys, key)
-	}
-}
-
-// gatedKey is a key whose gate a lock holds, and how.
-type gatedKey struct {
-	key    string
-	shared bool
-}
-
-// enterGates takes, for l, the gate of each of its keys in the global
-// order, waiting (Lock) while another lock of the Client holds one, or
-// refusing at once (TryLock) with every key another one holds. On any
-// error it holds no gate.
-func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
-	var busy []string
-	for _, g := range l.groups {
-		for i, key := range g.keys {
-			shared := g.modes != nil && g.modes[i] == 's'
-			waiting := func() {
-				c.localWaits.Add(1)
-				l.emit(Event{Kind: EventConflict, Conflict: []string{key[len(c.cfg.prefix):]}})
-			}
-			switch c.gates.enter(ctx, key, l.owner, shared, wait, waiting) {
-			case gatePass:
-				l.mu.Lock()
-				l.gated = append(l.gated, gatedKey{key, shared})
-				l.mu.Unlock()
-			case gateUpgrade:
-				l.leaveGates()
-				return fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, key[len(c.cfg.prefix):])
-			case gateWait:
-				if wait {
-					l.blockers = []string{key[len(c.cfg.prefix):]}
-					l.blockerHolders = c.gateHolders([]string{key})
-					l.leaveGates()
-					cause := context.Cause(ctx)
-					return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, key[len(c.cfg.prefix):], cause)
-				}
-				busy = append(busy, key)
-			}
-		}
-	}
-	if len(busy) > 0 {
-		l.leaveGates()
-		conflict := &ConflictError{Keys: c.userKeys(busy), Holders: c.gateHolders(busy)}
-		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
-		return conflict
-	}
-	return nil
-}
-
-// gateHolders returns, by key without the prefix, the owners holding the
-// gates of lockKeys now, sorted.
-func (c *Client) gateHolders(lockKeys []string) map[string][]string {
-	out := make(map[string][]string, len(lockKeys))
-	for _, key := range lockKeys {
-		sh := c.gates.shard(key)
-		sh.mu.Lock()
-		var owners []string
-		if gt := sh.keys[key]; gt != nil {
-			if gt.owner != "" {
-				owners = []string{gt.owner}
-			}
-			for owner := range gt.readers {
-				owners = append(owners, owner)
-			}
-		}
-		sh.mu.Unlock()
-		if len(owners) > 0 {
-			slices.Sort(owners)
-			out[key[len(c.cfg.prefix):]] = owners
-		}
-	}
-	return out
-}
-
-// leaveGates gives back the gates l holds; once done, it does nothing.
-func (l *Lock) leaveGates() {
-	l.mu.Lock()
-	gated := l.gated
-	l.gated = nil
-	l.mu.Unlock()
-	for _, g := range gated {
-		l.c.gates.leave(g.key, l.owner, g.shared)
 	}
 }

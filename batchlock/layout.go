@@ -38,7 +38,8 @@ import (
 // "released" (RELEASED in layout.lua) when a key is freed with no live place
 // left in its queue, or by ForceUnlock: every waiter of the key then tries
 // again. A waiter whose place lapsed, and a reader that may join once the
-// writer ahead of it left, are told with their own hold field too.
+// writer ahead of it left, are told with "again:" and their own hold field
+// (AGAIN in layout.lua), which is no hand-off.
 const (
 	holdPrefix = "h:"
 

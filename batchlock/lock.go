@@ -39,6 +39,9 @@ type Lock struct {
 
 	unlocking sync.Mutex // one Unlock at a time
 	released  bool       // an Unlock succeeded; guarded by unlocking
+	// rest is what a release that failed in part left to release; guarded
+	// by unlocking.
+	rest *unreleased
 
 	life *lifetime.Lifetime
 
@@ -140,6 +143,9 @@ func (l *Lock) ValidUntil() time.Time {
 // is not lengthened. On any error the validity stays as it was.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	defer func() { err = onePrefix(err) }()
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	if ttl < time.Millisecond {
 		return invalid("ttl %v must be at least 1ms", ttl)
 	}
@@ -170,10 +176,14 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 // When ctx is already done, Unlock still makes its attempt, for at most 2s,
 // so that a deferred Unlock with a request's ended context releases. When
 // the release fails (the network, a master down, ctx ending), Unlock returns
-// the error and the lock can be unlocked again; it is no longer renewed, so
-// its keys are freed when their lease runs out if no later Unlock succeeds.
+// the error and the lock can be unlocked again: the next Unlock sends only
+// what did not go through. The lock is no longer renewed, so its keys are
+// freed when their lease runs out if no later Unlock succeeds.
 func (l *Lock) Unlock(ctx context.Context) (err error) {
 	defer func() { err = onePrefix(err) }()
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
 	l.unlocking.Lock()
 	defer l.unlocking.Unlock()
 	if l.released {
@@ -188,7 +198,7 @@ func (l *Lock) Unlock(ctx context.Context) (err error) {
 		defer cancel()
 	}
 	l.c.watchdog.remove(l)
-	taken, err := l.c.release(ctx, l, l.groups, l.marks)
+	taken, err := l.releaseRest(ctx)
 	held := time.Since(l.acquiredAt)
 	if err != nil {
 		l.emit(Event{Kind: EventReleased, Duration: held, Err: err})

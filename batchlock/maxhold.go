@@ -34,7 +34,7 @@ func (l *Lock) endAtMaxHold(d time.Duration) {
 	l.lose(cause)
 	rctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
 	defer cancel()
-	if _, err := l.c.release(rctx, l, l.groups, l.marks); err == nil {
+	if _, err := l.releaseRest(rctx); err == nil {
 		l.released = true
 	}
 }

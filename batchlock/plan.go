@@ -19,6 +19,9 @@ type group struct {
 	fenceKey string
 }
 
+// shared reports whether g's key i is taken shared.
+func (g group) shared(i int) bool { return g.modes != nil && g.modes[i] == 's' }
+
 // plan validates keys, taken exclusively, and shared ones (WithShared), and
 // turns them into groups. Keys may repeat; a key given both ways is taken
 // exclusively. It returns the keys without the prefix, deduplicated, in the

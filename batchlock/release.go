@@ -10,8 +10,9 @@ import (
 )
 
 // release drops l's hold from groups, one call per master, and sets the
-// cancel marks given; it returns the lock keys that another owner holds.
-func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []string) ([]string, error) {
+// cancel marks given; it returns the lock keys that another owner holds, and
+// the lock keys and marks whose release did not go through (with the error).
+func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []string) (lost, left []string, _ error) {
 	parts := make([]script.Part, 0, len(marks))
 	for _, m := range marks {
 		parts = append(parts, script.Part{Slot: hashtag.Slot(m), Route: m, Keys: 1})
@@ -22,7 +23,7 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 		}
 	}
 	if len(parts) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	owner, remember := escapeOwner(l.owner), lease.Millis(l.lease)
 	var taken []int // parts found held by another owner
@@ -58,13 +59,76 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 	})
 	// A key sent again after a run whose reply was lost may have been
 	// handed on by that run, and taken by its waiter since: not a loss.
-	var lost []string
 	for _, i := range taken {
 		if !results[i].Unknown {
 			lost = append(lost, parts[i].Route)
 		}
 	}
-	return lost, firstError(results)
+	for i, r := range results {
+		if r.Err != nil {
+			left = append(left, parts[i].Route)
+		}
+	}
+	return lost, left, firstError(results)
+}
+
+// unreleased is what a lock's release still owes after a release that
+// failed in part, and what it found so far.
+type unreleased struct {
+	groups []group  // the keys whose release did not go through
+	marks  []string // the cancel marks not set
+	lost   []string // keys found held by another owner
+}
+
+// releaseRest releases what l's earlier releases left (all of l at first),
+// and returns the keys found held by another owner, by this release and
+// the earlier ones. Called with l.unlocking held.
+func (l *Lock) releaseRest(ctx context.Context) ([]string, error) {
+	rest := l.rest
+	if rest == nil {
+		rest = &unreleased{groups: l.groups, marks: l.marks}
+	}
+	lost, left, err := l.c.release(ctx, l, rest.groups, rest.marks)
+	lost = append(slices.Clip(rest.lost), lost...)
+	if err != nil {
+		// A retry sends only what did not go through: a key released
+		// since taken by another owner is no loss of this lock.
+		l.rest = rest.without(left, lost)
+		return nil, err
+	}
+	l.rest = nil
+	return lost, nil
+}
+
+// without is what u owes once everything but the keys and marks left went
+// through, lost found so far.
+func (u *unreleased) without(left, lost []string) *unreleased {
+	keep := make(map[string]bool, len(left))
+	for _, k := range left {
+		keep[k] = true
+	}
+	out := &unreleased{lost: lost}
+	for _, m := range u.marks {
+		if keep[m] {
+			out.marks = append(out.marks, m)
+		}
+	}
+	for _, g := range u.groups {
+		kept := g
+		kept.keys, kept.modes = nil, nil
+		for i, k := range g.keys {
+			if keep[k] {
+				kept.keys = append(kept.keys, k)
+				if g.modes != nil {
+					kept.modes = append(kept.modes, g.modes[i])
+				}
+			}
+		}
+		if len(kept.keys) > 0 {
+			out.groups = append(out.groups, kept)
+		}
+	}
+	return out
 }
 
 // rollback releases groups, every hold a failed call may have taken, and
@@ -103,7 +167,7 @@ func (c *Client) releaseAside(ctx context.Context, l *Lock, groups []group, mark
 		defer c.calls.Leave()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		_, err := c.release(rctx, l, groups, marks)
+		_, _, err := c.release(rctx, l, groups, marks)
 		done <- err
 	}()
 	select {
@@ -150,3 +214,6 @@ func (c *Client) userKeys(lockKeys []string) []string {
 	}
 	return out
 }
+
+// userKey strips the prefix from a lock key.
+func (c *Client) userKey(lockKey string) string { return lockKey[len(c.cfg.prefix):] }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,4 +174,123 @@ func TestAcquireFoundElsewhereAfterALostReplyRollsBack(t *testing.T) {
 	f.with(func() { f.elsewhere = nil })
 	require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "the keys the lost run took are released")
 	assert.NotEmpty(t, f.cancelMarks(), "and the hold is marked cancelled")
+}
+
+// An observer that panics inside a call (at the lock's acquisition, its
+// conflict, its place in a queue, its hand-off) panics through the call,
+// which leaves nothing behind: no lock held or renewed, no gate, no key and
+// no place in a queue in Redis; the keys can be taken at once, and Close
+// returns.
+func TestObserverPanicLeavesNothing(t *testing.T) {
+	for _, kind := range []EventKind{EventAcquired, EventConflict, EventQueued, EventHandedOff} {
+		t.Run(kind.String(), func(t *testing.T) {
+			rdb := serverClient(t)
+			var panicking atomic.Bool
+			c, err := New(rdb, WithObserver(func(e Event) {
+				if e.Kind == kind && panicking.Load() {
+					panic("observer")
+				}
+			}))
+			require.NoError(t, err)
+			holder, err := New(rdb)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = holder.Close() })
+			ctx := t.Context()
+
+			var held *Lock
+			if kind != EventAcquired {
+				held, err = holder.Lock(ctx, basket[2:3])
+				require.NoError(t, err)
+			}
+			panicking.Store(true)
+			recovered := make(chan any, 1)
+			go func() {
+				defer func() { recovered <- recover() }()
+				_, _ = c.Lock(ctx, basket)
+			}()
+			if kind == EventHandedOff {
+				require.Eventually(t, func() bool {
+					locks, err := holder.Inspect(ctx, basket[2])
+					return err == nil && locks[0].Waiting == 1
+				}, 5*time.Second, time.Millisecond)
+				require.NoError(t, held.Unlock(ctx))
+				held = nil
+			}
+			assert.Equal(t, "observer", <-recovered)
+			require.Eventually(t, func() bool {
+				locks, err := holder.Inspect(ctx, basket...)
+				if err != nil {
+					return false
+				}
+				for _, l := range locks {
+					if l.Waiting > 0 || l.Holds > 0 && (held == nil || l.Key != basket[2]) {
+						return false
+					}
+				}
+				return true
+			}, 5*time.Second, time.Millisecond, "nothing of the call is left in Redis")
+			stats := c.Stats()
+			assert.Zero(t, stats.Held, "no lock is renewed")
+			assert.Zero(t, stats.Gated, "no gate is left")
+			assert.Zero(t, stats.Waiting)
+			if held != nil {
+				require.NoError(t, held.Unlock(ctx))
+			}
+			l, err := holder.TryLock(ctx, basket)
+			require.NoError(t, err, "every key can be taken again")
+			require.NoError(t, l.Unlock(ctx))
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			select {
+			case err := <-closed:
+				assert.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close hangs after the panic")
+			}
+		})
+	}
+}
+
+// An Unlock that failed on one master released the keys of the others; a
+// key of those that another owner took since is no loss of this lock: the
+// next Unlock sends only what did not go through, and succeeds.
+func TestUnlockRetriedSendsOnlyWhatFailed(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
+	require.NoError(t, err)
+	order := bySlot(basket)
+	failing, other := order[0], order[len(order)-1]
+	master, err := fakeMaster(t.Context(), failing)
+	require.NoError(t, err)
+	otherMaster, err := fakeMaster(t.Context(), other)
+	require.NoError(t, err)
+	require.NotEqual(t, master, otherMaster)
+	var down atomic.Bool
+	down.Store(true)
+	f.with(func() {
+		f.fault = func(name string, cl *script.Call) (bool, error) {
+			if name == "release" && slicesContains(cl.Args, failing) && down.Load() {
+				return false, fmt.Errorf("dial tcp: %w", io.ErrUnexpectedEOF) // it did not run
+			}
+			return false, nil
+		}
+	})
+	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	require.Error(t, l.Unlock(short))
+	f.with(func() {
+		// Another owner takes a key the failed Unlock released.
+		f.keys[other] = &fakeKey{owner: "next", fence: 2000, holds: map[string]time.Time{"h:next": time.Now().Add(time.Minute)}}
+	})
+	down.Store(false)
+	sent := len(f.log)
+	require.NoError(t, l.Unlock(t.Context()), "no false ErrNotHeld for a key released before")
+	again := f.log[sent:]
+	require.NotEmpty(t, again)
+	for _, call := range again {
+		m, err := fakeMaster(t.Context(), strings.TrimPrefix(call, "release "))
+		require.NoError(t, err)
+		assert.Equal(t, master, m, "only what failed is sent again: %v", again)
+	}
+	assert.Equal(t, ownedBy("next", other), f.held())
 }

@@ -279,7 +279,7 @@ func TestScriptAcquire(t *testing.T) {
 			script: acquireScript, args: acquireArgv("cid", "h:r3", 1000, "wait", "s", "k"),
 			reply: []any{int64(1), int64(4)},
 			after: map[string]string{"k": "4 h:r2@{now+2000}s h:r1={now+60000}=ann,h:r3={now+1000}=cid *"},
-			told:  map[string][]string{"k": {"h:x", "h:r2"}}},
+			told:  map[string][]string{"k": {"again:h:x", "again:h:r2"}}},
 		{name: "an owner that holds a key shared and asks for it exclusively is refused, nothing changed (ErrUpgrade)",
 			before: map[string]string{"k": "3 - h:a={now+60000}=alice *"},
 			script: acquireScript, args: acquireArgv("alice", "h:b", 1000, "wait", "", "k"),
@@ -374,7 +374,7 @@ func TestScriptRelease(t *testing.T) {
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "3 - h:w={now+3000} "},
-			told:  map[string][]string{"k": {"h:x", "h:w"}}},
+			told:  map[string][]string{"k": {"again:h:x", "h:w"}}},
 	})
 }
 
@@ -467,6 +467,7 @@ func luaConstant(t *testing.T, source, name string) string {
 // acquire.lua's header lists against those the Go side decodes.
 func TestScriptConstantsAgree(t *testing.T) {
 	assert.Equal(t, releasedMessage, luaConstant(t, layoutSource, "RELEASED"))
+	assert.Equal(t, againMessage, luaConstant(t, layoutSource, "AGAIN"))
 	assert.Equal(t, sharedOwner, luaConstant(t, layoutSource, "SHARED"))
 	assert.Equal(t, strconv.FormatInt(claimTime.Milliseconds(), 10), luaConstant(t, layoutSource, "CLAIM_MS"))
 	for name, source := range map[string]string{"acquire": acquireSource, "release": releaseSource} {
@@ -483,7 +484,7 @@ func TestScriptConstantsAgree(t *testing.T) {
 
 // On a master that does not serve a key's slot (moved, or never its), the
 // scripts change nothing for that key and say so: an acquire that meets one
-// takes nothing, even of the keys it could have taken ({-2}); a release, an
+// takes nothing, even of the keys it could have taken or joined ({-2}); a release, an
 // extension and a forced release name it as elsewhere and go on with the
 // keys served here.
 func TestScriptMovedKeys(t *testing.T) {
@@ -513,10 +514,28 @@ func TestScriptMovedKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "the served key the call could have taken is not taken")
 
+	// A served slot only joined (the owner holds its key), then a moved
+	// one: the join is undone too.
+	hold()
+	reply = run(acquireScript, "alice", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+served+"}", 1, here, "fence:{"+moved+"}", 1, away)
+	assert.True(t, similar([]any{int64(-2)}, reply), "a joined and a moved slot: %v", reply)
+	v, err := rdb.Get(ctx, here).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "3 - h:a= alice", v, "the key joined is as it was")
+
 	hold()
 	reply = run(releaseScript, releaseArgv("alice", "h:a", here, away)...)
 	assert.True(t, similar([]any{[]any{}, []any{away}}, reply), "release: %v", reply)
 	assert.ErrorIs(t, rdb.Get(ctx, here).Err(), redis.Nil, "the served key is released")
+
+	// A cancel mark of a slot not served here is named as elsewhere, to be
+	// set where its slot is; one served here is set.
+	markAway := "cancel:{" + moved + "}:h:a"
+	reply = run(releaseScript, "alice", "h:a", 60000, 2, cancelMark, markAway, here)
+	assert.True(t, similar([]any{[]any{}, []any{markAway}}, reply), "release with marks: %v", reply)
+	n, err = rdb.Exists(ctx, cancelMark).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "the mark served here is set")
 
 	hold()
 	reply = run(extendScript, "h:a", 60000, 2, here, away)

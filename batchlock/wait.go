@@ -120,25 +120,13 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 		case <-t.C:
 		}
 		if wt.held > 0 && !time.Now().Before(renewAt) {
-			start := time.Now()
-			// A renewal that takes long (a slow master) must not make the
-			// place in the queue lapse: it gets a third of a place (or of
-			// the lease), and if it has not landed by then the next attempt,
-			// which renews the place, goes first and the renewal is tried
-			// again after it, until the held keys' lease has run out.
-			rctx, cancel := context.WithTimeout(ctx, lease.RenewalPeriod(min(c.placeLease(), l.lease)))
-			lost, err := c.extend(rctx, l, l.groups[:wt.held], l.lease)
-			cancel()
-			switch {
-			case len(lost) > 0:
-				return fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
-			case err == nil:
-				wt.since = start
-			case ctx.Err() != nil:
-				return context.Cause(ctx)
-			case time.Since(wt.since) >= l.lease:
+			renewed, err := c.renewHeld(ctx, l, wt)
+			if err != nil {
 				return err
-			default:
+			}
+			if !renewed {
+				// The next attempt, which renews the place, goes first and
+				// the renewal is tried again after it.
 				return nil
 			}
 		}
@@ -146,4 +134,29 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 			return nil
 		}
 	}
+}
+
+// renewHeld renews the groups l holds while it waits for the rest, and
+// reports whether it did. A renewal that takes long (a slow master) must not
+// make a place in a queue lapse: it gets a third of a place (or of the
+// lease), and when it has not landed by then it reports false, to be tried
+// again, until the held keys' lease has run out; it returns an error when
+// they are lost, the lease ran out or ctx ended.
+func (c *Client) renewHeld(ctx context.Context, l *Lock, wt *waiting) (bool, error) {
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, lease.RenewalPeriod(min(c.placeLease(), l.lease)))
+	lost, err := c.extend(rctx, l, l.groups[:wt.held], l.lease)
+	cancel()
+	switch {
+	case len(lost) > 0:
+		return false, fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
+	case err == nil:
+		wt.since = start
+		return true, nil
+	case ctx.Err() != nil:
+		return false, context.Cause(ctx)
+	case time.Since(wt.since) >= l.lease:
+		return false, err
+	}
+	return false, nil
 }

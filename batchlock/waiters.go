@@ -10,8 +10,13 @@ import (
 )
 
 // releasedMessage is what the scripts publish on a lock key's channel when
-// they free it without handing it to a waiter (RELEASED in layout.lua).
-const releasedMessage = "released"
+// they free it without handing it to a waiter (RELEASED in layout.lua);
+// againMessage and a hold field tell that hold's waiter to try again,
+// without a hand-off (AGAIN: its place lapsed, or readers may join).
+const (
+	releasedMessage = "released"
+	againMessage    = "again:"
+)
 
 // confirmTimeout bounds the wait for a subscription to be confirmed; past it
 // a waiter still polls, so a slow confirmation costs latency, not safety.
@@ -234,15 +239,16 @@ func (ws *waiters) listen(ln *listener) {
 				ws.drop(ln)
 			}
 		case *redis.Message:
-			// A hand-off names the one waiter it is for; a release that
-			// handed nothing on wakes every waiter of the key.
+			// A hand-off names the one waiter it is for, and so does a
+			// call to try again; a release that handed nothing on wakes
+			// every waiter of the key.
 			if ch := ln.channels[m.Channel]; ch != nil {
 				for s := range ch.subs {
 					switch m.Payload {
 					case s.hold:
 						s.handed.Store(true)
 						s.wake()
-					case releasedMessage:
+					case releasedMessage, againMessage + s.hold:
 						s.wake()
 					}
 				}

@@ -15,7 +15,7 @@ import (
 
 // queue makes Clients on one prefix whose waiters poll once a minute, so
 // that within a test only a hand-off can give them a key, and counts each
-// owner's refused attempts over all of them. Its Clients are to each other
+// owner's refused attempts and hand-offs over all of them. Its Clients are to each other
 // as Clients of separate processes: their locks meet in Redis's queue
 // (locks of one Client would meet at its in-process gates first).
 type queue struct {
@@ -24,21 +24,32 @@ type queue struct {
 
 	mu      sync.Mutex
 	refused map[string]int
+	handed  map[string]int
 }
 
 func newQueue(t *testing.T) *queue {
-	return &queue{t: t, prefix: testPrefix(t), refused: map[string]int{}}
+	return &queue{t: t, prefix: testPrefix(t), refused: map[string]int{}, handed: map[string]int{}}
 }
 
 // client is a new Client of the queue.
 func (q *queue) client() *batchlock.Client {
 	return peerOf(q.t, newClient(q.t), q.prefix, batchlock.WithPollInterval(time.Minute), batchlock.WithObserver(func(e batchlock.Event) {
-		if e.Kind == batchlock.EventConflict {
-			q.mu.Lock()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		switch e.Kind {
+		case batchlock.EventConflict:
 			q.refused[e.Owner]++
-			q.mu.Unlock()
+		case batchlock.EventHandedOff:
+			q.handed[e.Owner]++
 		}
 	}))
+}
+
+// handOffs counts the hand-offs owner's waiters were told of so far.
+func (q *queue) handOffs(owner string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.handed[owner]
 }
 
 // refusals counts owner's refused attempts so far.

@@ -348,6 +348,7 @@ func TestReadersBehindAWriterThatGivesUpJoin(t *testing.T) {
 	require.NotNil(t, l)
 	assert.Equal(t, inside.Token(key[0]), l.Token(key[0]), "joined the readers inside")
 	assert.Len(t, holderOf(t, c, key[0]).Holders, 2)
+	assert.Zero(t, q.handOffs(l.Owner()), "told to try again, which is no hand-off")
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, inside.Unlock(ctx))
 	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))

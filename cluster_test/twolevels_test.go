@@ -168,3 +168,103 @@ func TestHandOffContinuesInOneCall(t *testing.T) {
 	assert.Zero(t, stats.Extends, "no lease restart: the wait left the lease whole")
 	require.NoError(t, l.Unlock(ctx))
 }
+
+// A call refused in Redis at a key keeps no gate of a later key while it
+// waits: G1 of Client p holds b; Client q takes a and queues for b; G2 of p
+// asks for a and c and is refused in Redis at a. G1 then locks c, free in
+// Redis, at once (with G2 keeping c's gate, G1 waited for G2, G2 for q, q for
+// G1: a deadlock), and TryLock names no holder of c; once G1 lets go, q and
+// then G2 get their keys.
+func TestNoDeadlockAcrossTheTwoLevels(t *testing.T) {
+	rdb := newClient(t)
+	p, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	q := peerOf(t, rdb, prefix, batchlock.WithPollInterval(time.Minute))
+	ctx := ctxTimeout(t, 30*time.Second)
+	a, b, c := "{o}a", "{o}b", "{o}c"
+
+	g1, err := p.Lock(ctx, []string{b})
+	require.NoError(t, err)
+	qLock := make(chan *batchlock.Lock, 1)
+	go func() {
+		l, err := q.Lock(ctx, []string{a, b})
+		assert.NoError(t, err)
+		qLock <- l
+	}()
+	waitQueued(ctx, t, p, b, 1)
+	g2Lock := make(chan *batchlock.Lock, 1)
+	go func() {
+		l, err := p.Lock(ctx, []string{a, c})
+		assert.NoError(t, err)
+		g2Lock <- l
+	}()
+	waitQueued(ctx, t, p, a, 1)
+
+	try, err := p.TryLock(ctx, []string{c})
+	require.NoError(t, err, "c is free in Redis, and its gate with it")
+	require.NoError(t, try.Unlock(ctx))
+	g1c, err := p.Lock(ctxTimeout(t, 3*time.Second), []string{c})
+	require.NoError(t, err, "G1 takes c without waiting for G2, which waits for a")
+	require.NoError(t, g1c.Unlock(ctx))
+	require.NoError(t, g1.Unlock(ctx))
+
+	ql := <-qLock
+	require.NotNil(t, ql)
+	select {
+	case l := <-g2Lock:
+		t.Fatalf("G2 got a while q held it: %v", l.Keys())
+	default:
+	}
+	require.NoError(t, ql.Unlock(ctx))
+	g2 := <-g2Lock
+	require.NotNil(t, g2)
+	assert.Equal(t, []string{a, c}, g2.Keys())
+	require.NoError(t, g2.Unlock(ctx))
+	assert.Zero(t, p.Stats().Gated, "no gate is left")
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+// A waiter handed its key in Redis that then finds a later key's gate held
+// by another lock of its Client takes the handed key at once (its claim does
+// not lapse) and waits at that gate with its keys renewed, however long:
+// after three leases its first key is still its own, and once the gate opens
+// it holds both, with a lease from its last renewal.
+func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
+	rdb := newClient(t)
+	const leaseLen = time.Second
+	p, prefix := newLocker(t, rdb, batchlock.WithLease(leaseLen), batchlock.WithPollInterval(time.Minute))
+	q := peerOf(t, rdb, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	x, y := "{r}x", "{r}y"
+
+	held, err := q.Lock(ctx, []string{x})
+	require.NoError(t, err)
+	got := make(chan *batchlock.Lock, 1)
+	go func() {
+		l, err := p.Lock(ctx, []string{x, y})
+		assert.NoError(t, err)
+		got <- l
+	}()
+	waitQueued(ctx, t, p, x, 1)
+	g1, err := p.Lock(ctx, []string{y})
+	require.NoError(t, err, "y's gate is free while the other call waits for x")
+	require.NoError(t, held.Unlock(ctx))
+	require.Eventually(t, func() bool {
+		h := holderOf(t, p, x)
+		return h.Owner != "" && h.Owner != held.Owner()
+	}, 5*time.Second, 5*time.Millisecond, "x is taken by the waiter")
+	waiter := holderOf(t, p, x).Owner
+	deadline := time.Now().Add(3 * leaseLen)
+	for time.Now().Before(deadline) {
+		assert.Equal(t, waiter, holderOf(t, p, x).Owner, "x stays the waiter's while it waits at y's gate")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, g1.Unlock(ctx))
+	l := <-got
+	require.NotNil(t, l)
+	assert.Equal(t, waiter, l.Owner())
+	assert.Greater(t, l.Token(x), held.Token(x))
+	assert.Greater(t, time.Until(l.ValidUntil()), leaseLen/2)
+	require.NoError(t, l.Unlock(ctx))
+	assert.Zero(t, p.Stats().Gated)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}

@@ -281,7 +281,7 @@ while i <= #ARGV do
     -- do not matter, a key's tokens only have to grow.
     base = redis.pcall('INCRBY', fence, n)
     if type(base) == 'table' then
-      if #created > 0 then
+      if #created > 0 or existing then
         slow().undo()
       end
       if layout().moved(base) then

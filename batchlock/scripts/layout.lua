@@ -36,6 +36,11 @@ local CLAIM_MS = 3000
 -- waiter of the key tries again (a hand-off's message is the waiter's hold).
 local RELEASED = 'released'
 
+-- AGAIN starts the message that tells one waiter (AGAIN .. its hold field)
+-- to try again without having been handed the key: its place lapsed, or a
+-- writer ahead of the reader it is left the queue.
+local AGAIN = 'again:'
+
 -- SHARED is the owner field of a key held shared.
 local SHARED = '*'
 
@@ -192,13 +197,13 @@ local function layout()
         if not e.shared then
           return
         end
-        redis.call('SPUBLISH', key, e.hold)
+        redis.call('SPUBLISH', key, AGAIN .. e.hold)
       end
     end
   end
 
   -- drop_lapsed drops the places in the queue of key (state s) that lapsed
-  -- by now, and tells each of their waiters (with its hold field), which,
+  -- by now, and tells each of their waiters (AGAIN and its hold field), which,
   -- should it still be alive, queues again at once. It returns whether some
   -- place lapsed, and whether one of them was a writer's.
   local function drop_lapsed(key, s, now)
@@ -207,7 +212,7 @@ local function layout()
       local e = s.queue[i]
       if e.ends <= now then
         table.remove(s.queue, i)
-        redis.call('SPUBLISH', key, e.hold)
+        redis.call('SPUBLISH', key, AGAIN .. e.hold)
         lapsed = true
         writer = writer or not e.shared
       end

@@ -22,20 +22,23 @@
 --
 -- Returns 0 when every key was released (or found gone), else {{key, ...},
 -- {key, ...}}: the keys, among those without the hold, that another owner
--- holds (the lock on them was lost), and the keys this master does not serve
--- (moved, or in migration), left as they were. A key
+-- holds (the lock on them was lost), and the keys and cancel marks this
+-- master does not serve (moved, or in migration), left as they were. A key
 -- without the hold that is gone, still the owner's, or handed to waiters
 -- that have not taken it yet says nothing: a release run twice (a client
 -- retrying a pipeline) finds its own work done.
 local owner, hold, remember, m = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 
+local taken, away
 for i = 5, 4 + m do
-  -- A mark whose slot is not served here is left out: an acquire still
-  -- in flight there cannot take anything either.
-  layout().elsewhere(redis.pcall('SET', ARGV[i], '1', 'PX', remember))
+  -- A mark whose slot is not served here is sent on to where it is, as a
+  -- key would be: an acquire buffered there must find it.
+  if layout().elsewhere(redis.pcall('SET', ARGV[i], '1', 'PX', remember)) then
+    away = away or {}
+    away[#away + 1] = ARGV[i]
+  end
 end
 
-local taken, away
 local now
 -- The usual value: "<token>" then this, the key as an acquire took it
 -- afresh for this hold, nobody waiting (found by plain comparison: a

@@ -13,14 +13,23 @@ import (
 // from its map of slots, which is read again only when an address is not in
 // it; and, for a node the map does not list (a master that serves no slot
 // yet, as the target of a first migration to it), a client of its own,
-// opened with the cluster client's settings and closed by close.
+// opened with the cluster client's settings and closed by close. Once
+// closed, it opens none: a call that follows a redirection to such a node
+// then fails with errNodesClosed.
 type nodes struct {
 	rdb *redis.ClusterClient
+	// shards calls fn with each of the cluster client's master clients.
+	shards func(ctx context.Context, fn func(context.Context, *redis.Client) error) error
 
-	mu    sync.Mutex
-	known map[string]*redis.Client // the cluster client's node clients
-	own   map[string]*redis.Client // opened here
+	mu     sync.Mutex
+	known  map[string]*redis.Client // the cluster client's node clients
+	own    map[string]*redis.Client // opened here
+	closed bool
 }
+
+// errNodesClosed says that a call after Close was redirected to a node the
+// cluster client does not list: no client is opened for it any more.
+var errNodesClosed = errors.New("closed: no connection is opened to a node the cluster's map does not list")
 
 func (n *nodes) at(ctx context.Context, addr string) (*redis.Client, error) {
 	n.mu.Lock()
@@ -34,7 +43,7 @@ func (n *nodes) at(ctx context.Context, addr string) (*redis.Client, error) {
 	}
 	found := map[string]*redis.Client{}
 	var mu sync.Mutex
-	if err := n.rdb.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
+	if err := n.shards(ctx, func(_ context.Context, c *redis.Client) error {
 		mu.Lock()
 		found[c.Options().Addr] = c
 		mu.Unlock()
@@ -47,6 +56,9 @@ func (n *nodes) at(ctx context.Context, addr string) (*redis.Client, error) {
 	n.known = found
 	if node := found[addr]; node != nil {
 		return node, nil
+	}
+	if n.closed {
+		return nil, errNodesClosed
 	}
 	if n.own == nil {
 		n.own = map[string]*redis.Client{}
@@ -68,6 +80,7 @@ func (n *nodes) close() error {
 		errs = append(errs, c.Close())
 	}
 	n.own = nil
+	n.closed = true
 	return errors.Join(errs...)
 }
 

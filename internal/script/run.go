@@ -39,7 +39,7 @@ type Runner struct {
 // NewCluster returns a Runner on a cluster client: each call goes to the
 // master of its slot, and redirections are followed.
 func NewCluster(r *redis.ClusterClient) *Runner {
-	m := &masters{rdb: r, nodes: nodes{rdb: r}}
+	m := &masters{rdb: r, nodes: nodes{rdb: r, shards: r.ForEachShard}}
 	return &Runner{
 		sender: m,
 		close:  m.nodes.close,
