@@ -126,7 +126,7 @@ func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []strin
 		if o, ok := OwnerFromContext(ctx); ok && o != "" {
 			owner = o
 		} else {
-			owner = randomID(16)
+			owner = c.newOwner()
 		}
 	}
 	leaseLen, renew := c.cfg.lease, true

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -439,14 +441,57 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	}
 	assert.ErrorIs(t, l.Err(), ErrLockLost)
 	assert.NoError(t, plain.Err(), "a loss ends only the lock it belongs to")
+	require.Eventually(t, func() bool { return len(f.held()) == 1 }, time.Second, time.Millisecond,
+		"the lost lock's other keys are let go at once, not at the end of their lease")
+	unlocked := l.Unlock(t.Context())
+	assert.ErrorIs(t, unlocked, ErrNotHeld)
+	assert.ErrorIs(t, unlocked, ErrLockLost, "an Unlock after says why")
 
 	require.NoError(t, c.Close())
 	<-plain.Done()
 	assert.ErrorIs(t, plain.Err(), ErrLockLost)
 	assert.ErrorIs(t, plain.Err(), ErrClosed)
+	assert.Empty(t, f.held(), "Close released the lock it held")
 	_, err = c.TryLock(t.Context(), basket)
 	assert.ErrorIs(t, err, ErrClosed)
-	require.ErrorIs(t, plain.Unlock(t.Context()), ErrClosed, "Unlock works after Close, and says why the lock ended")
+	unlocked = plain.Unlock(t.Context())
+	require.ErrorIs(t, unlocked, ErrClosed, "Unlock after Close says why the lock ended")
+	require.ErrorIs(t, unlocked, ErrNotHeld)
+}
+
+// Close lets every key its Client holds go: renewed locks and WithTTL ones,
+// nested holds of one owner, all ended with ErrClosed; a lock being taken
+// is rolled back; a release that fails is returned by Close, and its keys
+// are left to their lease.
+func TestCloseReleasesEveryLockHeld(t *testing.T) {
+	c, f := newFaked(t)
+	ctx := t.Context()
+	renewed, err := c.Lock(ctx, basket[:2])
+	require.NoError(t, err)
+	fixed, err := c.Lock(ctx, basket[2:4], WithTTL(time.Hour))
+	require.NoError(t, err)
+	nested, err := c.Lock(ContextWithOwner(ctx, fixed.Owner()), basket[2:3])
+	require.NoError(t, err)
+	require.Len(t, f.held(), 4)
+
+	require.NoError(t, c.Close())
+	assert.Empty(t, f.held(), "nothing the Client held outlives it")
+	for _, l := range []*Lock{renewed, fixed, nested} {
+		<-l.Done()
+		assert.ErrorIs(t, l.Err(), ErrClosed)
+		assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+	}
+	assert.Zero(t, c.Stats().Gated)
+
+	c, f = newFaked(t)
+	l, err := c.Lock(ctx, basket, WithTTL(time.Hour))
+	require.NoError(t, err)
+	f.with(func() { f.fault = failOn("release", DefaultPrefix+basket[1], 100, false, io.ErrClosedPipe) })
+	err = c.Close()
+	require.ErrorIs(t, err, io.ErrClosedPipe, "the failed release is Close's error")
+	assert.ErrorContains(t, err, "close: releasing")
+	assert.ErrorIs(t, l.Err(), ErrClosed)
+	assert.Contains(t, f.held(), DefaultPrefix+basket[1], "left to its lease")
 }
 
 func TestDo(t *testing.T) {
@@ -617,5 +662,34 @@ func TestNilContextIsInvalid(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close hangs")
+	}
+}
+
+// A default owner id names its process (host and pid, or WithOwnerPrefix)
+// and is fresh per call, so that two calls of one process still exclude
+// each other; an owner given with WithOwner is used as it is.
+func TestDefaultOwnerNamesTheProcess(t *testing.T) {
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		opts   []Option
+		prefix string
+	}{
+		{"host and pid by default", nil, host + ":" + strconv.Itoa(os.Getpid()) + ":"},
+		{"WithOwnerPrefix", []Option{WithOwnerPrefix("billing-7:")}, "billing-7:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := newFaked(t, tc.opts...)
+			first, err := c.TryLock(t.Context(), basket[:1])
+			require.NoError(t, err)
+			assert.True(t, strings.HasPrefix(first.Owner(), tc.prefix), first.Owner())
+			assert.Len(t, strings.TrimPrefix(first.Owner(), tc.prefix), 16, "and a random part")
+			_, err = c.TryLock(t.Context(), basket[:1])
+			require.ErrorIs(t, err, ErrNotObtained, "another call of the process is another owner")
+			given, err := c.TryLock(t.Context(), basket[1:2], WithOwner("order-42"))
+			require.NoError(t, err)
+			assert.Equal(t, "order-42", given.Owner())
+		})
 	}
 }

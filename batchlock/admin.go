@@ -265,7 +265,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released,
 	// whose holds were in the keys, not later ones handed the keys since);
 	// another Client's find out at their next renewal.
 	for _, l := range c.holding(released) {
-		l.lose(fmt.Errorf("%w: force-unlocked", ErrLockLost))
+		l.letGo(fmt.Errorf("%w: force-unlocked", ErrLockLost))
 	}
 	return out, firstError(results)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // ClockBound is how far apart the masters' clocks (TIME, less half the
@@ -66,8 +69,12 @@ func (c *Client) Check(ctx context.Context) error {
 // WithReplicas default asks for; the masters' clocks agree within
 // ClockBound. And on the client: no go-redis per-node retries (MaxRetries),
 // which would stack on batchlock's own past a call's context, and
-// ContextTimeoutEnabled on, without which a call outlives its context. It
-// returns one result per check and master, in that order.
+// ContextTimeoutEnabled on, without which a call outlives its context. On a
+// single node, the cluster state check fails when the node is a cluster
+// node (a *redis.Client pointed at one node of a cluster). It returns one
+// result per check and master: the masters by address, each with its checks
+// in that order, then the clocks, then the client's settings. The client
+// checked is this Client's go-redis client.
 func (c *Client) Preflight(ctx context.Context) []CheckResult {
 	if err := checkContext(ctx); err != nil {
 		return []CheckResult{{Check: CheckClientOpts, Err: err}}
@@ -77,41 +84,46 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 		offset time.Duration
 	}
 	var (
-		mu      sync.Mutex
-		results []CheckResult
-		clocks  []clock
+		mu     sync.Mutex
+		byNode = map[string][]CheckResult{}
+		clocks []clock
 	)
 	check := func(node *redis.Client) error {
 		addr := node.Options().Addr
+		var results []CheckResult
 		add := func(name string, err error) {
-			mu.Lock()
 			results = append(results, CheckResult{Check: name, Node: addr, Err: err})
-			mu.Unlock()
 		}
 		tags := c.slotTags(ctx, addr)
 		add(CheckVersion, checkVersion(ctx, node))
 		add(CheckScripts, c.checkScripts(ctx, node, tags))
 		add(CheckPubSub, node.SPublish(ctx, c.cfg.prefix+"check:{"+tags[0]+"}", "check").Err())
 		add(CheckEviction, checkEviction(ctx, node))
-		if c.deployment.isCluster() {
-			add(CheckState, checkState(ctx, node))
-		}
+		add(CheckState, checkState(ctx, node, c.deployment.isCluster()))
 		add(CheckReplicas, checkReplicas(ctx, node, c.cfg.ack.Replicas))
 		sent := time.Now()
 		now, err := node.Time(ctx).Result()
 		if err != nil {
 			add(CheckClocks, err)
-			return nil
 		}
 		rtt := time.Since(sent)
 		mu.Lock()
-		clocks = append(clocks, clock{addr, now.Sub(sent.Add(rtt / 2))})
-		mu.Unlock()
+		defer mu.Unlock()
+		byNode[addr] = results
+		if err == nil {
+			clocks = append(clocks, clock{addr, now.Sub(sent.Add(rtt / 2))})
+		}
 		return nil
 	}
-	if err := c.deployment.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(node) }); err != nil {
-		results = append(results, CheckResult{Check: CheckState, Err: fmt.Errorf("reaching every master: %w", err)})
+	reached := c.deployment.forEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return check(node) })
+	var results []CheckResult
+	for _, addr := range slices.Sorted(maps.Keys(byNode)) {
+		results = append(results, byNode[addr]...)
 	}
+	if reached != nil {
+		results = append(results, CheckResult{Check: CheckState, Err: fmt.Errorf("reaching every master: %w", reached)})
+	}
+	slices.SortFunc(clocks, func(a, b clock) int { return strings.Compare(a.node, b.node) })
 	if len(clocks) > 0 {
 		first, last := clocks[0], clocks[0]
 		for _, k := range clocks {
@@ -191,7 +203,19 @@ func checkEviction(ctx context.Context, node *redis.Client) error {
 	}
 }
 
-func checkState(ctx context.Context, node *redis.Client) error {
+// checkState checks, on a cluster, that the cluster state is ok, and on a
+// single node that it is not a cluster node (every lock would fail on it).
+func checkState(ctx context.Context, node *redis.Client, cluster bool) error {
+	if !cluster {
+		info, err := node.Info(ctx, "cluster").Result()
+		if err != nil {
+			return err
+		}
+		if infoField(info, "cluster_enabled") == "1" {
+			return fmt.Errorf("cluster_enabled:1 behind a *redis.Client: every lock would fail; %w", script.ErrClusterNode)
+		}
+		return nil
+	}
 	info, err := node.ClusterInfo(ctx).Result()
 	if err != nil {
 		return err

@@ -3,6 +3,10 @@ package batchlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -77,22 +81,54 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 }
 
 // Close ends the Client: calls in flight fail with ErrClosed and roll back,
-// waiting calls return ErrClosed, the watchdog and the waiters' pub/sub
-// connections stop, and every later call fails with ErrClosed. Close waits for
-// the rollbacks of failed calls (each at most 5s). It releases no lock that
-// was handed out: such locks stay in Redis until their lease runs out, or until
-// Unlock, which still works after Close. Locks the watchdog was renewing are
-// reported lost at once (Done closes, Err wraps ErrLockLost and ErrClosed),
-// since nothing renews them any more. Close is idempotent; no goroutine of the
-// Client outlives it.
+// waiting calls return ErrClosed, and every later call fails with ErrClosed.
+// Every lock the Client handed out that is still held ends (Done closes, Err
+// wraps ErrLockLost and ErrClosed) and is released, all at once, as Unlock
+// would release it, so that nothing the Client held outlives it; a later
+// Unlock of such a lock returns ErrNotHeld wrapping that cause. Then the
+// watchdog and the waiters' pub/sub connections stop. Close waits for the
+// rollbacks of failed calls and for those releases (each at most 5s), and
+// returns the releases' errors (their keys then go at the end of their
+// lease). Close is idempotent; no goroutine of the Client outlives it.
 func (c *Client) Close() error {
+	// The locks held before calls stop too: one lost meanwhile, whose own
+	// release can no longer start, is released here.
+	held := c.heldLocks()
 	if !c.calls.Close() {
 		return nil
 	}
 	c.stopCalls(ErrClosed)
 	c.calls.Wait()
+	released := c.releaseHeld(append(held, c.heldLocks()...))
 	c.watchdog.close()
-	return errors.Join(c.waiters.close(), c.runner.Close())
+	return errors.Join(released, c.waiters.close(), c.runner.Close())
+}
+
+// heldLocks returns the locks handed out and not ended yet.
+func (c *Client) heldLocks() []*Lock {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	return slices.Collect(maps.Keys(c.held))
+}
+
+// releaseHeld ends locks (lost, ErrClosed) unless they ended already, and
+// releases what they hold unless an Unlock did, in parallel, each for at
+// most rollbackTimeout.
+func (c *Client) releaseHeld(locks []*Lock) error {
+	slices.SortFunc(locks, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
+	locks = slices.CompactFunc(locks, func(a, b *Lock) bool { return a == b })
+	errs := make([]error, len(locks))
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() {
+			l.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+			if err := l.releaseLost(context.Background()); err != nil {
+				errs[i] = fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(l.sortedKeys()), err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // begin registers a call that sends requests, so that Close can end it and

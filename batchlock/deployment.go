@@ -23,9 +23,13 @@ type deployment struct {
 func newDeployment(rdb redis.UniversalClient) (deployment, error) {
 	switch r := rdb.(type) {
 	case *redis.ClusterClient:
-		if r != nil {
-			return deployment{cluster: r}, nil
+		if r == nil {
+			break
 		}
+		if o := r.Options(); len(o.Addrs) == 0 && o.ClusterSlots == nil {
+			return deployment{}, invalid("cluster client has no address: give ClusterOptions (or redis.ClusterOptions.Addrs) at least one node")
+		}
+		return deployment{cluster: r}, nil
 	case *redis.Client:
 		if r != nil {
 			return deployment{node: r}, nil

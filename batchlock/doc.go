@@ -108,9 +108,12 @@
 // sixth of a lease share a round. When a renewal finds a key no longer held,
 // or cannot confirm the lease a sixth of a lease before it runs out, the lock
 // is lost: Done closes, Err wraps ErrLockLost, and Do cancels its function's
-// context. A key deleted or taken behind the holder's back is so noticed
-// within a renewal period (lease/3) and a round trip; ForceUnlock through the
-// holder's own Client ends its lock at once. A fixed WithTTL lease is not
+// context; the lock's other keys are released at once (in the background,
+// for at most 5s), so that their waiters need not wait for their lease. A
+// key deleted or taken behind the holder's back is so noticed within a
+// renewal period (lease/3) and a round trip; ForceUnlock through the
+// holder's own Client ends its lock at once. Close ends and releases every
+// lock its Client still holds. A fixed WithTTL lease is not
 // renewed and ends the lock when it runs out. Done closes no later than the
 // validity ends (ValidUntil).
 //

@@ -39,15 +39,20 @@ var (
 	// for the other's shared hold to go.
 	ErrUpgrade = errors.New("batchlock: held shared by this owner, asked for exclusively")
 
-	// ErrClosed is returned by calls on a closed Client, and is the reason a
-	// renewed lock is reported lost when its Client is closed.
+	// ErrClosed is returned by calls on a closed Client, and is the reason
+	// (with ErrLockLost) a lock ends when Close releases it.
 	ErrClosed = errors.New("batchlock: client closed")
 )
 
 // ConflictError is returned when keys are held by another owner. It lists the
 // caller's keys (without the prefix) that were found held, and who holds
-// them, and Is ErrNotObtained. Returned by a Lock whose WithWait ran out, it lists the
-// keys the call waited for last, and also wraps context.DeadlineExceeded.
+// them, and Is ErrNotObtained; its message names the first few keys and
+// their holders. TryLock lists every key of the batch found held. Returned
+// by a Lock whose WithWait ran out, it lists only the keys the call waited
+// for last, and also wraps context.DeadlineExceeded: a waiting call asks for
+// its keys in the global order and stops at the first one held (asking for
+// later ones would take them out of order), so it does not learn who holds
+// the keys after it.
 type ConflictError struct {
 	Keys []string
 	// Holders names, for each key of Keys whose holders are known, the
@@ -61,7 +66,7 @@ type ConflictError struct {
 }
 
 func (e *ConflictError) Error() string {
-	msg := "batchlock: not obtained: held by another owner: " + describeKeys(e.Keys)
+	msg := "batchlock: not obtained: held by another owner: " + describeHeld(e.Keys, e.Holders)
 	if e.cause != nil {
 		msg += ": " + e.cause.Error()
 	}
@@ -88,18 +93,29 @@ func invalid(format string, args ...any) error {
 }
 
 // describeKeys names the first few keys of a list, for error messages.
-func describeKeys(keys []string) string {
-	const shown = 5
+func describeKeys(keys []string) string { return describeHeld(keys, nil) }
+
+// describeHeld names the first few keys of a list, each with its first
+// holders where holders knows them: "sku:1" (by web-3:4711:9f2c...).
+func describeHeld(keys []string, holders map[string][]string) string {
+	const shownKeys, shownOwners = 5, 3
 	var b strings.Builder
 	for i, k := range keys {
-		if i == shown {
-			fmt.Fprintf(&b, " and %d more", len(keys)-shown)
+		if i == shownKeys {
+			fmt.Fprintf(&b, " and %d more", len(keys)-shownKeys)
 			break
 		}
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%q", k)
+		if owners := holders[k]; len(owners) > 0 {
+			b.WriteString(" (by " + strings.Join(owners[:min(len(owners), shownOwners)], ", "))
+			if len(owners) > shownOwners {
+				fmt.Fprintf(&b, " and %d more", len(owners)-shownOwners)
+			}
+			b.WriteString(")")
+		}
 	}
 	return b.String()
 }

@@ -60,3 +60,27 @@ func TestErrorsSayBatchlockOnce(t *testing.T) {
 	}
 	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 }
+
+// A conflict's message names the first keys and, where known, who holds
+// them, as an operator reads it in a log.
+func TestConflictMessageNamesTheHolders(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		keys    []string
+		holders map[string][]string
+		want    string
+	}{
+		{"one holder", []string{"sku:7"}, map[string][]string{"sku:7": {"web-3:4711:9f2c"}},
+			`batchlock: not obtained: held by another owner: "sku:7" (by web-3:4711:9f2c)`},
+		{"holder unknown (handed to a waiter)", []string{"sku:7", "sku:8"}, map[string][]string{"sku:8": {"b"}},
+			`batchlock: not obtained: held by another owner: "sku:7", "sku:8" (by b)`},
+		{"many readers", []string{"promo"}, map[string][]string{"promo": {"a", "b", "c", "d", "e"}},
+			`batchlock: not obtained: held by another owner: "promo" (by a, b, c and 2 more)`},
+		{"many keys", []string{"1", "2", "3", "4", "5", "6", "7"}, nil,
+			`batchlock: not obtained: held by another owner: "1", "2", "3", "4", "5" and 2 more`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, (&ConflictError{Keys: tc.keys, Holders: tc.holders}).Error())
+		})
+	}
+}

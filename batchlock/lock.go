@@ -156,7 +156,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	lost, err := l.c.extend(ctx, l, l.groups, ttl)
 	if len(lost) > 0 {
 		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.userKeys(lost)[0])
-		l.lose(fmt.Errorf("%w: %w", ErrLockLost, notHeld))
+		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, notHeld))
 		return errors.Join(notHeld, err)
 	}
 	if err != nil {
@@ -187,8 +187,8 @@ func (l *Lock) Unlock(ctx context.Context) (err error) {
 	l.unlocking.Lock()
 	defer l.unlocking.Unlock()
 	if l.released {
-		if err := l.Err(); errors.Is(err, ErrMaxHold) {
-			return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		if err := l.Err(); errors.Is(err, ErrLockLost) {
+			return fmt.Errorf("%w: %w", ErrNotHeld, err) // let go when it was lost
 		}
 		return fmt.Errorf("%w: already released", ErrNotHeld)
 	}
@@ -258,19 +258,59 @@ func (l *Lock) expire() {
 	}
 	l.mu.Unlock()
 	if !l.renew {
-		l.lose(fmt.Errorf("%w: its lease (WithTTL) ran out", ErrLockLost))
+		l.letGo(fmt.Errorf("%w: its lease (WithTTL) ran out", ErrLockLost))
 		return
 	}
-	l.lose(fmt.Errorf("%w: lease ran out before it could be renewed", ErrLockLost))
+	l.letGo(fmt.Errorf("%w: lease ran out before it could be renewed", ErrLockLost))
 }
 
 // lose marks the lock lost with err (which wraps ErrLockLost), unless it
-// already ended.
-func (l *Lock) lose(err error) {
-	if l.finish(err) {
-		l.c.watchdog.remove(l)
-		l.emit(Event{Kind: EventLost, Err: err})
+// already ended, and reports whether it did.
+func (l *Lock) lose(err error) bool {
+	if !l.finish(err) {
+		return false
 	}
+	l.c.watchdog.remove(l)
+	l.emit(Event{Kind: EventLost, Err: err})
+	return true
+}
+
+// letGo marks the lock lost with err, unless it already ended, and releases
+// in the background what it still holds, as Unlock would, so that its other
+// keys go to their waiters now rather than at the end of their lease: once
+// lost, the lock is no use to its holder. The release is bounded by
+// rollbackTimeout; one that fails leaves the keys to their lease, or to an
+// Unlock, which sends what did not go through. Once the Client is closing,
+// Close releases instead.
+func (l *Lock) letGo(err error) {
+	if !l.lose(err) {
+		return
+	}
+	ctx, end, beginErr := l.c.begin(context.Background())
+	if beginErr != nil {
+		return
+	}
+	go func() {
+		defer end()
+		_ = l.releaseLost(ctx)
+	}()
+}
+
+// releaseLost releases what the lock, which ended, still holds, unless an
+// Unlock did, for at most rollbackTimeout.
+func (l *Lock) releaseLost(ctx context.Context) error {
+	l.unlocking.Lock()
+	defer l.unlocking.Unlock()
+	if l.released {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
+	defer cancel()
+	if _, err := l.releaseRest(ctx); err != nil {
+		return err
+	}
+	l.released = true
+	return nil
 }
 
 // finish ends the lock with err; only the first end counts.

@@ -1,7 +1,6 @@
 package batchlock
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -15,26 +14,14 @@ func (l *Lock) capHold(d time.Duration) {
 	}
 }
 
-// endAtMaxHold ends l, held for d, its longest hold, and releases its keys
-// as Unlock would, so that their waiters are handed them at once. A release
-// that fails, or a Client that closed, leaves the keys to their lease.
+// endAtMaxHold ends l, held for d, its longest hold, and lets its keys go
+// (see letGo). An Unlock under way when the cap comes wins: the lock is then
+// released, not lost.
 func (l *Lock) endAtMaxHold(d time.Duration) {
-	cause := fmt.Errorf("%w: %w: %v", ErrLockLost, ErrMaxHold, d)
-	ctx, end, err := l.c.begin(context.Background())
-	if err != nil {
-		l.lose(cause)
-		return
-	}
-	defer end()
 	l.unlocking.Lock()
-	defer l.unlocking.Unlock()
-	if l.released || l.Err() != nil {
-		return // released or ended meanwhile: Unlock releases it
-	}
-	l.lose(cause)
-	rctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
-	defer cancel()
-	if _, err := l.releaseRest(rctx); err == nil {
-		l.released = true
+	ended := l.released || l.Err() != nil
+	l.unlocking.Unlock()
+	if !ended {
+		l.letGo(fmt.Errorf("%w: %w: %v", ErrLockLost, ErrMaxHold, d))
 	}
 }

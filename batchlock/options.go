@@ -30,25 +30,30 @@ type Option interface{ apply(*config) }
 type LockOption interface{ applyLock(*lockConfig) }
 
 type config struct {
-	prefix   string
-	lease    time.Duration
-	maxHold  maxHold
-	observer func(Event)
-	ack      script.Ack
-	pollMax  time.Duration
-	pubsub   bool
+	prefix      string
+	ownerPrefix string
+	lease       time.Duration
+	maxHold     maxHold
+	observer    func(Event)
+	ack         script.Ack
+	pollMax     time.Duration
+	pubsub      bool
 }
 
 func defaultConfig() config {
 	return config{
-		prefix:  DefaultPrefix,
-		lease:   defaultLease,
-		pollMax: time.Second,
-		pubsub:  true,
+		prefix:      DefaultPrefix,
+		ownerPrefix: defaultOwnerPrefix(),
+		lease:       defaultLease,
+		pollMax:     time.Second,
+		pubsub:      true,
 	}
 }
 
 func (c *config) validate() error {
+	if c.prefix == "" {
+		return invalid("prefix must not be empty: lock keys would share their names with your own keys")
+	}
 	if strings.ContainsAny(c.prefix, "{}") {
 		return invalid("prefix %q must not contain { or }: it would change the slot of every key", c.prefix)
 	}
@@ -111,10 +116,22 @@ type lockOptionFunc func(*lockConfig)
 
 func (f lockOptionFunc) applyLock(c *lockConfig) { f(c) }
 
-// WithPrefix sets the prefix of every key batchlock writes. It must not
-// contain { or }. Default "batchlock:".
+// WithPrefix sets the prefix of every key batchlock writes. It must not be
+// empty (a lock key would be one of your own keys) nor contain { or }.
+// Default "batchlock:".
 func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) { c.prefix = prefix })
+}
+
+// WithOwnerPrefix sets how the owner ids the Client makes start: a lock
+// taken without WithOwner or ContextWithOwner has the owner id prefix
+// followed by 16 random hex digits, so that Held, Inspect, a
+// *ConflictError's Holders and the batchlock command show which process holds
+// a key. Default: the host name and the process id, "host:pid:". The random
+// part alone keeps such locks exclusive. Owner ids given with WithOwner or
+// ContextWithOwner are used as they are.
+func WithOwnerPrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.ownerPrefix = prefix })
 }
 
 // WithLease sets the lease of locks taken without WithTTL: the watchdog
@@ -168,8 +185,11 @@ func WithTTL(d time.Duration) LockOption {
 // call's context, or else a fresh random id, which makes the lock exclusive
 // even against other goroutines of the same process.
 //
-// An owner id names one holder: give a retry after a failed call an id of its
-// own. The rollback of a failed call may not have reached a master that was
+// An owner id names one holder, in every process: two processes that lock
+// under one id (an order id, when an order is delivered twice) both hold the
+// keys at once, since the locks of one owner are reentrant. Make ids unique
+// to the holder (prefix a business id with the host and process, say), and
+// give a retry after a failed call an id of its own. The rollback of a failed call may not have reached a master that was
 // failing; a call under the same owner would join the holds it left and keep
 // them alive, where a fresh owner waits at most one lease for them.
 func WithOwner(owner string) LockOption {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 )
 
@@ -25,6 +27,19 @@ func OwnerFromContext(ctx context.Context) (string, bool) {
 	owner, ok := ctx.Value(ownerKey{}).(string)
 	return owner, ok
 }
+
+// defaultOwnerPrefix is "host:pid:", which WithOwnerPrefix replaces.
+func defaultOwnerPrefix() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
+}
+
+// newOwner is an owner id of the Client's own: its owner prefix, then 8
+// random bytes, enough that no two such ids meet.
+func (c *Client) newOwner() string { return c.cfg.ownerPrefix + randomID(8) }
 
 // randomID returns n random bytes in hex. Ids come from crypto/rand so that
 // nobody can guess an owner or hold id and release or extend a foreign lock.

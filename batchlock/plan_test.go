@@ -105,6 +105,8 @@ func TestPlanRejectsBadKeys(t *testing.T) {
 func TestNewRejectsBadOptions(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
+	noAddrs := redis.NewClusterClient(ClusterOptions())
+	defer noAddrs.Close()
 	for _, tc := range []struct {
 		name string
 		rdb  redis.UniversalClient
@@ -114,6 +116,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"nil client", nil, nil, "nil redis client"},
 		{"typed nil", (*redis.Client)(nil), nil, "nil redis client"},
 		{"ring", &redis.Ring{}, nil, "unsupported redis client"},
+		{"cluster client of no address", noAddrs, nil, "cluster client has no address"},
+		{"empty prefix", rdb, []Option{WithPrefix("")}, "prefix must not be empty"},
 		{"brace prefix", rdb, []Option{WithPrefix("a{")}, "must not contain"},
 		{"closing brace prefix", rdb, []Option{WithPrefix("a}")}, "must not contain"},
 		{"zero lease", rdb, []Option{WithLease(0)}, "lease"},

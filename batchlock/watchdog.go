@@ -174,7 +174,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ac
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
 			if wd.watching(l) {
-				l.lose(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.userKeys(e.lost)[0]))
+				l.letGo(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.userKeys(e.lost)[0]))
 			}
 			wd.remove(l)
 		case e.err == nil:

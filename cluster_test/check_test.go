@@ -2,6 +2,8 @@ package cluster_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +32,25 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 		assert.Equal(t, 6, perMaster[m.Addr], "the checks of master %s", m.Addr)
 	}
 	assert.Equal(t, 2, perMaster[""], "the clocks and the client settings")
+
+	// In the order documented, the same on every run: the masters by
+	// address, each with its checks in one order, then the clocks, then
+	// the client.
+	perNode := []string{batchlock.CheckVersion, batchlock.CheckScripts, batchlock.CheckPubSub,
+		batchlock.CheckEviction, batchlock.CheckState, batchlock.CheckReplicas}
+	var want []batchlock.CheckResult
+	for _, addr := range slices.Sorted(maps.Keys(perMaster)) {
+		if addr == "" {
+			continue
+		}
+		for _, check := range perNode {
+			want = append(want, batchlock.CheckResult{Check: check, Node: addr})
+		}
+	}
+	want = append(want, batchlock.CheckResult{Check: batchlock.CheckClocks}, batchlock.CheckResult{Check: batchlock.CheckClientOpts})
+	for range 3 {
+		assert.Equal(t, want, c.Preflight(ctx))
+	}
 }
 
 // Each problem staged is reported, naming its node and its setting; the
@@ -89,6 +110,7 @@ func TestCommandCheck(t *testing.T) {
 	assert.Contains(t, out, "ok    "+batchlock.CheckEviction)
 	assert.Contains(t, out, "ok    "+batchlock.CheckClientOpts)
 	assert.NotContains(t, out, "FAIL")
+	assert.Regexp(t, `(?m)^all \d+ checks passed$`, out, "a summary line")
 	code, out, _ = command(t, bin, "check", "--addrs", addrs, "--replicas", "2")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "FAIL  "+batchlock.CheckReplicas)

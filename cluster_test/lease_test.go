@@ -256,7 +256,7 @@ func TestHandoffWhenLeaseRunsOut(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 }
 
-func TestCloseReportsRenewedLocksLost(t *testing.T) {
+func TestCloseEndsAndReleasesEveryLock(t *testing.T) {
 	rdb := newClient(t)
 	prefix := testPrefix(t)
 	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
@@ -269,15 +269,70 @@ func TestCloseReportsRenewedLocksLost(t *testing.T) {
 
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close(), "Close is idempotent")
-	<-renewed.Done()
-	assert.ErrorIs(t, renewed.Err(), batchlock.ErrLockLost)
-	assert.ErrorIs(t, renewed.Err(), batchlock.ErrClosed)
-	assert.NoError(t, fixed.Err(), "a fixed lease is not cut short by Close")
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix), "Close released every key its Client held")
+	for _, l := range []*batchlock.Lock{renewed, fixed} {
+		<-l.Done()
+		assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+		assert.ErrorIs(t, l.Err(), batchlock.ErrClosed)
+		err := l.Unlock(ctx)
+		assert.ErrorIs(t, err, batchlock.ErrNotHeld)
+		assert.ErrorIs(t, err, batchlock.ErrClosed, "Unlock after Close says why the lock ended")
+	}
 	_, err = c.Lock(ctx, []string{"c3"})
 	assert.ErrorIs(t, err, batchlock.ErrClosed)
-	require.NoError(t, fixed.Unlock(ctx), "Unlock works after Close")
-	assert.ErrorIs(t, renewed.Unlock(ctx), batchlock.ErrClosed, "Unlock of a lock reported lost says why")
-	assert.Empty(t, lockKeysUnder(t, rdb, prefix), "and releases its keys all the same")
+}
+
+// A lock that loses one key lets its other keys go at once, though its
+// holder neither unlocks nor returns: their waiters get them when the loss
+// is noticed (at once through the holder's own Client, at the next renewal
+// through another one), long before the lease those keys were renewed for
+// ends.
+func TestLostLockLetsItsOtherKeysGo(t *testing.T) {
+	rdb := newClient(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, tc := range []struct {
+		name  string
+		lease time.Duration
+		same  bool
+		bound time.Duration // under the least lease left on the other keys
+	}{
+		{"force-unlocked through the same Client", 30 * time.Second, true, 2 * time.Second},
+		{"force-unlocked through another Client", 6 * time.Second, false, 2*time.Second + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, prefix := newLocker(t, rdb, batchlock.WithLease(tc.lease))
+			operator, waiter := c, peerOf(t, rdb, prefix)
+			if !tc.same {
+				operator = peerOf(t, rdb, prefix)
+			}
+			keys := spread(3, "lost-lets-go")
+			held, err := c.Lock(ctx, keys)
+			require.NoError(t, err)
+			got := make(chan time.Time, 2)
+			for _, k := range keys[1:] {
+				go func() {
+					l, err := waiter.Lock(ctx, []string{k})
+					if assert.NoError(t, err) {
+						got <- time.Now()
+						assert.NoError(t, l.Unlock(ctx))
+					}
+				}()
+			}
+			for _, k := range keys[1:] {
+				waitQueued(ctx, t, waiter, k, 1)
+			}
+			forcedAt := time.Now()
+			_, err = operator.ForceUnlock(ctx, keys[0])
+			require.NoError(t, err)
+			for range keys[1:] {
+				assert.Less(t, (<-got).Sub(forcedAt), tc.bound, "the waiter got its key once the loss was noticed")
+			}
+			<-held.Done()
+			assert.ErrorIs(t, held.Err(), batchlock.ErrLockLost)
+			assert.ErrorIs(t, held.Unlock(ctx), batchlock.ErrNotHeld)
+			assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+		})
+	}
 }
 
 // ForceUnlock through the Client that holds the lock ends the lock at once,

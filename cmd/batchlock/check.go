@@ -22,7 +22,9 @@ func checkCommand() command {
 Checks, on every master, what batchlock relies on (Redis 7.0+, cross-slot
 scripts, sharded pub/sub, maxmemory-policy noeviction, cluster state, the
 replicas online that --replicas n asks for, clocks that agree), and the
-client settings; prints one line per check and exits 1 on any problem.`,
+go-redis settings of this command's own client; prints one line per check,
+masters by address, then a summary line, and exits 1 on any problem. Your
+application's client settings are checked by its own Client.Check.`,
 		flags: func(fs *flag.FlagSet) any {
 			o := &checkOptions{}
 			o.define(fs)
@@ -48,8 +50,9 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 	}
 	defer closeAll()
 	failed := 0
-	for _, r := range locks.Preflight(ctx) {
-		where := "client"
+	results := locks.Preflight(ctx)
+	for _, r := range results {
+		where := "this command's client"
 		if r.Node != "" {
 			where = r.Node
 		} else if r.Check == batchlock.CheckClocks {
@@ -65,5 +68,6 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 	if failed > 0 {
 		return fmt.Errorf("%s found", plural(failed, "problem"))
 	}
+	fmt.Fprintf(e.stdout, "all %d checks passed\n", len(results))
 	return nil
 }
