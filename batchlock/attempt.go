@@ -67,6 +67,10 @@ const (
 	modeTry  = "try"
 	modeWait = "wait"
 	modePoll = "poll"
+	// modeFirst is TryEach's: as modeTry, stopping at the first conflict;
+	// modeFresh the same for owners made by the call, which hold nothing.
+	modeFirst = "first"
+	modeFresh = "fresh"
 )
 
 // acquire makes one attempt at groups in mode: each call takes its groups in

@@ -137,20 +137,9 @@ func (c *Client) partsByMaster(ctx context.Context, parts []script.Part) [][]int
 func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf []int, locks []holdKeys,
 	ack script.Ack, mu *sync.Mutex, results []extended) {
 	sub := make([]script.Part, len(at))
+	subLock := make([]int, len(at)) // the lock of sub[n]
 	for n, j := range at {
-		sub[n] = parts[j]
-	}
-	// segments cuts the parts of a call (indices into sub) by lock: the
-	// parts of one lock are consecutive.
-	segments := func(in []int) [][]int {
-		var out [][]int
-		for n, i := range in {
-			if n == 0 || lockOf[at[i]] != lockOf[at[in[n-1]]] {
-				out = append(out, nil)
-			}
-			out[len(out)-1] = append(out[len(out)-1], i)
-		}
-		return out
+		sub[n], subLock[n] = parts[j], lockOf[j]
 	}
 	fail := func(i int, err error) {
 		if results[i].err == nil {
@@ -166,8 +155,8 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 		Ack:    ack,
 		Args: func(in []int) []any {
 			args := make([]any, 0, len(in)+3*len(locks))
-			for _, seg := range segments(in) {
-				h := locks[lockOf[at[seg[0]]]]
+			for _, seg := range segmentsBy(subLock, in) {
+				h := locks[subLock[seg[0]]]
 				args = append(args, h.hold, h.lease, len(seg))
 				for _, i := range seg {
 					args = append(args, sub[i].Route)
@@ -176,7 +165,7 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 			return args
 		},
 		Read: func(cl *script.Call, in []int) ([]int, error) {
-			segs := segments(in)
+			segs := segmentsBy(subLock, in)
 			lists, err := decodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
 			if err != nil {
 				return nil, script.Describe(ctx, "batchlock: extend", cl, err)
@@ -185,7 +174,7 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 			defer mu.Unlock()
 			var again []int
 			for n, seg := range segs {
-				i := lockOf[at[seg[0]]]
+				i := subLock[seg[0]]
 				if lists != nil {
 					results[i].lost = append(results[i].lost, lists[n].lost...)
 					again = append(again, partsNamed(sub, seg, lists[n].elsewhere)...)

@@ -144,7 +144,11 @@ func lockKeysIn(name string, c *script.Call) int {
 		}
 		return n
 	case "release":
-		return len(c.Args) - 4 - c.Args[3].(int)
+		n := 0
+		for _, r := range releaseLocks(c) {
+			n += len(r.keys)
+		}
+		return n
 	case "extend":
 		n := 0
 		for i := 0; i < len(c.Args); i += 3 + c.Args[i+2].(int) {
@@ -162,7 +166,12 @@ func (f *fakeRedis) firstLockKey(name string, c *script.Call) string {
 		return acquireSlots(c)[0].keys[0]
 	case "release":
 		// A call may carry cancel marks only.
-		return c.Args[min(4+c.Args[3].(int), len(c.Args)-1)].(string)
+		for _, r := range releaseLocks(c) {
+			if len(r.keys) > 0 {
+				return r.keys[0]
+			}
+		}
+		return c.Args[5].(string)
 	case "extend":
 		return c.Args[3].(string)
 	}
@@ -205,25 +214,27 @@ func (f *fakeRedis) run(name string, c *script.Call) []any {
 	case "acquire":
 		return f.acquire(c, now)
 	case "release":
-		owner, hold, remember, m := c.Args[0].(string), c.Args[1].(string), ms(c.Args[2]), c.Args[3].(int)
-		for _, mark := range c.Args[4 : 4+m] {
-			f.marks[mark.(string)] = now.Add(remember)
-		}
-		taken := []any{}
-		for _, a := range c.Args[4+m:] {
-			key := a.(string)
-			k := f.live(key, now)
-			switch {
-			case k != nil && !k.holds[hold].IsZero():
-				delete(k.holds, hold)
-				if f.live(key, now) == nil {
-					f.wakes++
-				}
-			case k != nil && k.owner != owner:
-				taken = append(taken, key)
+		var out []any
+		for _, r := range releaseLocks(c) {
+			for _, mark := range r.marks {
+				f.marks[mark] = now.Add(r.remember)
 			}
+			taken := []any{}
+			for _, key := range r.keys {
+				k := f.live(key, now)
+				switch {
+				case k != nil && !k.holds[r.hold].IsZero():
+					delete(k.holds, r.hold)
+					if f.live(key, now) == nil {
+						f.wakes++
+					}
+				case k != nil && k.owner != r.owner:
+					taken = append(taken, key)
+				}
+			}
+			out = append(out, taken, []any{})
 		}
-		return []any{taken, []any{}}
+		return out
 	case "extend":
 		var out []any
 		for i := 0; i < len(c.Args); {
@@ -270,7 +281,15 @@ func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 	case "acquire":
 		return []any{int64(-2)}
 	case "release":
-		return []any{[]any{}, c.Args[4+c.Args[3].(int):]}
+		var out []any
+		for _, r := range releaseLocks(c) {
+			away := []any{}
+			for _, k := range append(r.marks, r.keys...) {
+				away = append(away, k)
+			}
+			out = append(out, []any{}, away)
+		}
+		return out
 	case "extend":
 		var out []any
 		for i := 0; i < len(c.Args); {
@@ -287,6 +306,31 @@ func (f *fakeRedis) notHere(name string, c *script.Call) []any {
 		return reply
 	}
 	panic("no elsewhere reply for " + name)
+}
+
+// releaseLock is one lock's share of a release call (see release.lua).
+type releaseLock struct {
+	owner, hold string
+	remember    time.Duration
+	marks, keys []string
+}
+
+// releaseLocks reads the locks of a release call's arguments.
+func releaseLocks(c *script.Call) []releaseLock {
+	var out []releaseLock
+	for i := 0; i < len(c.Args); {
+		m, n := c.Args[i+3].(int), c.Args[i+4].(int)
+		r := releaseLock{owner: c.Args[i].(string), hold: c.Args[i+1].(string), remember: ms(c.Args[i+2])}
+		for _, a := range c.Args[i+5 : i+5+m] {
+			r.marks = append(r.marks, a.(string))
+		}
+		for _, a := range c.Args[i+5+m : i+5+m+n] {
+			r.keys = append(r.keys, a.(string))
+		}
+		out = append(out, r)
+		i += 5 + m + n
+	}
+	return out
 }
 
 // acquireSlot is one slot of an acquire call: its fencing counter and keys.

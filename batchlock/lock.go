@@ -184,37 +184,7 @@ func (l *Lock) Unlock(ctx context.Context) (err error) {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	l.unlocking.Lock()
-	defer l.unlocking.Unlock()
-	if l.released {
-		if err := l.Err(); errors.Is(err, ErrLockLost) {
-			return fmt.Errorf("%w: %w", ErrNotHeld, err) // let go when it was lost
-		}
-		return fmt.Errorf("%w: already released", ErrNotHeld)
-	}
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = lifetime.Detached(ctx)
-		defer cancel()
-	}
-	l.c.watchdog.remove(l)
-	taken, err := l.releaseRest(ctx)
-	held := time.Since(l.acquiredAt)
-	if err != nil {
-		l.emit(Event{Kind: EventReleased, Duration: held, Err: err})
-		return fmt.Errorf("batchlock: unlock: %w", err)
-	}
-	l.released = true
-	lost := l.Err()
-	l.finish(ErrNotHeld)
-	l.emit(Event{Kind: EventReleased, Duration: held})
-	switch {
-	case len(taken) > 0:
-		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.userKeys(taken)[0])
-	case lost != nil:
-		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
-	}
-	return nil
+	return l.c.unlockAll(ctx, []*Lock{l})[0]
 }
 
 // confirm records that the lease runs at least until t.

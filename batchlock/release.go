@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -9,23 +10,45 @@ import (
 	"github.com/batchlock/batchlock/internal/script"
 )
 
-// release drops l's hold from groups, one call per master, and sets the
-// cancel marks given; it returns the lock keys that another owner holds, and
-// the lock keys and marks whose release did not go through (with the error).
-func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []string) (lost, left []string, _ error) {
-	parts := make([]script.Part, 0, len(marks))
-	for _, m := range marks {
-		parts = append(parts, script.Part{Slot: hashtag.Slot(m), Route: m, Keys: 1})
-	}
-	for _, g := range groups {
-		for _, k := range g.keys {
-			parts = append(parts, script.Part{Slot: g.slot, Route: k, Keys: 1})
+// releasing is one lock's share of a release: the groups to drop its hold
+// from, and the cancel marks to set.
+type releasing struct {
+	l      *Lock
+	groups []group
+	marks  []string
+}
+
+// releaseOutcome is what a release did for one lock: the lock keys another
+// owner holds, the lock keys and marks whose release did not go through,
+// and the first error among them.
+type releaseOutcome struct {
+	lost, left []string
+	err        error
+}
+
+// releaseAll releases several locks' shares: the keys and marks each master
+// serves, for all of them, go in one call per master (at most
+// script.MaxCallKeys keys each).
+func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcome {
+	var parts []script.Part
+	var lockOf []int  // the share of parts[i]
+	var isMark []bool // parts[i] is a cancel mark
+	for i, r := range rs {
+		for _, m := range r.marks {
+			parts = append(parts, script.Part{Slot: hashtag.Slot(m), Route: m, Keys: 1})
+			lockOf, isMark = append(lockOf, i), append(isMark, true)
+		}
+		for _, g := range r.groups {
+			for _, k := range g.keys {
+				parts = append(parts, script.Part{Slot: g.slot, Route: k, Keys: 1})
+				lockOf, isMark = append(lockOf, i), append(isMark, false)
+			}
 		}
 	}
+	out := make([]releaseOutcome, len(rs))
 	if len(parts) == 0 {
-		return nil, nil, nil
+		return out
 	}
-	owner, remember := escapeOwner(l.owner), lease.Millis(l.lease)
 	var taken []int // parts found held by another owner
 	results := c.route(ctx, script.Batch{
 		Step:   "batchlock: release",
@@ -34,42 +57,69 @@ func (c *Client) release(ctx context.Context, l *Lock, groups []group, marks []s
 		Parts:  parts,
 		Follow: true,
 		Args: func(at []int) []any {
-			m := 0
-			for m < len(at) && at[m] < len(marks) {
-				m++
-			}
-			args := make([]any, 0, 4+len(at))
-			args = append(args, owner, l.hold, remember, m)
-			for _, i := range at {
-				args = append(args, parts[i].Route)
+			args := make([]any, 0, len(at)+5*len(rs))
+			for _, seg := range segmentsBy(lockOf, at) {
+				l := rs[lockOf[seg[0]]].l
+				m := 0
+				for m < len(seg) && isMark[seg[m]] {
+					m++
+				}
+				args = append(args, escapeOwner(l.owner), l.hold, lease.Millis(l.lease), m, len(seg)-m)
+				for _, i := range seg {
+					args = append(args, parts[i].Route)
+				}
 			}
 			return args
 		},
 		Read: func(cl *script.Call, at []int) ([]int, error) {
-			lists, err := decodeKeyLists(cl.Reply.Val(), 1)
+			segs := segmentsBy(lockOf, at)
+			lists, err := decodeKeyLists(cl.Reply.Val(), len(segs))
 			if err != nil {
 				return nil, script.Describe(ctx, "batchlock: release", cl, err)
 			}
 			if lists == nil {
 				return nil, nil // every key released
 			}
-			taken = append(taken, partsNamed(parts, at, lists[0].lost)...)
-			return partsNamed(parts, at, lists[0].elsewhere), nil
+			var away []int
+			for n, seg := range segs {
+				taken = append(taken, partsNamed(parts, seg, lists[n].lost)...)
+				away = append(away, partsNamed(parts, seg, lists[n].elsewhere)...)
+			}
+			return away, nil
 		},
 	})
 	// A key sent again after a run whose reply was lost may have been
 	// handed on by that run, and taken by its waiter since: not a loss.
 	for _, i := range taken {
 		if !results[i].Unknown {
-			lost = append(lost, parts[i].Route)
+			o := &out[lockOf[i]]
+			o.lost = append(o.lost, parts[i].Route)
 		}
 	}
 	for i, r := range results {
 		if r.Err != nil {
-			left = append(left, parts[i].Route)
+			o := &out[lockOf[i]]
+			o.left = append(o.left, parts[i].Route)
+			if o.err == nil {
+				o.err = r.Err
+			}
 		}
 	}
-	return lost, left, firstError(results)
+	return out
+}
+
+// segmentsBy cuts the parts of a call (indices, ascending) into runs of
+// one owner each, as ownerOf (by part) says: a multi-lock script's
+// arguments, lock by lock.
+func segmentsBy(ownerOf []int, at []int) [][]int {
+	var out [][]int
+	for n, i := range at {
+		if n == 0 || ownerOf[i] != ownerOf[at[n-1]] {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], i)
+	}
+	return out
 }
 
 // unreleased is what a lock's release still owes after a release that
@@ -84,17 +134,32 @@ type unreleased struct {
 // and returns the keys found held by another owner, by this release and
 // the earlier ones. Called with l.unlocking held.
 func (l *Lock) releaseRest(ctx context.Context) ([]string, error) {
+	return l.settle(l.c.releaseAll(ctx, []releasing{l.owed()})[0])
+}
+
+// owed is what l's release still owes: what its earlier releases left, all
+// of l at first. Called with l.unlocking held.
+func (l *Lock) owed() releasing {
+	if l.rest == nil {
+		return releasing{l: l, groups: l.groups, marks: l.marks}
+	}
+	return releasing{l: l, groups: l.rest.groups, marks: l.rest.marks}
+}
+
+// settle records what a release of owed() did, and returns the keys found
+// held by another owner, by it and the earlier ones, or its error. Called
+// with l.unlocking held.
+func (l *Lock) settle(out releaseOutcome) ([]string, error) {
 	rest := l.rest
 	if rest == nil {
 		rest = &unreleased{groups: l.groups, marks: l.marks}
 	}
-	lost, left, err := l.c.release(ctx, l, rest.groups, rest.marks)
-	lost = append(slices.Clip(rest.lost), lost...)
-	if err != nil {
+	lost := append(slices.Clip(rest.lost), out.lost...)
+	if out.err != nil {
 		// A retry sends only what did not go through: a key released
 		// since taken by another owner is no loss of this lock.
-		l.rest = rest.without(left, lost)
-		return nil, err
+		l.rest = rest.without(out.left, lost)
+		return nil, out.err
 	}
 	l.rest = nil
 	return lost, nil
@@ -158,7 +223,17 @@ func appendNew(list []string, items ...string) []string {
 // its error, or ctx's cause when ctx ended first; the release then goes on
 // in the background (Close waits for it).
 func (c *Client) releaseAside(ctx context.Context, l *Lock, groups []group, marks []string) error {
-	if len(groups)+len(marks) == 0 {
+	return c.releaseAsideAll(ctx, []releasing{{l: l, groups: groups, marks: marks}})
+}
+
+// releaseAsideAll is releaseAside for several locks' shares, one call per
+// master for all of them; it returns the first error.
+func (c *Client) releaseAsideAll(ctx context.Context, rs []releasing) error {
+	empty := true
+	for _, r := range rs {
+		empty = empty && len(r.groups)+len(r.marks) == 0
+	}
+	if empty {
 		return nil
 	}
 	done := make(chan error, 1)
@@ -167,7 +242,10 @@ func (c *Client) releaseAside(ctx context.Context, l *Lock, groups []group, mark
 		defer c.calls.Leave()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		_, _, err := c.release(rctx, l, groups, marks)
+		var err error
+		for _, o := range c.releaseAll(rctx, rs) {
+			err = cmp.Or(err, o.err)
+		}
 		done <- err
 	}()
 	select {

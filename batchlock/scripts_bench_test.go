@@ -48,7 +48,7 @@ func BenchmarkScript(b *testing.B) {
 				hold := "h:" + strconv.Itoa(i)
 				args := []any{"0123456789abcdef0123456789abcdef", hold, 10000, modeWait, "cancel:{a}:" + hold, 3000, "fence:{a}", len(keys)}
 				mustRun(b, acquireScript.Run(b.Context(), rdb, nil, append(args, anysOf(keys)...)...))
-				rel := []any{"0123456789abcdef0123456789abcdef", hold, 10000, 0}
+				rel := []any{"0123456789abcdef0123456789abcdef", hold, 10000, 0, len(keys)}
 				mustRun(b, releaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
 			})
 		})

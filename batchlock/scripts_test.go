@@ -227,7 +227,7 @@ func acquireArgv(owner, hold string, leaseMs int64, mode, modes, key string) []a
 }
 
 func releaseArgv(owner, hold string, keys ...string) []any {
-	args := []any{owner, hold, 60000, 0}
+	args := []any{owner, hold, 60000, 0, len(keys)}
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -523,6 +523,20 @@ func TestScriptMovedKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "3 - h:a= alice", v, "the key joined is as it was")
 
+	// tryeach: a basket with a moved slot changes nothing of it ({-2}); the
+	// other baskets of the call are taken.
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	reply = run(tryEachScript, 1000, "try", cancelMark,
+		"bob", "h:b", 6, "fence:{"+served+"}", 1, "j{"+served+"}", "fence:{"+moved+"}", 1, away,
+		"carol", "h:c", 3, "fence:{"+served+"}", 1, "m{"+served+"}")
+	assert.True(t, similar([]any{[]any{int64(-2)}, []any{int64(1), int64(2)}}, reply), "tryeach: %v", reply)
+	n, err = rdb.Exists(ctx, "j{"+served+"}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing of the basket with a moved slot is taken")
+	v, err = rdb.Get(ctx, "m{"+served+"}").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "2 - h:c= carol", v, "the other basket is")
+
 	hold()
 	reply = run(releaseScript, releaseArgv("alice", "h:a", here, away)...)
 	assert.True(t, similar([]any{[]any{}, []any{away}}, reply), "release: %v", reply)
@@ -531,7 +545,7 @@ func TestScriptMovedKeys(t *testing.T) {
 	// A cancel mark of a slot not served here is named as elsewhere, to be
 	// set where its slot is; one served here is set.
 	markAway := "cancel:{" + moved + "}:h:a"
-	reply = run(releaseScript, "alice", "h:a", 60000, 2, cancelMark, markAway, here)
+	reply = run(releaseScript, "alice", "h:a", 60000, 2, 1, cancelMark, markAway, here)
 	assert.True(t, similar([]any{[]any{}, []any{markAway}}, reply), "release with marks: %v", reply)
 	n, err = rdb.Exists(ctx, cancelMark).Result()
 	require.NoError(t, err)
@@ -590,7 +604,7 @@ func TestScriptFakeAgrees(t *testing.T) {
 			args = append(args, h.owner, h.hold, lease, "try", "cancel:{a}:"+h.hold, int64(2000), "fence:{a}", len(picked))
 		case 1:
 			name, run = "release", releaseScript
-			args = append(args, h.owner, h.hold, lease, 0)
+			args = append(args, h.owner, h.hold, lease, 0, len(picked))
 		case 2:
 			name, run = "extend", extendScript
 			args = append(args, h.hold, lease, len(picked))

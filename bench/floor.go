@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -13,7 +15,7 @@ import (
 )
 
 // Floor is the least a lock in Redis must do, the reference the other
-// libraries are measured against, in one of two kinds:
+// libraries are measured against, in one of three kinds:
 //
 //   - the floor (NewFloor), the least any lock with per-key leases must do:
 //     one script call per master that writes every key with SET key v PX
@@ -22,12 +24,20 @@ import (
 //     tokens move with their slot must do: the same calls, where the lock's
 //     also counts, for each slot of the batch, the slot's tokens with one
 //     INCRBY of a counter kept in that slot (FenceKey), and writes each key
-//     with its token.
+//     with its token;
+//   - the lock floor (NewLockFloor), the least a real lock must do: per slot
+//     one INCR of its counter, the token of the slot's keys; each key set
+//     only if free (SET NX PX) to its token and the lock's owner, what the
+//     call set deleted again when a key is held; and a release that reads
+//     each key and deletes it only where the owner matches.
 //
-// The masters are called in parallel. Neither checks nor waits for anything.
+// The masters are called in parallel. The floor and the fenced floor
+// neither check nor wait for anything; the lock floor refuses a held key
+// (and then holds nothing), and never waits.
 type Floor struct {
 	name   string
 	fenced bool
+	owned  bool // the lock floor
 	rdb    *redis.ClusterClient
 	runner *script.Runner
 }
@@ -39,10 +49,16 @@ var (
 	fencedFloorLockSource string
 	//go:embed floor/unlock.lua
 	floorUnlockSource string
+	//go:embed floor/owned_lock.lua
+	lockFloorLockSource string
+	//go:embed floor/owned_unlock.lua
+	lockFloorUnlockSource string
 
 	floorLock       = redis.NewScript(floorLockSource)
 	fencedFloorLock = redis.NewScript(fencedFloorLockSource)
 	floorUnlock     = redis.NewScript(floorUnlockSource)
+	lockFloorLock   = redis.NewScript(lockFloorLockSource)
+	lockFloorUnlock = redis.NewScript(lockFloorUnlockSource)
 )
 
 // NewFloor returns the floor on rdb.
@@ -51,6 +67,13 @@ func NewFloor(rdb *redis.ClusterClient) *Floor { return newFloor(rdb, NameFloor,
 // NewFencedFloor returns the fenced floor on rdb.
 func NewFencedFloor(rdb *redis.ClusterClient) *Floor {
 	return newFloor(rdb, NameFencedFloor, true)
+}
+
+// NewLockFloor returns the lock floor on rdb.
+func NewLockFloor(rdb *redis.ClusterClient) *Floor {
+	f := newFloor(rdb, NameLockFloor, true)
+	f.owned = true
+	return f
 }
 
 func newFloor(rdb *redis.ClusterClient, name string, fenced bool) *Floor {
@@ -65,30 +88,83 @@ func (f *Floor) Name() string       { return f.name }
 func (f *Floor) Commands() []string { return scriptCommands }
 
 func (f *Floor) Lock(ctx context.Context, keys []string) (Held, error) {
+	return f.lock(ctx, keys)
+}
+
+func (f *Floor) lock(ctx context.Context, keys []string) (floorHeld, error) {
 	masters, err := f.byMaster(ctx, keys)
 	if err != nil {
-		return nil, err
+		return floorHeld{}, err
 	}
 	s := floorLock
-	if f.fenced {
+	switch {
+	case f.owned:
+		s = lockFloorLock
+	case f.fenced:
 		s = fencedFloorLock
+	}
+	h := floorHeld{f: f, masters: masters}
+	if f.owned {
+		h.owner = randomOwner()
 	}
 	calls := make([]*script.Call, len(masters))
 	for i, groups := range masters {
-		calls[i] = lockCall(groups, f.fenced)
+		calls[i] = lockCall(groups, f.fenced, h.owner)
 	}
 	f.runner.Send(ctx, s, calls, script.Ack{})
-	if err := callErrors(f.name, calls, keyCounts(masters)); err != nil {
-		return nil, err
+	if !f.owned {
+		if err := callErrors(f.name, calls, keyCounts(masters)); err != nil {
+			return floorHeld{}, err
+		}
+		return h, nil
 	}
-	return floorHeld{f: f, masters: masters}, nil
+	h.tokens = make(map[string]int64, len(keys))
+	var errs []error
+	for i, c := range calls {
+		tokens, err := c.Reply.Int64Slice()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: slot %d: %w", f.name, c.Slot, err))
+		case len(tokens) > 0 && tokens[0] < 0:
+			errs = append(errs, fmt.Errorf("%s: slot %d: %w", f.name, c.Slot, errHeld))
+		case len(tokens) != keyCounts(masters[i : i+1])[0]:
+			errs = append(errs, fmt.Errorf("%s: slot %d: %d tokens for %d keys", f.name, c.Slot, len(tokens), keyCounts(masters[i : i+1])[0]))
+		default:
+			n := 0
+			for _, g := range masters[i] {
+				for _, k := range g.Keys {
+					h.tokens[k] = tokens[n]
+					n++
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		// What the other masters' calls took goes back: all or nothing.
+		return floorHeld{}, errors.Join(append(errs, h.Unlock(context.WithoutCancel(ctx)))...)
+	}
+	return h, nil
+}
+
+// errHeld says that the lock floor found a key held.
+var errHeld = errors.New("a key is held")
+
+// randomOwner is a fresh owner of the lock floor.
+func randomOwner() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // lockCall is the lock's call to one master, of the keys of groups: ARGV
 // is the lease, then every key; fenced, the lease, then for each slot its
-// counter, its number of keys and its keys.
-func lockCall(groups []hashtag.Group, fenced bool) *script.Call {
+// counter, its number of keys and its keys; owned (owner not empty), the
+// lease, the owner, then as fenced.
+func lockCall(groups []hashtag.Group, fenced bool, owner string) *script.Call {
 	n := 1
+	if owner != "" {
+		n++
+	}
 	for _, g := range groups {
 		n += len(g.Keys)
 		if fenced {
@@ -97,6 +173,9 @@ func lockCall(groups []hashtag.Group, fenced bool) *script.Call {
 	}
 	args := make([]any, 1, n)
 	args[0] = TTL.Milliseconds()
+	if owner != "" {
+		args = append(args, owner)
+	}
 	for _, g := range groups {
 		if fenced {
 			args = append(args, FenceKey(g.Slot), len(g.Keys))
@@ -111,13 +190,18 @@ func lockCall(groups []hashtag.Group, fenced bool) *script.Call {
 type floorHeld struct {
 	f       *Floor
 	masters [][]hashtag.Group
+	owner   string           // the lock floor's
+	tokens  map[string]int64 // the lock floor's, by key
 }
 
 func (h floorHeld) Unlock(ctx context.Context) error {
 	counts := keyCounts(h.masters)
 	calls := make([]*script.Call, len(h.masters))
 	for i, groups := range h.masters {
-		args := make([]any, 0, counts[i])
+		args := make([]any, 0, counts[i]+1)
+		if h.owner != "" {
+			args = append(args, h.owner)
+		}
 		for _, g := range groups {
 			for _, k := range g.Keys {
 				args = append(args, k)
@@ -125,8 +209,18 @@ func (h floorHeld) Unlock(ctx context.Context) error {
 		}
 		calls[i] = masterCall(groups, args)
 	}
-	h.f.runner.Send(ctx, floorUnlock, calls, script.Ack{})
-	return callErrors(h.f.name, calls, counts)
+	if h.owner == "" {
+		h.f.runner.Send(ctx, floorUnlock, calls, script.Ack{})
+		return callErrors(h.f.name, calls, counts)
+	}
+	h.f.runner.Send(ctx, lockFloorUnlock, calls, script.Ack{})
+	var errs []error
+	for _, c := range calls {
+		if err := c.Reply.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: slot %d: %w", h.f.name, c.Slot, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // masterCall is a call with args, routed by the first key of groups.

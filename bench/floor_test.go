@@ -43,12 +43,14 @@ func TestLockCallArgs(t *testing.T) {
 	lease := TTL.Milliseconds()
 	for _, tc := range []struct {
 		fenced bool
+		owner  string
 		want   []any
 	}{
-		{false, []any{lease, "x", "y", "z"}},
-		{true, []any{lease, FenceKey(7), 2, "x", "y", FenceKey(9), 1, "z"}},
+		{false, "", []any{lease, "x", "y", "z"}},
+		{true, "", []any{lease, FenceKey(7), 2, "x", "y", FenceKey(9), 1, "z"}},
+		{true, "o1", []any{lease, "o1", FenceKey(7), 2, "x", "y", FenceKey(9), 1, "z"}},
 	} {
-		c := lockCall(groups, tc.fenced)
+		c := lockCall(groups, tc.fenced, tc.owner)
 		if fmt.Sprint(c.Args) != fmt.Sprint(tc.want) || cap(c.Args) != len(tc.want) {
 			t.Errorf("fenced %v: args %v (cap %d), want %v", tc.fenced, c.Args, cap(c.Args), tc.want)
 		}

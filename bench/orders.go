@@ -354,15 +354,21 @@ func (c turnCounters) minus(o turnCounters) turnCounters {
 	return turnCounters{cpu: c.cpu - o.cpu, commands: addStats(addStats(nil, c.commands, 1), o.commands, -1), writes: c.writes - o.writes, sent: c.sent.minus(o.sent)}
 }
 
-// measureTurn runs turn and returns what it cost. The masters' CPU is read
-// nearest the turn, so that reading the other counters costs it nothing.
+// measureTurn runs turn and returns what it cost.
 func measureTurn(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, p *peerProcessor, turn func()) (turnCounters, error) {
+	return measureCost(ctx, cl, masters, p.writes.Load, func() ScriptsSent { return scriptsSent(p.l) }, turn)
+}
+
+// measureCost runs turn and returns what it cost, with writes and sent the
+// processor's own counters. The masters' CPU is read nearest the turn, so
+// that reading the other counters costs it nothing.
+func measureCost(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, writes func() int64, sent func() ScriptsSent, turn func()) (turnCounters, error) {
 	var before, after turnCounters
 	var err error
 	if before.commands, err = mastersCommandStats(ctx, cl, masters); err != nil {
 		return turnCounters{}, err
 	}
-	before.writes, before.sent = p.writes.Load(), scriptsSent(p.l)
+	before.writes, before.sent = writes(), sent()
 	if before.cpu, err = mastersCPU(ctx, cl, masters); err != nil {
 		return turnCounters{}, err
 	}
@@ -370,7 +376,7 @@ func measureTurn(ctx context.Context, cl *localcluster.Cluster, masters []localc
 	if after.cpu, err = mastersCPU(ctx, cl, masters); err != nil {
 		return turnCounters{}, err
 	}
-	after.writes, after.sent = p.writes.Load(), scriptsSent(p.l)
+	after.writes, after.sent = writes(), sent()
 	if after.commands, err = mastersCommandStats(ctx, cl, masters); err != nil {
 		return turnCounters{}, err
 	}

@@ -24,6 +24,9 @@ type Report struct {
 	// Promotions is the shared-keys comparison.
 	Promotions []OrderResult
 	Cost       []CostResult
+	// Batches is the batch workload.
+	Batches []BatchResult
+	Batch   BatchConfig
 }
 
 // handoffLabels say how each waiter waits.
@@ -446,7 +449,7 @@ func (r Report) Targets() []Target {
 		t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.1fx", ob.PerSecond(), or.PerSecond(), x)
 	}
 	ts = append(ts, t)
-	return append(ts, r.oversoldTarget())
+	return append(append(ts, r.batchTargets()...), r.oversoldTarget())
 }
 
 // ordersComparison is how a processor's orders compare with the
@@ -481,9 +484,13 @@ func (c ordersComparison) String() string {
 // contention and shared-keys workloads. A processor's audit covers all its
 // levels, so its results all carry the same count.
 func (r Report) oversoldTarget() Target {
-	t := Target{Goal: "zero oversold units, every processor of the contention and shared-keys workloads", Found: "not measured"}
+	t := Target{Goal: "zero oversold units, every processor of the contention, shared-keys and batch workloads", Found: "not measured"}
 	var audited, oversold []string
-	for _, res := range slices.Concat(r.Orders, r.Promotions) {
+	results := slices.Concat(r.Orders, r.Promotions)
+	for _, b := range r.Batches {
+		results = append(results, b.OrderResult)
+	}
+	for _, res := range results {
 		if slices.Contains(audited, res.Library) {
 			continue
 		}
@@ -626,6 +633,7 @@ func (r Report) Markdown(svgName string) string {
 
 	r.contention(p)
 	r.promotions(p)
+	r.batches(p)
 
 	p("\n## Cost in Redis\n\n")
 	p("Each library alone (not interleaved): `CONFIG RESETSTAT` on every master, lock and unlock N keys many times, then `INFO commandstats` and `INFO cpu` from every master. ")
@@ -775,4 +783,107 @@ func costRatio(v, base float64) string {
 	r := Ratio(time.Duration(v*1000), time.Duration(base*1000))
 	r = strings.Replace(r, "slower", "more", 1)
 	return strings.Replace(r, "faster", "less", 1)
+}
+
+// batch finds the result of a batch processor kind with n processors.
+func (r Report) batch(name string, n int) BatchResult {
+	for _, b := range r.Batches {
+		if b.Library == name && b.Workers == n {
+			return b
+		}
+	}
+	return BatchResult{OrderResult: OrderResult{Library: name, Workers: n}}
+}
+
+// batchTargets checks the batch workload against its goals: TryEach beside
+// the batch-floor processor with one and with four processors, and against
+// the TryLock loop.
+func (r Report) batchTargets() []Target {
+	var ts []Target
+	for _, goal := range []struct {
+		processors int
+		share, cpu float64
+	}{{1, 0.85, 1.25}, {4, 0.60, 1.6}} {
+		t := Target{Goal: fmt.Sprintf("batch, %d processor(s): TryEach at least %.0f%% of the batch-floor processor's orders/s, masters' CPU per order at most %.2fx its",
+			goal.processors, 100*goal.share, goal.cpu), Found: "not measured"}
+		res, ref := r.batch(NameTryEachProcessor, goal.processors), r.batch(NameBatchFloorProcessor, goal.processors)
+		if c, ok := compareOrders(res.OrderResult, ref.OrderResult); ok {
+			t.Reached = c.share >= goal.share && c.cpu <= goal.cpu
+			t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.0f%%; masters' CPU per order %d µs against %d µs: %.2fx",
+				res.PerSecond(), ref.PerSecond(), 100*c.share, res.CPUPerOrder().Microseconds(), ref.CPUPerOrder().Microseconds(), c.cpu)
+		}
+		ts = append(ts, t)
+	}
+	t := Target{Goal: "batch, one processor: TryEach at least 2.5x the orders/s of the TryLock-loop processor", Found: "not measured"}
+	res, loop := r.batch(NameTryEachProcessor, 1), r.batch(NameTryLockLoopProcessor, 1)
+	if res.Orders > 0 && loop.Orders > 0 {
+		x := res.PerSecond() / loop.PerSecond()
+		t.Reached = x >= 2.5
+		t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.1fx", res.PerSecond(), loop.PerSecond(), x)
+	}
+	return append(ts, t)
+}
+
+// batches is the batch workload's section.
+func (r Report) batches(p func(string, ...any)) {
+	if len(r.Batches) == 0 {
+		return
+	}
+	b := r.Batch
+	p("\n## Batch admission: ticks of orders\n\n")
+	p("Batch processors take ticks of %d orders (baskets of 1–%d of %d SKUs, as in Contention, one unit each), lock every basket that is free, read the stock of the tick's taken orders in one pipeline, write it in one more, and let go; a refused order goes first in its processor's next tick. ", b.Tick, b.MaxBasket, b.SKUs)
+	p("The reference is the **batch-floor processor**: admission in this process (a basket is refused when any of its SKUs is held by an earlier basket of any of its processors), then the lock floor's Redis work for every admitted key of the tick: one script call per master that, per slot, `INCR`s its counter and sets each key `NX PX` to its token and owner, and one that deletes each key where the owner matches. ")
+	p("batchlock's **TryEach** processor takes a tick with one `TryEach` (one call per master, settling conflicts with its own locks in the process) and lets go with one `UnlockEach`; the **TryLock loop** is the same processor as a new user first writes it: `TryLock` per basket on %d goroutines, then `Unlock` each. ", b.LoopWorkers)
+	p("With 1 and 4 processors at once (4 Clients, as processes), each kind gets %d turns of %v, alternating. ", b.Rounds, b.Slice)
+	p("*Script calls per order* are the masters' script calls over the turns (`INFO commandstats`) less the orders' own stock writes, per order processed.\n\n")
+	p("| processors | processor | orders | orders/s | of the batch-floor processor's | masters' CPU per order | vs the batch floor's | script calls per order | by kind: acquires / releases per order | orders per tick | refusals | oversold units |\n")
+	p("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	for _, n := range b.Processors {
+		ref := r.batch(NameBatchFloorProcessor, n)
+		for _, res := range r.Batches {
+			if res.Workers != n {
+				continue
+			}
+			share, cpu := "—", "—"
+			if res.Library != NameBatchFloorProcessor {
+				if c, ok := compareOrders(res.OrderResult, ref.OrderResult); ok {
+					share, cpu = fmt.Sprintf("%.0f%%", 100*c.share), fmt.Sprintf("%.2fx", c.cpu)
+				}
+			}
+			byKind := "—"
+			if res.Sent != nil {
+				acquires, releases, _ := res.SentPerOrder()
+				byKind = fmt.Sprintf("%.3f / %.3f", acquires, releases)
+			}
+			perTick := 0.0
+			if res.Ticks > 0 {
+				perTick = float64(res.Orders) / float64(res.Ticks)
+			}
+			p("| %d | %s | %d | %.0f | %s | %d µs | %s | %.3f | %s | %.1f | %d | %d |\n", n, Label(res.Library), res.Orders, res.PerSecond(), share,
+				res.CPUPerOrder().Microseconds(), cpu, res.LockScriptsPerOrder(), byKind, perTick, res.Refusals, res.Oversold)
+		}
+	}
+	p("\nWhere the masters' CPU per order goes, from `INFO commandstats` over the same turns (as in Contention: the script calls' own time, the lock's and the stock writes', and the rest):\n\n")
+	p("| processors | processor | masters' CPU per order | scripts µs (calls) | connections and pub/sub µs (calls) | other commands µs | outside commands µs |\n|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, res := range r.Batches {
+		c := res.CPUSplitPerOrder()
+		p("| %d | %s | %d µs | %d (%.2f) | %d (%.2f) | %d | %d |\n", res.Workers, Label(res.Library), res.CPUPerOrder().Microseconds(),
+			c.Scripts.Microseconds(), c.ScriptCalls, c.Connections.Microseconds(), c.ConnectionCalls, c.Other.Microseconds(), c.Outside.Microseconds())
+	}
+}
+
+// BatchMarkdown is the batch workload's section and targets alone.
+func (r Report) BatchMarkdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	r.batches(p)
+	p("\n")
+	for _, t := range r.batchTargets() {
+		mark := "missed"
+		if t.Reached {
+			mark = "met"
+		}
+		p("- %s: **%s**: %s\n", t.Goal, mark, t.Found)
+	}
+	return b.String()
 }

@@ -97,6 +97,17 @@ func sampleReport(bl100 time.Duration) Report {
 		{Library: NameFloorOneSlot, Keys: 100, Iterations: 10, Calls: 20, Usec: 2500, CPU: 9 * ms},
 		{Library: NameFencedFloorOneSlot, Keys: 100, Iterations: 10, Calls: 20, Usec: 2600, CPU: 10 * ms},
 	}
+	// Batches, each kind a second: with one processor TryEach makes 90% of
+	// the batch floor's orders/s at 1.2x its CPU per order, 3x the loop's;
+	// with four, 50% at 1.5x.
+	batch := func(name string, n int, orders int64, cpu time.Duration) BatchResult {
+		return BatchResult{OrderResult: OrderResult{Library: name, Workers: n, Orders: orders, MastersCPU: time.Duration(orders) * cpu,
+			Elapsed: time.Second, SendsScripts: true}, Ticks: 100}
+	}
+	r.Batches = []BatchResult{
+		batch(NameBatchFloorProcessor, 1, 10000, 100*us), batch(NameTryEachProcessor, 1, 9000, 120*us), batch(NameTryLockLoopProcessor, 1, 3000, 200*us),
+		batch(NameBatchFloorProcessor, 4, 20000, 100*us), batch(NameTryEachProcessor, 4, 10000, 150*us), batch(NameTryLockLoopProcessor, 4, 4000, 250*us),
+	}
 	return r
 }
 
@@ -106,7 +117,10 @@ const (
 	oneClientGoal  = "contention, one Client, 16 workers: at least 85% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.25x its, p99 lock wait at most 1.5x its"
 	clients16Goal  = "contention, 16 Clients of one worker each: at least 65% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.6x its"
 	redsyncGoal    = "contention, one Client, 16 workers: at least 5x the redsync-based processor's orders/s"
-	noOversellGoal = "zero oversold units, every processor of the contention and shared-keys workloads"
+	noOversellGoal = "zero oversold units, every processor of the contention, shared-keys and batch workloads"
+	batch1Goal     = "batch, 1 processor(s): TryEach at least 85% of the batch-floor processor's orders/s, masters' CPU per order at most 1.25x its"
+	batch4Goal     = "batch, 4 processor(s): TryEach at least 60% of the batch-floor processor's orders/s, masters' CPU per order at most 1.60x its"
+	batchLoopGoal  = "batch, one processor: TryEach at least 2.5x the orders/s of the TryLock-loop processor"
 )
 
 func targets(r Report) map[string]Target {
@@ -142,6 +156,9 @@ func TestTargets(t *testing.T) {
 		clients16Goal:  {true, ""},
 		redsyncGoal:    {true, ""},
 		noOversellGoal: {true, ""},
+		batch1Goal:     {true, "9000 orders/s against 10000: 90%; masters' CPU per order 120 µs against 100 µs: 1.20x"},
+		batch4Goal:     {false, "10000 orders/s against 20000: 50%; masters' CPU per order 150 µs against 100 µs: 1.50x"},
+		batchLoopGoal:  {true, "9000 orders/s against 3000: 3.0x"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d targets, want %d: %v", len(got), len(want), got)
@@ -215,12 +232,15 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"16 Clients not run", drop(NameBatchlock16Clients), clients16Goal, false, "not measured"},
 		{"redsync 8x slower", nil, redsyncGoal, true, "7200 orders/s against 900: 8.0x"},
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
-		{"nothing oversold", nil, noOversellGoal, true, "none, 8 processors audited"},
+		{"nothing oversold", nil, noOversellGoal, true, "none, 11 processors audited"},
+		{"oversold in the batch workload", func(r *Report) { r.Batches[1].Oversold = 1 }, noOversellGoal, false,
+			"oversold units: batchlock TryEach: one call per master for the tick, UnlockEach 1"},
+		{"no batch run", func(r *Report) { r.Batches = nil }, batch1Goal, false, "not measured"},
 		{"oversold in the contention workload", change(NameBatchlock16Clients, func(o *OrderResult) { o.Oversold = 3 }), noOversellGoal, false,
 			"oversold units: batchlock, 16 Clients (at 16 workers, one each: the cross-process case) 3"},
 		{"oversold in the shared-keys workload", func(r *Report) { r.Promotions[0].Oversold = 2 }, noOversellGoal, false,
 			"oversold units: batchlock, promotions shared (WithShared) 2"},
-		{"no contention run", func(r *Report) { r.Orders, r.Promotions = nil, nil }, noOversellGoal, false, "not measured"},
+		{"no contention run", func(r *Report) { r.Orders, r.Promotions, r.Batches = nil, nil, nil }, noOversellGoal, false, "not measured"},
 		{"hand-off under 1 ms, 125x redsync", nil, handoffGoal, true, "0.80 ms, redsync 100 ms: 125.0x quicker"},
 		{"hand-off of 1 ms", func(r *Report) { r.Handoff[0].Samples = fixedSamples(ms) }, handoffGoal, false, "1.00 ms, redsync 100 ms: 100.0x quicker"},
 		{"hand-off of 1 ms, its phases measured", func(r *Report) {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ const (
 	NameRedislockPar  = "redislock-par"
 	NameFloor         = "floor"
 	NameFencedFloor   = "fenced-floor"
+	NameLockFloor     = "lock-floor"
 	NameCeiling       = "ceiling"
 	// The contention workload's reference, and batchlock through several
 	// Clients (LeastBusy).
@@ -35,6 +37,10 @@ const (
 	// taken shared, and exclusively.
 	NameSharedPromos    = "batchlock-promos-shared"
 	NameExclusivePromos = "batchlock-promos-exclusive"
+	// The batch workload's processors.
+	NameBatchFloorProcessor  = "batch-floor-processor"
+	NameTryEachProcessor     = "batchlock-tryeach"
+	NameTryLockLoopProcessor = "batchlock-trylock-loop"
 )
 
 var labels = map[string]string{
@@ -47,6 +53,7 @@ var labels = map[string]string{
 	NameOneSlot:            "batchlock, all keys in one slot",
 	NameFloor:              "floor: SET PX per key, then DEL, one script call per master",
 	NameFencedFloor:        "fenced floor: per slot an INCRBY of its counter, SET PX per key, then DEL, one script call per master",
+	NameLockFloor:          "lock floor: per slot an INCR of its counter, SET NX PX of an owned value per key, then an owner-checked DEL, one script call per master",
 	NameFloorOneSlot:       "floor, all keys in one slot",
 	NameFencedFloorOneSlot: "fenced floor, all keys in one slot",
 	NameCeiling:            "ceiling: a sorted sync.Mutex per SKU, in process",
@@ -56,6 +63,10 @@ var labels = map[string]string{
 	NameFencedFloorProcessor: "fenced-floor processor: the ceiling plus the fenced floor's Redis work per basket",
 	NameBatchlock4Clients:    "batchlock, 4 Clients (at 16 workers, 4 each)",
 	NameBatchlock16Clients:   "batchlock, 16 Clients (at 16 workers, one each: the cross-process case)",
+	// The batch workload's own.
+	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
+	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach",
+	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 }
 
 // Label is the name a reader of the report sees.
@@ -81,6 +92,10 @@ type Suite struct {
 	Orders []Locker
 	// Promotions: batchlock, for the shared-keys comparison.
 	Promotions SharedLocker
+	// Batches: the batch-floor processor, the batch workload's reference,
+	// then batchlock's TryEach and TryLock-loop processors, each with as
+	// many processors (Clients) as DefaultBatch runs at most.
+	Batches []BatchKind
 
 	closers []func() error
 }
@@ -151,6 +166,23 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		redsyncSeq,
 	}
 	s.Promotions = bl
+
+	processors := slices.Max(DefaultBatch.Processors)
+	floors := make([]*Floor, processors)
+	each, loop := make([]*batchlock.Client, processors), make([]*batchlock.Client, processors)
+	for i := range processors {
+		floors[i] = NewLockFloor(client())
+		e, err := newBatchlock(NameTryEachProcessor)
+		if err != nil {
+			return nil, errors.Join(err, s.Close())
+		}
+		l, err := newBatchlock(NameTryLockLoopProcessor)
+		if err != nil {
+			return nil, errors.Join(err, s.Close())
+		}
+		each[i], loop[i] = e.c, l.c
+	}
+	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewTryEachKind(each), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
 	waiter, err := newBatchlock(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {

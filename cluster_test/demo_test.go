@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +66,51 @@ func TestDemoWithBatchlockNeverOversells(t *testing.T) {
 	assert.Zero(t, audit.OversoldUnits)
 	assert.Equal(t, audit.AcceptedUnits, audit.Sold, "every accepted order fully applied")
 	assert.Equal(t, audit.Initial, audit.Sold+audit.Remaining)
+}
+
+// The batch processor: four processors (Clients) at once, each taking
+// ticks of baskets with TryEach over hot SKUs and promotions read shared,
+// never oversell; busy baskets wait for a later tick, and every order ends.
+func TestBatchProcessorsNeverOversell(t *testing.T) {
+	rdb := newClient(t)
+	stock := newStock(t, rdb, 60, 10)
+	list := generate(t, orders.GenConfig{SKUs: 60, Orders: 600, MaxBasket: 12, MaxQty: 3, HotSKUs: 6, HotShare: 0.3,
+		Promos: 2, PromoShare: 0.5, Seed: 3})
+	_, prefix := newLocker(t, rdb)
+	const processors = 4
+	results := make([]orders.Result, processors)
+	var wg sync.WaitGroup
+	for p := range processors {
+		b := &orders.Batched{Locker: peerOf(t, rdb, prefix), Stock: stock, Think: time.Millisecond, Size: 32, Waits: 4}
+		share := list[p*len(list)/processors : (p+1)*len(list)/processors]
+		wg.Go(func() { results[p] = orders.RunBatched(ctxTimeout(t, 2*time.Minute), b, share, orders.RunConfig{}) })
+	}
+	wg.Wait()
+	sold := map[string]int64{}
+	var total orders.Result
+	for _, res := range results {
+		require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
+		total.Orders += res.Orders
+		total.Accepted += res.Accepted
+		total.Rejected += res.Rejected
+		total.Refusals += res.Refusals
+		total.Ticks += res.Ticks
+		for sku, n := range res.SoldBySKU {
+			sold[sku] += n
+		}
+	}
+	require.Equal(t, len(list), total.Orders, "every order ended")
+	assert.Positive(t, total.Rejected, "the stock ran out")
+	assert.Positive(t, total.Accepted)
+	assert.Positive(t, total.Refusals, "baskets met busy SKUs")
+	t.Logf("%d ticks, %d refusals, %d accepted, %d rejected", total.Ticks, total.Refusals, total.Accepted, total.Rejected)
+
+	audit, err := stock.Audit(ctxTimeout(t, 10*time.Second), sold)
+	require.NoError(t, err)
+	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
+	assert.Zero(t, audit.OversoldUnits)
+	assert.Equal(t, audit.AcceptedUnits, audit.Sold)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
 
 func TestDemoWithoutLockOversells(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,7 +67,9 @@ func (s *soak) replaceClients() {
 		s.clients[i] = fresh
 		s.mu.Unlock()
 		s.count(s.injected, "client closed while in use")
-		if err := old.c.Close(); err != nil {
+		// Close releases what its Client holds: under a fault that can
+		// fail, and the keys then go with their lease.
+		if err := old.c.Close(); err != nil && !strings.Contains(err.Error(), "close: releasing") {
 			s.problem("Close: %v", err)
 		}
 	}
@@ -175,9 +178,14 @@ func (s *soak) callContext(rng *rand.Rand) (context.Context, context.CancelFunc)
 }
 
 // operate makes one TryLock, Lock or Do and, when it gets the lock, holds
-// and unlocks it. One call in six is ended by the observer at its first
+// and unlocks it, or, one time in eight, a batch processor's tick
+// (operateEach). One call in six is ended by the observer at its first
 // conflict. A call that fails is checked for keys left held.
 func (s *soak) operate(rng *rand.Rand) {
+	if rng.IntN(8) == 0 {
+		s.operateEach(rng)
+		return
+	}
 	sc := s.client(rng)
 	keys, shared := s.split(rng, s.basket(rng))
 	opts, lease, replicas := s.options(rng, sc)
@@ -227,6 +235,75 @@ func (s *soak) operate(rng *rand.Rand) {
 	}
 	s.hold(rng, sc, s.watch(l, shared, lease, replicas), ctx)
 	s.unlock(rng, l)
+}
+
+// operateEach is one tick of a batch processor: TryEach over a few baskets
+// (a key shared in any of them shared in every one that has it), a short
+// section of fenced writes for each basket taken, then UnlockEach,
+// sometimes with a context that already ended. The keys of every basket
+// refused, and of every basket of a call that failed, are checked for
+// leftovers (see observe).
+func (s *soak) operateEach(rng *rand.Rand) {
+	sc := s.client(rng)
+	baskets := make([][]string, 2+rng.IntN(7))
+	allShared := map[string]bool{}
+	for i := range baskets {
+		keys, shared := s.split(rng, s.basket(rng))
+		baskets[i] = append(keys, keysOf(shared)...)
+		for k := range shared {
+			allShared[k] = true
+		}
+	}
+	opts, lease, replicas := s.options(rng, sc)
+	ctx, cancel := s.callContext(rng)
+	defer cancel()
+	locks, err := sc.c.TryEach(ctx, baskets, append(opts, withShared(allShared))...)
+	s.count(s.ops, "TryEach")
+	s.outcome("TryEach", err)
+	for _, l := range locks {
+		if l == nil {
+			s.count(s.outcomes, "TryEach basket refused")
+			continue
+		}
+		s.count(s.outcomes, "TryEach basket taken")
+		shared := map[string]bool{}
+		for _, k := range l.Keys() {
+			if allShared[k] {
+				shared[k] = true
+			}
+		}
+		h := s.watch(l, shared, lease, replicas)
+		tokens := make(map[string]int64, len(l.Keys()))
+		for _, k := range l.Keys() {
+			tokens[k] = l.Token(k)
+		}
+		s.writeAll(h, tokens)
+		select {
+		case <-time.After(time.Duration(rng.IntN(5)) * time.Millisecond):
+		case <-l.Done():
+		}
+		s.writeAll(h, tokens)
+		s.record(h, tokens)
+	}
+	if len(locks) == 0 {
+		return
+	}
+	uctx, ucancel := context.WithTimeout(s.t.Context(), 3*time.Second)
+	defer ucancel()
+	if rng.IntN(5) == 0 {
+		ended, stop := context.WithCancel(uctx)
+		stop()
+		uctx = ended
+	}
+	err = sc.c.UnlockEach(uctx, locks)
+	s.count(s.ops, "UnlockEach")
+	if err != nil && !errors.Is(err, batchlock.ErrNotHeld) {
+		retry, cancelRetry := context.WithTimeout(s.t.Context(), 3*time.Second)
+		err = sc.c.UnlockEach(retry, locks)
+		cancelRetry()
+		s.count(s.ops, "UnlockEach")
+	}
+	s.outcome("UnlockEach", err)
 }
 
 // outcome counts how a call ended, by class of error.

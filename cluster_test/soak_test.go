@@ -186,7 +186,7 @@ var soakLeases = []time.Duration{300 * time.Millisecond, time.Second, 3 * time.S
 func (s *soak) newClient(i int) *soakClient {
 	lease := soakLeases[i%len(soakLeases)]
 	c, err := batchlock.New(s.rdbs[i%len(s.rdbs)], batchlock.WithPrefix(s.prefix), batchlock.WithLease(lease),
-		batchlock.WithObserver(s.observe))
+		batchlock.WithObserver(s.observe), batchlock.WithOwnerPrefix(eachOwners))
 	require.NoError(s.t, err)
 	s.mu.Lock()
 	s.every = append(s.every, c)
@@ -194,10 +194,19 @@ func (s *soak) newClient(i int) *soakClient {
 	return &soakClient{c: c, lease: lease}
 }
 
+// eachOwners starts the owners the soak's Clients make themselves: those of
+// TryEach's baskets (every other call names its owner).
+const eachOwners = "soak-each:"
+
 // observe ends the calls marked to end at their next conflict, right when
 // the conflict is found: what comes next is a rollback (TryLock), a
-// give-back of keys taken out of order, or a wait (Lock).
+// give-back of keys taken out of order, or a wait (Lock). And it has the
+// keys of every TryEach basket that failed (refused, or its call failed)
+// checked once the rollback bound has passed.
 func (s *soak) observe(e batchlock.Event) {
+	if e.Kind == batchlock.EventFailed && strings.HasPrefix(e.Owner, eachOwners) {
+		s.checkRolledBack(e.Owner, slices.Clone(e.Keys), time.Now())
+	}
 	if e.Kind != batchlock.EventConflict {
 		return
 	}

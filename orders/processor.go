@@ -63,6 +63,11 @@ const writeAttempts = 30
 // an unlock that fails, afterwards changes nothing it did (the keys are left
 // to their lease).
 func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
+	return p.process(ctx, o)
+}
+
+// process is Process with more options for the lock (WithWait).
+func (p *Locked) process(ctx context.Context, o Order, more ...batchlock.LockOption) (Outcome, error) {
 	keys := p.Stock.Keys(o)
 	opts := []batchlock.LockOption{batchlock.WithShared(p.Stock.PromoKeys(o)...)}
 	if p.ExclusivePromos {
@@ -87,7 +92,7 @@ func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
 		out, workErr = p.Stock.Fulfil(ctx, o, tokens, p.Think, true)
 		out.LockWait, out.Locked = wait, true
 		return workErr
-	}, append(opts, batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))...)
+	}, append(append(opts, more...), batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))...)
 	if !ran {
 		return Outcome{}, fmt.Errorf("locking %d SKUs and %d promotions: %w", len(o.Lines), len(o.Promos), err)
 	}
@@ -118,62 +123,123 @@ func (p *Unlocked) Process(ctx context.Context, o Order) (Outcome, error) {
 // first write was applied. Processors on other lock libraries call it
 // between their lock and unlock.
 func (s *Stock) Fulfil(ctx context.Context, o Order, tokens []int64, think time.Duration, locked bool) (Outcome, error) {
-	var out Outcome
-	levels, err := s.read(ctx, o)
-	if err != nil {
-		return out, err
-	}
-	if tokens == nil {
-		tokens = make([]int64, len(o.Lines))
-	}
-	for i, lv := range levels {
-		if tokens[i] > 0 && tokens[i] < lv.fence {
+	r := s.FulfilAll(ctx, []Order{o}, [][]int64{tokens}, think, locked)[0]
+	return r.Outcome, r.Err
+}
+
+// Fulfilled is what FulfilAll did to one order.
+type Fulfilled struct {
+	Outcome
+	Err error
+}
+
+// FulfilAll is Fulfil for several orders at once, whose baskets share no
+// SKU they write (a batch admitted by TryEach): the stock of every line of
+// every order is read in one pipeline per master, the orders short of stock
+// are rejected, the others, after one pause for think, have every line
+// applied in one pipeline per master (failed lines retried together when
+// locked). tokens[i] are order i's lines' tokens, or nil.
+func (s *Stock) FulfilAll(ctx context.Context, orders []Order, tokens [][]int64, think time.Duration, locked bool) []Fulfilled {
+	out := make([]Fulfilled, len(orders))
+	levels, errs := s.readAll(ctx, orders)
+	var accepted []int
+	for i, o := range orders {
+		if errs[i] != nil {
+			out[i].Err = errs[i]
+			continue
+		}
+		if tokens[i] == nil {
+			tokens[i] = make([]int64, len(o.Lines))
+		}
+		if err := fenced(o, levels[i], tokens[i]); err != nil {
 			// Nothing written yet: the order can be retried under a new lock.
-			return out, fmt.Errorf("%w: %s was written with token %d, this lock has %d",
-				ErrFenced, o.Lines[i].SKU, lv.fence, tokens[i])
+			out[i].Err = err
+			continue
+		}
+		if inStock(o, levels[i]) {
+			accepted = append(accepted, i)
 		}
 	}
-	if !inStock(o, levels) {
-		return out, nil
+	if len(accepted) == 0 {
+		return out
 	}
 	if err := sleep(ctx, think); err != nil {
-		return out, err
+		for _, i := range accepted {
+			out[i].Err = err
+		}
+		return out
 	}
 
-	out.Written = true
-	pending := make([]int, len(o.Lines))
-	for i := range pending {
-		pending[i] = i
+	// pending: per accepted order still writing, the lines not applied yet.
+	pending := make(map[int][]int, len(accepted))
+	for _, i := range accepted {
+		out[i].Written = true
+		lines := make([]int, len(orders[i].Lines))
+		for j := range lines {
+			lines[j] = j
+		}
+		pending[i] = lines
 	}
 	attempts := 1
 	if locked {
 		attempts = writeAttempts
 	}
-	for attempt := 0; ; attempt++ {
-		errs := s.apply(ctx, o, pending, tokens)
-		var again []int
-		var last error
-		for j, err := range errs {
-			if err == nil {
-				continue
+	for attempt := 0; len(pending) > 0; attempt++ {
+		results := s.apply(ctx, orders, pending, tokens)
+		last := map[int]error{}
+		for i, errs := range results {
+			var again []int
+			for j, err := range errs {
+				switch {
+				case err == nil:
+				case errors.Is(err, ErrFenced):
+					out[i].Err = err
+					delete(pending, i)
+				default:
+					again, last[i] = append(again, pending[i][j]), err
+				}
+				if out[i].Err != nil {
+					break
+				}
 			}
-			if errors.Is(err, ErrFenced) {
-				return out, err
+			switch {
+			case out[i].Err != nil:
+			case len(again) == 0:
+				out[i].Accepted = true
+				delete(pending, i)
+			default:
+				pending[i] = again
 			}
-			again, last = append(again, pending[j]), err
 		}
-		if len(again) == 0 {
-			out.Accepted = true
-			return out, nil
+		if len(pending) == 0 {
+			break
 		}
-		if attempt+1 >= attempts || ctx.Err() != nil {
-			return out, fmt.Errorf("writing %d of %d lines: %w", len(again), len(o.Lines), errors.Join(last, context.Cause(ctx)))
+		stop := attempt+1 >= attempts || ctx.Err() != nil
+		var err error
+		if !stop {
+			err = pause(ctx, attempt)
 		}
-		if err := pause(ctx, attempt); err != nil {
-			return out, fmt.Errorf("writing %d of %d lines: %w", len(again), len(o.Lines), err)
+		if stop || err != nil {
+			for i, lines := range pending {
+				out[i].Err = fmt.Errorf("writing %d of %d lines: %w", len(lines), len(orders[i].Lines),
+					errors.Join(last[i], err, context.Cause(ctx)))
+			}
+			break
 		}
-		pending = again
 	}
+	return out
+}
+
+// fenced refuses an order whose lines' tokens are older than one that
+// already wrote their SKU: its lock was lost meanwhile.
+func fenced(o Order, levels []level, tokens []int64) error {
+	for i, lv := range levels {
+		if tokens[i] > 0 && tokens[i] < lv.fence {
+			return fmt.Errorf("%w: %s was written with token %d, this lock has %d",
+				ErrFenced, o.Lines[i].SKU, lv.fence, tokens[i])
+		}
+	}
+	return nil
 }
 
 func inStock(o Order, levels []level) bool {

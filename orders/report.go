@@ -75,6 +75,15 @@ type Report struct {
 	FirstErrors  []string `json:"first_errors,omitempty"`
 	FirstRetried []string `json:"first_retried,omitempty"`
 	FirstLost    []string `json:"first_lost,omitempty"`
+	// Batch is set for a batched run (RunBatched).
+	Batch *BatchFigures `json:"batch,omitempty"`
+}
+
+// BatchFigures are a batched run's ticks.
+type BatchFigures struct {
+	Ticks         int     `json:"ticks"`
+	OrdersPerTick float64 `json:"orders_taken_per_tick"`
+	Refusals      int     `json:"refusals"`
 }
 
 // Waits summarises lock waits.
@@ -127,8 +136,15 @@ func NewReport(mode string, workers int, res Result, counters *Counters, audit A
 	if res.Elapsed > 0 {
 		r.OrdersPerSec = float64(res.Orders) / res.Elapsed.Seconds()
 	}
-	if res.Orders > 0 {
+	if res.Orders > 0 && res.Ticks == 0 {
 		r.MeanCycle = Duration(time.Duration(workers) * res.Elapsed / time.Duration(res.Orders))
+	}
+	if res.Ticks > 0 {
+		taken := 0
+		for _, n := range res.TakenPerTick {
+			taken += n
+		}
+		r.Batch = &BatchFigures{Ticks: res.Ticks, OrdersPerTick: float64(taken) / float64(res.Ticks), Refusals: res.Refusals}
 	}
 	if counters != nil {
 		r.Conflicts, r.LocksLost = counters.Conflicts(), counters.Lost()
@@ -164,13 +180,20 @@ func (r Report) WriteText(w io.Writer) error {
 	row := func(name, format string, args ...any) {
 		fmt.Fprintf(&b, "%-16s %s\n", name, fmt.Sprintf(format, args...))
 	}
-	row("mode", "%s, %d workers", r.Mode, r.Workers)
+	if r.Batch != nil {
+		row("mode", "%s, batches of %d orders a tick (TryEach)", r.Mode, r.Workers)
+	} else {
+		row("mode", "%s, %d workers", r.Mode, r.Workers)
+	}
 	row("orders", "%d in %v: %.1f orders/s", r.Orders, r.Elapsed, r.OrdersPerSec)
 	row("accepted", "%d", r.Accepted)
 	row("rejected", "%d (short of stock)", r.Rejected)
 	row("errors", "%d (nothing written) after %d retries", r.Errors, r.Retries)
 	if r.Unknown > 0 {
 		row("unknown outcome", "%d (failed while writing: may be half-applied)", r.Unknown)
+	}
+	if b := r.Batch; b != nil {
+		row("ticks", "%d: %.1f orders taken per tick, %d baskets refused (busy, tried again next tick)", b.Ticks, b.OrdersPerTick, b.Refusals)
 	}
 	if r.LockWait != nil {
 		row("lock wait", "p50 %v, p99 %v, max %v (%d locks)", r.LockWait.P50, r.LockWait.P99, r.LockWait.Max, r.LockWait.Count)

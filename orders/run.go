@@ -43,6 +43,11 @@ type Result struct {
 	FirstErrors  []string
 	FirstRetried []string
 	Elapsed      time.Duration
+	// A batched run's (RunBatched): its ticks, the baskets each took, and
+	// the baskets refused (an order refused by several ticks counts each).
+	Ticks        int
+	TakenPerTick []int
+	Refusals     int
 }
 
 const keptErrors = 5
@@ -59,41 +64,7 @@ func Run(ctx context.Context, p Processor, orders []Order, cfg RunConfig) Result
 	if cfg.OrderTimeout <= 0 {
 		cfg.OrderTimeout = 30 * time.Second
 	}
-	var (
-		mu  sync.Mutex
-		res = Result{SoldBySKU: make(map[string]int64)}
-	)
-	record := func(o Order, out Outcome, err error, retried []error) {
-		mu.Lock()
-		defer mu.Unlock()
-		res.Orders++
-		res.Retries += len(retried)
-		for _, e := range retried {
-			if len(res.FirstRetried) < keptErrors {
-				res.FirstRetried = append(res.FirstRetried, "order "+o.ID+": "+e.Error())
-			}
-		}
-		if out.Locked {
-			res.LockWaits = append(res.LockWaits, out.LockWait)
-		}
-		switch {
-		case err != nil && out.Written:
-			res.Unknown++
-		case err != nil:
-			res.Errors++
-		case out.Accepted:
-			res.Accepted++
-			for _, l := range o.Lines {
-				res.SoldBySKU[l.SKU] += l.Qty
-			}
-		default:
-			res.Rejected++
-		}
-		if err != nil && len(res.FirstErrors) < keptErrors {
-			res.FirstErrors = append(res.FirstErrors, "order "+o.ID+": "+err.Error())
-		}
-	}
-
+	r := newRecorder()
 	start := time.Now()
 	jobs := make(chan Order)
 	var wg sync.WaitGroup
@@ -101,7 +72,7 @@ func Run(ctx context.Context, p Processor, orders []Order, cfg RunConfig) Result
 		wg.Go(func() {
 			for o := range jobs {
 				out, retried, err := processOne(ctx, p, o, cfg)
-				record(o, out, err, retried)
+				r.record(o, out, err, retried)
 				if cfg.Done != nil {
 					cfg.Done()
 				}
@@ -120,8 +91,83 @@ feed:
 	}
 	close(jobs)
 	wg.Wait()
-	res.Elapsed = time.Since(start)
-	return res
+	return r.result(time.Since(start))
+}
+
+// recorder adds up the outcomes of a run's orders.
+type recorder struct {
+	mu  sync.Mutex
+	res Result
+}
+
+func newRecorder() *recorder {
+	return &recorder{res: Result{SoldBySKU: make(map[string]int64)}}
+}
+
+// record adds what became of o: its last outcome and error, and the errors
+// of the attempts that were followed by another.
+func (r *recorder) record(o Order, out Outcome, err error, retried []error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := &r.res
+	res.Orders++
+	res.Retries += len(retried)
+	for _, e := range retried {
+		if len(res.FirstRetried) < keptErrors {
+			res.FirstRetried = append(res.FirstRetried, "order "+o.ID+": "+e.Error())
+		}
+	}
+	if out.Locked {
+		res.LockWaits = append(res.LockWaits, out.LockWait)
+	}
+	switch {
+	case err != nil && out.Written:
+		res.Unknown++
+	case err != nil:
+		res.Errors++
+	case out.Accepted:
+		res.Accepted++
+		for _, l := range o.Lines {
+			res.SoldBySKU[l.SKU] += l.Qty
+		}
+	default:
+		res.Rejected++
+	}
+	if err != nil && len(res.FirstErrors) < keptErrors {
+		res.FirstErrors = append(res.FirstErrors, "order "+o.ID+": "+err.Error())
+	}
+}
+
+// tick counts a tick of a batched run that took taken orders' baskets.
+func (r *recorder) tick(taken int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Ticks++
+	r.res.TakenPerTick = append(r.res.TakenPerTick, taken)
+}
+
+// refusal counts a basket refused by a tick.
+func (r *recorder) refusal() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Refusals++
+}
+
+// retried counts a tick that failed as a whole and will be tried again.
+func (r *recorder) retried(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Retries++
+	if len(r.res.FirstRetried) < keptErrors {
+		r.res.FirstRetried = append(r.res.FirstRetried, "tick: "+err.Error())
+	}
+}
+
+func (r *recorder) result(elapsed time.Duration) Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Elapsed = elapsed
+	return r.res
 }
 
 // processOne tries o until it succeeds, fails after writing, runs out of

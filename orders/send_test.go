@@ -15,9 +15,9 @@ func TestStockRefusesOtherClients(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	defer ring.Close()
 	s := NewStock(ring, "t:", []string{"a"}, 1)
-	errs := s.apply(context.Background(), Order{ID: "o", Lines: []Line{{SKU: "a", Qty: 1}}}, []int{0}, []int64{0})
-	require.Len(t, errs, 1)
-	assert.ErrorContains(t, errs[0], "unsupported redis client *redis.Ring")
+	errs := s.apply(context.Background(), []Order{{ID: "o", Lines: []Line{{SKU: "a", Qty: 1}}}}, map[int][]int{0: {0}}, [][]int64{{0}})
+	require.Len(t, errs[0], 1)
+	assert.ErrorContains(t, errs[0][0], "unsupported redis client *redis.Ring")
 }
 
 func TestSleepEndsWithTheContext(t *testing.T) {

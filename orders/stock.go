@@ -130,24 +130,33 @@ type level struct {
 	fence int64 // largest fencing token that wrote the SKU
 }
 
-// read fetches the stock of every line of o, in one pipeline: one round
-// trip per master.
-func (s *Stock) read(ctx context.Context, o Order) ([]level, error) {
+// readAll fetches the stock of every line of every order, in one pipeline:
+// one round trip per master. It returns per order its lines' levels, or
+// the error of a line.
+func (s *Stock) readAll(ctx context.Context, orders []Order) ([][]level, []error) {
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(o.Lines))
-	for i, l := range o.Lines {
-		cmds[i] = pipe.HMGet(ctx, s.Key(l.SKU), "units", "fence")
+	cmds := make([][]*redis.SliceCmd, len(orders))
+	for i, o := range orders {
+		cmds[i] = make([]*redis.SliceCmd, len(o.Lines))
+		for j, l := range o.Lines {
+			cmds[i][j] = pipe.HMGet(ctx, s.Key(l.SKU), "units", "fence")
+		}
 	}
 	_, _ = pipe.Exec(ctx)
-	levels := make([]level, len(o.Lines))
-	for i, cmd := range cmds {
-		vals, err := ints(cmd)
-		if err != nil {
-			return nil, fmt.Errorf("reading stock of %s: %w", o.Lines[i].SKU, err)
+	levels := make([][]level, len(orders))
+	errs := make([]error, len(orders))
+	for i, o := range orders {
+		levels[i] = make([]level, len(o.Lines))
+		for j, cmd := range cmds[i] {
+			vals, err := ints(cmd)
+			if err != nil {
+				errs[i] = fmt.Errorf("reading stock of %s: %w", o.Lines[j].SKU, err)
+				break
+			}
+			levels[i][j] = level{units: vals[0], fence: vals[1]}
 		}
-		levels[i] = level{units: vals[0], fence: vals[1]}
 	}
-	return levels, nil
+	return levels, errs
 }
 
 // ints converts an HMGET reply of integer fields.
@@ -188,43 +197,56 @@ var (
 	ErrNotReplicated = errors.New("orders: write not acknowledged by enough replicas")
 )
 
-// apply writes the lines of o given by idx: one script per line, one
-// pipeline per master, WAIT at its end when replicas must acknowledge; one
-// attempt (Fulfil decides on retries). tokens[i] is line i's fencing token
-// (0: none). It returns, per given line, nil or the error of its write; a
-// refused token wraps ErrFenced, too few replica acknowledgements
-// ErrNotReplicated.
-func (s *Stock) apply(ctx context.Context, o Order, idx []int, tokens []int64) []error {
-	errs := make([]error, len(idx))
+// apply writes, per order i of pending, its lines pending[i]: one script per
+// line, one pipeline per master for all of them, WAIT at its end when
+// replicas must acknowledge; one attempt (FulfilAll decides on retries).
+// tokens[i][j] is order i's line j's fencing token (0: none). It returns,
+// per order and pending line, nil or the error of its write; a refused token
+// wraps ErrFenced, too few replica acknowledgements ErrNotReplicated.
+func (s *Stock) apply(ctx context.Context, orders []Order, pending map[int][]int, tokens [][]int64) map[int][]error {
+	out := make(map[int][]error, len(pending))
 	if s.mastersErr != nil {
-		for j := range errs {
-			errs[j] = s.mastersErr
+		for i, lines := range pending {
+			out[i] = make([]error, len(lines))
+			for j := range lines {
+				out[i][j] = s.mastersErr
+			}
 		}
-		return errs
+		return out
 	}
-	writes := make([]*write, len(idx))
-	for j, i := range idx {
-		l := o.Lines[i]
-		writes[j] = &write{key: s.Key(l.SKU), args: []any{l.Qty, o.ID, tokens[i]}}
+	writes := make(map[int][]*write, len(pending))
+	var all []*write
+	for i, lines := range pending {
+		o := orders[i]
+		for _, j := range lines {
+			l := o.Lines[j]
+			w := &write{key: s.Key(l.SKU), args: []any{l.Qty, o.ID, tokens[i][j]}}
+			writes[i] = append(writes[i], w)
+			all = append(all, w)
+		}
 	}
-	s.send(ctx, writes)
+	s.send(ctx, all)
 	failed := false
-	for j, w := range writes {
-		err := w.reply.Err()
-		switch {
-		case redis.HasErrorPrefix(err, errFenced):
-			err = fmt.Errorf("%w: %s: %w", ErrFenced, o.Lines[idx[j]].SKU, err)
-		case err == nil && s.replicas > 0 && w.acks < int64(s.replicas):
-			err = fmt.Errorf("%w: %s: %d of %d", ErrNotReplicated, o.Lines[idx[j]].SKU, max(w.acks, 0), s.replicas)
-		case err != nil:
-			failed = true
+	for i, lines := range pending {
+		out[i] = make([]error, len(lines))
+		for n, w := range writes[i] {
+			sku := orders[i].Lines[lines[n]].SKU
+			err := w.reply.Err()
+			switch {
+			case redis.HasErrorPrefix(err, errFenced):
+				err = fmt.Errorf("%w: %s: %w", ErrFenced, sku, err)
+			case err == nil && s.replicas > 0 && w.acks < int64(s.replicas):
+				err = fmt.Errorf("%w: %s: %d of %d", ErrNotReplicated, sku, max(w.acks, 0), s.replicas)
+			case err != nil:
+				failed = true
+			}
+			out[i][n] = err
 		}
-		errs[j] = err
 	}
 	if failed && s.masters.reload != nil {
 		// A MOVED or a refused connection: a failover may be under way.
 		// Let the next attempt find the new masters.
 		s.masters.reload(ctx)
 	}
-	return errs
+	return out
 }

@@ -1,16 +1,16 @@
--- release.lua: drop one hold from lock keys that this master serves.
+-- release.lua: drop holds of one or more locks from lock keys that this
+-- master serves; one call serves several locks (UnlockEach, a give-back).
 --
 -- KEYS      none; or, on a call that follows a redirection, one of its lock
 --           keys, for the server to check where their slot is
--- ARGV[1]   owner id, escaped (see layout.lua)
--- ARGV[2]   hold field, "h:" .. hold id
--- ARGV[3]   how long a cancel mark lives, in milliseconds
--- ARGV[4]   the number m of cancel marks to set
--- ARGV[5..] m cancel marks, then the lock keys
+-- ARGV[1..] per lock: its owner id, escaped (see layout.lua), its hold
+--           field ("h:" .. hold id), how long a cancel mark lives in
+--           milliseconds, the number m of cancel marks to set, the number n
+--           of its lock keys, then the m marks and the n lock keys
 --
 -- A cancel mark tells an acquire of this hold that is still in flight (its
 -- outcome was unknown to the caller, who gave up) that it must not take
--- anything: it lives for ARGV[3] milliseconds on its own.
+-- anything: it lives on its own for as long as the lock says.
 --
 -- Hold ids are random and written only by acquire.lua for the key's owner (or
 -- by a release, as a claim handed to a waiting hold), so a key carrying the
@@ -20,75 +20,92 @@
 -- hold. The hold also leaves the queue of a key it waits for; when it was a
 -- writer's place on a key held shared, the readers behind it are told.
 --
--- Returns 0 when every key was released (or found gone), else {{key, ...},
--- {key, ...}}: the keys, among those without the hold, that another owner
--- holds (the lock on them was lost), and the keys and cancel marks this
--- master does not serve (moved, or in migration), left as they were. A key
--- without the hold that is gone, still the owner's, or handed to waiters
--- that have not taken it yet says nothing: a release run twice (a client
--- retrying a pipeline) finds its own work done.
-local owner, hold, remember, m = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-
-local taken, away
-for i = 5, 4 + m do
-  -- A mark whose slot is not served here is sent on to where it is, as a
-  -- key would be: an acquire buffered there must find it.
-  if layout().elsewhere(redis.pcall('SET', ARGV[i], '1', 'PX', remember)) then
-    away = away or {}
-    away[#away + 1] = ARGV[i]
-  end
-end
-
+-- Returns 0 when every key was released (or found gone), else {taken, away,
+-- taken, away, ...}: per lock in order, the keys, among those without its
+-- hold, that another owner holds (the lock on them was lost), and the keys
+-- and cancel marks this master does not serve (moved, or in migration),
+-- left as they were. A key without the hold that is gone, still the
+-- owner's, or handed to waiters that have not taken it yet says nothing: a
+-- release run twice (a client retrying a pipeline) finds its own work done.
 local now
--- The usual value: "<token>" then this, the key as an acquire took it
--- afresh for this hold, nobody waiting (found by plain comparison: a
--- pattern costs more than the rest of the release).
-local fresh = ' - ' .. hold .. '= ' .. owner
-for i = 5 + m, #ARGV do
-  local key = ARGV[i]
-  -- Read before writing: in a slot being migrated a key this script
-  -- deleted is no longer local, and writing it again would fail half-way.
-  local v = redis.pcall('GET', key)
-  local at = type(v) == 'string' and string.find(v, ' ', 1, true)
-  if at and at == #v - #fresh + 1 and string.find(v, fresh, at, true) then
-    redis.call('DEL', key)
-  elseif v then
-    local L = layout()
-    if type(v) == 'table' then
-      v = L.get(key) -- an error: moved (nil), not a string (false), or raised
+-- found: per lock (by its number) that found some key taken or elsewhere,
+-- its {taken, away}; nil while none did.
+local found
+local locks = 0
+local i = 1
+while i <= #ARGV do
+  local owner, hold, remember = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local m, n = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  locks = locks + 1
+  local function note(k, key)
+    found = found or {}
+    found[locks] = found[locks] or {{}, {}}
+    local list = found[locks][k]
+    list[#list + 1] = key
+  end
+  local first = i + 5
+  for j = first, first + m - 1 do
+    -- A mark whose slot is not served here is sent on to where it is, as a
+    -- key would be: an acquire buffered there must find it.
+    if layout().elsewhere(redis.pcall('SET', ARGV[j], '1', 'PX', remember)) then
+      note(2, ARGV[j])
     end
-    if v == nil then
-      away = away or {}
-      away[#away + 1] = key
+  end
+  -- The usual value: "<token>" then this, the key as an acquire took it
+  -- afresh for this hold, nobody waiting (found by plain comparison: a
+  -- pattern costs more than the rest of the release).
+  local fresh = ' - ' .. hold .. '= ' .. owner
+  for j = first + m, first + m + n - 1 do
+    local key = ARGV[j]
+    -- Read before writing: in a slot being migrated a key this script
+    -- deleted is no longer local, and writing it again would fail half-way.
+    local v = redis.pcall('GET', key)
+    local at = type(v) == 'string' and string.find(v, ' ', 1, true)
+    if at and at == #v - #fresh + 1 and string.find(v, fresh, at, true) then
+      redis.call('DEL', key)
     elseif v then
-      now = now or L.now_ms()
-      local s = L.parse(v, key, now)
-      if s then
-        local mine = s.holds[hold] ~= nil
-        local queued = L.leave(s, hold)
-        if mine or queued then
-          s.holds[hold] = nil
-          L.rewrite(key, s, now)
-          if queued and not queued.shared and s.owner == SHARED then
-            -- Readers that waited behind this writer may join now.
-            L.wake(key, s, now)
+      local L = layout()
+      if type(v) == 'table' then
+        v = L.get(key) -- an error: moved (nil), not a string (false), or raised
+      end
+      if v == nil then
+        note(2, key)
+      elseif v then
+        now = now or L.now_ms()
+        local s = L.parse(v, key, now)
+        if s then
+          local mine = s.holds[hold] ~= nil
+          local queued = L.leave(s, hold)
+          if mine or queued then
+            s.holds[hold] = nil
+            L.rewrite(key, s, now)
+            if queued and not queued.shared and s.owner == SHARED then
+              -- Readers that waited behind this writer may join now.
+              L.wake(key, s, now)
+            end
           end
-        end
-        -- Only claims left: the key was handed on by a release, maybe
-        -- this one run before.
-        local claimed = true
-        for id in pairs(s.holds) do
-          claimed = claimed and (s.owner == '' or (s.owners and s.owners[id] == '')) or false
-        end
-        if not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not claimed then
-          taken = taken or {}
-          taken[#taken + 1] = key
+          -- Only claims left: the key was handed on by a release, maybe
+          -- this one run before.
+          local claimed = true
+          for id in pairs(s.holds) do
+            claimed = claimed and (s.owner == '' or (s.owners and s.owners[id] == '')) or false
+          end
+          if not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not claimed then
+            note(1, key)
+          end
         end
       end
     end
   end
+  i = first + m + n
 end
-if not taken and not away then
+if not found then
   return 0
 end
-return {taken or {}, away or {}}
+local out = {}
+for k = 1, locks do
+  local f = found[k] or {{}, {}}
+  out[#out + 1] = f[1]
+  out[#out + 1] = f[2]
+end
+return out

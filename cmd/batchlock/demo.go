@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,6 +25,7 @@ type demoOptions struct {
 	skus      int
 	orders    int
 	workers   int
+	batch     int // orders per tick of the batch processor; 0: a basket per call
 	maxBasket int
 	maxQty    int64
 	stock     int64
@@ -50,7 +52,7 @@ func demoCommand() command {
 	return command{
 		name: "demo",
 		summary: `Usage: batchlock demo [--addrs host:port,...] [--store redis|postgres] [--skus 2000] [--orders 5000]
-                      [--workers 32] [--max-basket 200] [--promos 3] [--exclusive-promos]
+                      [--workers 32 | --batch N] [--max-basket 200] [--promos 3] [--exclusive-promos]
                       [--no-lock] [--chaos] [--seed N] [--json] [flags]
 
 Processes SKU orders on a Redis Cluster: each order locks its whole basket
@@ -61,6 +63,12 @@ below zero, every accepted order fully applied. Half of the orders also
 read one of a few hot promotions (--promos), which they lock shared in the
 same call (batchlock.WithShared): orders on one promotion run side by side.
 --exclusive-promos locks them exclusively instead, for comparison.
+
+--batch N runs a batch processor instead of --workers: ticks of N orders
+(those refused by the last tick first), every free basket of a tick locked
+by one TryEach (one call per master), stock read and written in one
+pipeline each, all let go by one UnlockEach; a busy basket waits for the
+next tick, and one refused 8 ticks in a row is locked alone, waiting.
 
 Without --addrs (or $BATCHLOCK_CLUSTER_ADDRS) the demo starts a throwaway
 six-node cluster (docker, or redis-server processes) and removes it
@@ -92,6 +100,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.IntVar(&o.skus, "skus", 2000, "SKUs in the catalogue")
 			fs.IntVar(&o.orders, "orders", 5000, "orders to process")
 			fs.IntVar(&o.workers, "workers", 32, "orders processed at once")
+			fs.IntVar(&o.batch, "batch", 0, "process orders as a batch processor: ticks of N orders, each tick's free baskets locked by one TryEach (redis store)")
 			fs.IntVar(&o.maxBasket, "max-basket", 200, "most SKUs in one order")
 			fs.Int64Var(&o.maxQty, "max-qty", 3, "most units of one SKU in one order")
 			fs.Int64Var(&o.stock, "stock", 100, "initial units of each SKU")
@@ -135,6 +144,10 @@ func (o *demoOptions) validate(args []string) error {
 		return usagef("--stock %d: need at least 1", o.stock)
 	case o.hot < 0 || o.hot > o.skus:
 		return usagef("--hot %d: want 0 to --skus (%d)", o.hot, o.skus)
+	case o.batch < 0:
+		return usagef("--batch %d must not be negative", o.batch)
+	case o.batch > 0 && (o.noLock || o.store != storeRedis || o.exclusive):
+		return usagef("--batch locks with TryEach: it needs a lock, --store=%s and shared promotions", storeRedis)
 	case o.promos < 0:
 		return usagef("--promos %d must not be negative", o.promos)
 	case o.exclusive && (o.noLock || o.store != storeRedis):
@@ -208,7 +221,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		}
 	}()
 
-	proc, counters, closeProc, err := newProcessor(o, t.rdb, stock)
+	run, counters, closeProc, err := newProcessor(o, t.rdb, stock)
 	if err != nil {
 		return err
 	}
@@ -219,10 +232,11 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 	if o.chaos {
 		chaos = startChaos(ctx, t.cluster, prog, int64(len(list)/3))
 	}
-	res := orders.Run(ctx, proc, list, orders.RunConfig{Workers: o.workers, Done: func() {
+	cfg := orders.RunConfig{Workers: o.workers, Done: func() {
 		n := prog.add()
 		chaos.reached(n)
-	}})
+	}}
+	res := run(ctx, list, cfg)
 	prog.finish()
 	chaosRes := chaos.wait()
 	if err := context.Cause(ctx); err != nil {
@@ -248,7 +262,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		Seed:        o.seed,
 		Think:       orders.Duration(o.think),
 		Replicas:    o.replicas,
-		Run:         orders.NewReport(mode(o.noLock), o.workers, res, counters, audit),
+		Run:         orders.NewReport(mode(o.noLock), cmp.Or(o.batch, o.workers), res, counters, audit),
 		Chaos:       chaosRes,
 	}
 	r.Verdict, r.Passed = judge(o.noLock, audit)
@@ -272,12 +286,22 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 	return nil
 }
 
-// newProcessor returns the processor --no-lock asks for, the counters of
-// its lock events (nil without locks), and what to close after the run.
-func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (orders.Processor, *orders.Counters, func(), error) {
+// runner runs a list of orders.
+type runner func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) orders.Result
+
+// processing runs orders with p on workers.
+func processing(p orders.Processor) runner {
+	return func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) orders.Result {
+		return orders.Run(ctx, p, list, cfg)
+	}
+}
+
+// newProcessor returns the run --no-lock and --batch ask for, the counters
+// of its lock events (nil without locks), and what to close after the run.
+func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (runner, *orders.Counters, func(), error) {
 	if o.noLock {
 		// validate allows --no-lock on Redis only.
-		return &orders.Unlocked{Stock: stock.(*redisStore).stock, Think: o.think}, nil, func() {}, nil
+		return processing(&orders.Unlocked{Stock: stock.(*redisStore).stock, Think: o.think}), nil, func() {}, nil
 	}
 	counters := &orders.Counters{}
 	opts := []batchlock.Option{batchlock.WithObserver(counters.Observe)}
@@ -288,7 +312,15 @@ func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (o
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return stock.locked(locker), counters, func() { _ = locker.Close() }, nil
+	if o.batch > 0 {
+		// validate allows --batch on Redis only.
+		b := &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch}
+		run := func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) orders.Result {
+			return orders.RunBatched(ctx, b, list, cfg)
+		}
+		return run, counters, func() { _ = locker.Close() }, nil
+	}
+	return processing(stock.locked(locker)), counters, func() { _ = locker.Close() }, nil
 }
 
 // promotions says how the run's orders read promotions, for the report.

@@ -4,7 +4,10 @@
 //
 // Usage, from bench/:
 //
-//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick]
+//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick] [--only batch]
+//
+// --only batch runs the batch workload alone and prints its section and
+// targets, writing nothing: to measure a change to TryEach quickly.
 //
 // Without --addrs it starts a throwaway six-node cluster with
 // localcluster.Start and removes it at the end.
@@ -19,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -34,22 +38,39 @@ func main() {
 	out := flag.String("out", filepath.Join("..", "docs"), "directory to write bench.md and bench-latency.svg to")
 	backend := flag.String("backend", "", "docker or process: how to run the throwaway cluster (default: localcluster's choice, docker when a daemon answers)")
 	quick := flag.Bool("quick", false, "a tenth of the samples and short contention turns: to try the program, not for numbers")
+	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Fatalf("benchreport: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	log.SetFlags(0)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick); err != nil {
+	if *only != "" && *only != "batch" {
+		log.Printf("benchreport: --only %q: the one section that runs alone is batch", *only)
+		os.Exit(2)
+	}
+	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only); err != nil {
 		log.Printf("benchreport: %v", err)
 		cancel()
 		stop()
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool) (err error) {
+func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string) (err error) {
 	command := "cd bench && go run ./cmd/benchreport"
 	if addrs != "" {
 		// localcluster adopts a running cluster named this way.
@@ -86,11 +107,22 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	rdb := cl.Client()
 	defer func() { err = errors.Join(err, rdb.Close()) }()
 
-	r := bench.Report{Machine: machine, Command: command, Started: started, Order: bench.DefaultOrders}
+	r := bench.Report{Machine: machine, Command: command, Started: started, Order: bench.DefaultOrders, Batch: bench.DefaultBatch}
 	latencyPlans, costPlans, handoffSamples := bench.DefaultLatencyPlans, bench.DefaultCostPlans, 100
 	if quick {
 		latencyPlans, costPlans, handoffSamples = scaledLatency(latencyPlans), scaledCost(costPlans), 10
 		r.Order.Rounds, r.Order.Slice = 1, time.Second
+		r.Batch.Rounds, r.Batch.Slice = 1, time.Second
+	}
+	if only == "batch" {
+		step := time.Now()
+		if r.Batches, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, r.Batch); err != nil {
+			return err
+		}
+		log.Printf("batches: %v", time.Since(step).Round(time.Millisecond))
+		r.Took = time.Since(started)
+		fmt.Println(r.BatchMarkdown())
+		return nil
 	}
 
 	for _, plan := range latencyPlans {
@@ -120,6 +152,12 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		return err
 	}
 	log.Printf("promotions: %v", time.Since(step).Round(time.Millisecond))
+
+	step = time.Now()
+	if r.Batches, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, r.Batch); err != nil {
+		return err
+	}
+	log.Printf("batches: %v", time.Since(step).Round(time.Millisecond))
 
 	for _, plan := range costPlans {
 		step := time.Now()

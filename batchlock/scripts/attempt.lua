@@ -1,0 +1,346 @@
+-- attempt.lua: one hold's attempt at the lock keys of a run of consecutive
+-- slots (in the global order) that this master serves; acquire.lua makes
+-- one, tryeach.lua one per basket. It checks no cancel mark: its caller does.
+--
+-- attempt(owner, hold, lease, mode, place, i, last): owner id (escaped, see
+-- layout.lua), hold field ("h:" .. hold id), lease in milliseconds, mode
+-- ("try": every key or none; "first": as "try", but it stops at the first
+-- key another owner holds and names only that one, with no holders;
+-- "fresh": as "first", for an owner made for this call, which holds no
+-- key, so that a key found there asked for exclusively is refused unread;
+-- "wait": the keys in order up to the first one another owner holds,
+-- which are kept, and a place in that key's queue;
+-- "poll": as "wait", for a waiter that polls instead of listening for its
+-- hand-off message; with an "s" after it when some key is asked for
+-- shared), how long a place in a queue lasts unless renewed (ms), and the
+-- range ARGV[i..last] of its slots: per slot its fencing counter, the number
+-- n of its lock keys, with "s" after the mode their modes (one letter per
+-- key: "s" shared, "x" exclusive), then those n lock keys.
+--
+-- A key taken afresh gets the next token of its slot's counter, and so does
+-- a key handed to this hold by a release (its claim); a key the owner
+-- already holds keeps its token, gains the hold, and its lease is never
+-- shortened. A key asked for shared is held by any number of owners at
+-- once, who share its token; a reader joins unless another owner holds it
+-- exclusively or a writer waits for it ahead of the reader, and an owner
+-- that holds a key shared always joins it again. A key the owner holds
+-- exclusively is joined in either mode and stays exclusive. A waiting call
+-- that asks again keeps its place in the queue, renewed. An attempt that
+-- cannot finish changes nothing: what it wrote is undone.
+--
+-- Returns the reply acquire.lua describes, and, after a reply that holds
+-- keys, a function that undoes what the attempt wrote; an error of a key
+-- (other than one not served here) is returned as the reply, after the
+-- undo.
+local SHARED_BYTE = string.byte('s')
+
+local function attempt(owner, hold, lease, mode, place, i, last)
+  -- some: some key is asked for shared, and each slot says which, a byte
+  -- per key: SHARED_BYTE for a shared one.
+  local some = string.byte(mode, -1) == SHARED_BYTE
+  if some then
+    mode = string.sub(mode, 1, -2)
+  end
+  local waiting = mode == 'wait' or mode == 'poll'
+  -- quick: a "first" or "fresh" attempt, which stops at its first
+  -- conflict; fresh: the owner is new, so that it holds no key.
+  local fresh = mode == 'fresh'
+  local quick = mode == 'first' or fresh
+
+  -- Every key taken afresh by this call gets the same value but for its
+  -- token, its hold expiring with the key (see layout.lua).
+  local rest = ' - ' .. hold .. '= ' .. owner
+
+  -- created are the keys this call took afresh, to undo.
+  local created = {}
+
+  -- slow is what a call needs beyond taking keys afresh (most need none of
+  -- it): the keys it joined, to undo, the server's time, and how to take a key
+  -- that is there already, made on first use.
+  local existing
+  local function slow()
+    if existing then
+      return existing
+    end
+    local L = layout()
+    local now = L.now_ms()
+    local ends = now + tonumber(lease)
+    local joined = {} -- keys joined, with their old value and expiry
+    local shared_value = L.fresh(hold, owner, true)
+
+    -- writer_ahead reports whether a live waiter for key state s asks for it
+    -- exclusively ahead of this hold's place (anywhere, with no place).
+    local function writer_ahead(s)
+      for _, e in ipairs(s.queue) do
+        if e.hold == hold then
+          return false
+        end
+        if not e.shared and e.ends > now then
+          return true
+        end
+      end
+      return false
+    end
+
+    -- judge says what the hold may do with a key of state s (live holds
+    -- only) that it asks for, shared or not: "claim" it (handed to the
+    -- hold), "join" it (its owner holds it, or readers do and no writer
+    -- waits ahead), "refuse" (another owner holds it), or "upgrade": the
+    -- owner holds it shared and asks for it exclusively, which is refused
+    -- outright, as two owners doing so would wait for each other.
+    local function judge(s, shared)
+      if s.holds[hold] and (s.owner == '' or (s.owners and s.owners[hold] == '')) then
+        return 'claim'
+      elseif s.owner == owner then
+        return 'join'
+      elseif s.owner ~= SHARED then
+        return 'refuse'
+      end
+      local mine = L.holder(s, owner)
+      if not shared then
+        return mine and 'upgrade' or 'refuse'
+      elseif mine or not writer_ahead(s) then
+        return 'join'
+      end
+      return 'refuse'
+    end
+
+    existing = {moved = L.moved}
+
+    -- holders names the owners with a live hold on a key of state s (nil
+    -- for a value that is no lock), escaped and sorted, comma-separated.
+    function existing.holders(s)
+      if not s then
+        return ''
+      elseif s.owner ~= SHARED then
+        return s.owner
+      end
+      local names, seen = {}, {}
+      for id, who in pairs(s.owners) do
+        -- A hold whose lease ended may be gone from s.holds already (live
+        -- drops them).
+        local ends = s.holds[id]
+        if who ~= '' and ends and ends > now and not seen[who] then
+          seen[who] = true
+          names[#names + 1] = who
+        end
+      end
+      table.sort(names)
+      return table.concat(names, ',')
+    end
+
+    -- undo undoes what this call wrote.
+    function existing.undo()
+      for i = #joined, 1, -1 do
+        local j = joined[i]
+        redis.call('SET', j[1], j[2], 'PXAT', j[3])
+      end
+      for i = #created, 1, -1 do
+        redis.call('DEL', created[i])
+      end
+    end
+
+    -- take takes key, asked for shared or not, for the hold, with token if it
+    -- is a new ownership, as the loop below says.
+    function existing.take(key, token, shared)
+      if shared then
+        local r = redis.pcall('SET', key, shared_value(token), 'NX', 'PX', lease)
+        if L.failed(r) then
+          return nil, r
+        elseif r then
+          created[#created + 1] = key
+          return token
+        end
+      end
+      local v = redis.pcall('GET', key)
+      local s = L.parse(v, key, now)
+      if not s then
+        return false, redis.call('PTTL', key)
+      end
+      local latest = L.live(s, now)
+      if latest == 0 then
+        -- Every hold has ended, the key not yet expired (it expires with
+        -- its longest hold, to the millisecond): it is free, and its queue
+        -- goes with it, as when it expires.
+        joined[#joined + 1] = {key, v, now + 1}
+        local fresh = string.format('%d', token) .. rest
+        if shared then
+          fresh = shared_value(token)
+        end
+        redis.call('SET', key, fresh, 'PX', lease)
+        return token
+      end
+      local verdict = judge(s, shared)
+      if verdict == 'upgrade' then
+        return nil, verdict
+      elseif verdict == 'refuse' then
+        return false, redis.call('PTTL', key), s
+      end
+      joined[#joined + 1] = {key, v, latest}
+      if verdict == 'claim' then
+        -- Handed to this hold by a release: its claim becomes its hold,
+        -- with the hold's own lease.
+        s.holds[hold] = nil
+        if not s.owners then
+          -- A new ownership.
+          s.token, s.owner = token, owner
+        end
+      end
+      if s.owners and s.token == 0 then
+        -- Handed to readers, none of which took it yet: the first reader
+        -- to take it, by its claim or joining, gives the shared ownership
+        -- its token.
+        s.token = token
+      end
+      -- A hold taken again (a retried call) keeps the later of its two ends.
+      s.holds[hold] = math.max(s.holds[hold] or 0, ends)
+      if s.owners then
+        s.owners[hold] = owner
+      end
+      L.leave(s, hold)
+      L.lapse(key, s, now)
+      redis.call('SET', key, L.format(s), 'PXAT', L.live(s, now))
+      return s.token
+    end
+
+    -- verdict says what the hold could do with key, shared or not, without
+    -- changing it: as take does (with the key's state when refused), 0 for a
+    -- key it could take.
+    function existing.verdict(key, shared)
+      local other = L.parse(redis.pcall('GET', key), key, now)
+      if other and L.live(other, now) > 0 then
+        local verdict = judge(other, shared)
+        if verdict == 'upgrade' then
+          return nil, verdict
+        elseif verdict == 'refuse' then
+          return false, redis.call('PTTL', key), other
+        end
+      end
+      return 0
+    end
+
+    -- queue gives the hold a place in the queue of key (state s), asking for
+    -- it shared or not, or renews the one it has.
+    function existing.queue(key, s, shared)
+      local mine
+      for _, e in ipairs(s.queue) do
+        if e.hold == hold then
+          mine = e
+        end
+      end
+      if not mine then
+        mine = {hold = hold, shared = shared}
+        s.queue[#s.queue + 1] = mine
+      end
+      mine.polls = mode == 'poll'
+      mine.ends = now + tonumber(place)
+      L.lapse(key, s, now)
+      redis.call('SET', key, L.format(s), 'KEEPTTL')
+    end
+    return existing
+  end
+
+  -- undo undoes what this attempt wrote.
+  local function undo()
+    if existing then
+      existing.undo()
+    else
+      for k = #created, 1, -1 do
+        redis.call('DEL', created[k])
+      end
+    end
+  end
+
+  -- Each key: taken afresh with SET NX (the usual case), else as slow's take
+  -- says. The result: the key's token, or false, the remaining lease and the
+  -- state of another owner's key, or nil and the error of a key not served
+  -- here (moved) or of any other failure, or nil and 'upgrade'. Once a key is
+  -- refused, a "try" call only looks for the other conflicts.
+  -- tokens: those of the keys held, in order (after the 1 of a reply that
+  -- holds them all).
+  local tokens, conflicts, holders = {1}, nil, nil
+  local wait, held, slot = 0, 0, 0
+  -- clear: no key of the call is held by another owner so far.
+  local clear = true
+  while i <= last do
+    local fence, n = ARGV[i], tonumber(ARGV[i + 1])
+    local modes, first = nil, i + 2
+    if some then
+      modes, first = ARGV[i + 2], i + 3
+    end
+    local base = 0
+    if clear then
+      -- A token per key, some of them unused (keys joined or refused): gaps
+      -- do not matter, a key's tokens only have to grow.
+      base = redis.pcall('INCRBY', fence, n)
+      if type(base) == 'table' then
+        undo()
+        if layout().moved(base) then
+          return {-2}
+        end
+        return base
+      end
+      base = base - n
+    end
+    for j = 0, n - 1 do
+      local key = ARGV[first + j]
+      local shared = modes and string.byte(modes, j + 1) == SHARED_BYTE
+      local token, left, s
+      if not clear then
+        token, left, s = slow().verdict(key, shared)
+      elseif shared then
+        token, left, s = slow().take(key, base + j + 1, true)
+      else
+        token = base + j + 1
+        local r = redis.pcall('SET', key, string.format('%d', token) .. rest, 'NX', 'PX', lease)
+        if not r and fresh then
+          -- The owner holds nothing: a key there is another owner's.
+          token, left = false, 0
+        elseif not r then
+          token, left, s = slow().take(key, token, false)
+        elseif r.err then
+          token, left = nil, r
+        else
+          created[#created + 1] = key
+        end
+      end
+      if token == nil then
+        undo()
+        if left == 'upgrade' then
+          return {-3, key}
+        elseif layout().moved(left) then
+          return {-2}
+        end
+        return left
+      elseif token == false and quick then
+        undo()
+        return {0, 0, left, {key}, {}, 0}
+      elseif token == false then
+        clear = false
+        conflicts, holders = conflicts or {}, holders or {}
+        conflicts[#conflicts + 1] = key
+        holders[#holders + 1] = slow().holders(s)
+        wait = math.max(wait, left)
+        if waiting then
+          if s then
+            slow().queue(key, s, shared)
+          end
+          table.remove(tokens, 1)
+          return {0, held, wait, conflicts, tokens, j, holders}
+        end
+      elseif clear then
+        tokens[#tokens + 1] = token
+      end
+    end
+    if clear then
+      held = held + 1
+    end
+    slot = slot + 1
+    i = first + n
+  end
+  if not clear then
+    undo()
+    return {0, 0, wait, conflicts, {}, 0, holders}
+  end
+  return tokens, undo
+end

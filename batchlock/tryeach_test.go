@@ -1,0 +1,230 @@
+package batchlock
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// taken says, basket by basket, whether TryEach took it.
+func taken(locks []*Lock) []bool {
+	out := make([]bool, len(locks))
+	for i, l := range locks {
+		out[i] = l != nil
+	}
+	return out
+}
+
+// An earlier basket wins a key over a later one, in the process: the later
+// one is refused without a call, the others are taken in one call, each an
+// ordinary lock with its own owner and tokens; UnlockEach releases them
+// all in one call.
+func TestTryEachEarlierBasketsWin(t *testing.T) {
+	rdb := serverClient(t)
+	var mu sync.Mutex
+	conflicts := map[string][]string{}
+	c, err := New(rdb, WithObserver(func(e Event) {
+		if e.Kind == EventConflict {
+			mu.Lock()
+			conflicts[e.Keys[0]] = e.Conflict
+			mu.Unlock()
+		}
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+
+	locks, err := c.TryEach(ctx, [][]string{{"a", "b"}, {"b", "c"}, {"c", "d"}, {"a"}})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, false, true, false}, taken(locks))
+	assert.Equal(t, map[string][]string{"b": {"b"}, "a": {"a"}}, conflicts, "each refused basket is told its conflict")
+	assert.EqualValues(t, 1, c.Stats().Acquires, "one call for every basket")
+	assert.NotEqual(t, locks[0].Owner(), locks[2].Owner(), "each basket has an owner of its own")
+	assert.Equal(t, []string{"a", "b"}, locks[0].Keys())
+	for _, l := range []*Lock{locks[0], locks[2]} {
+		for _, k := range l.Keys() {
+			assert.Positive(t, l.Token(k), "%s has its token", k)
+		}
+		assert.Greater(t, time.Until(l.ValidUntil()), 15*time.Second)
+	}
+	n, err := rdb.Exists(ctx, DefaultPrefix+"a", DefaultPrefix+"b", DefaultPrefix+"c", DefaultPrefix+"d").Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, n)
+
+	require.NoError(t, c.UnlockEach(ctx, locks), "nil entries are skipped")
+	assert.EqualValues(t, 1, c.Stats().Releases, "one call for every lock")
+	n, err = rdb.Exists(ctx, DefaultPrefix+"a", DefaultPrefix+"b", DefaultPrefix+"c", DefaultPrefix+"d").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	for _, l := range []*Lock{locks[0], locks[2]} {
+		assert.ErrorIs(t, l.Err(), ErrNotHeld)
+		assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld, "released once")
+	}
+	assert.Zero(t, c.Stats().Gated)
+}
+
+// A basket meets what other locks hold: one of the Client's own (at its
+// gate, without a call) or another Client's (in Redis, which names the
+// holder); it is refused and holds nothing, the others are taken. A try
+// never overtakes a waiter: a key handed to a queued waiter is refused.
+func TestTryEachMeetsOtherLocks(t *testing.T) {
+	rdb := serverClient(t)
+	c, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	other, err := New(rdb, WithOwnerPrefix("other:"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	ctx := t.Context()
+
+	own, err := c.Lock(ctx, []string{"mine"})
+	require.NoError(t, err)
+	theirs, err := other.Lock(ctx, []string{"theirs"})
+	require.NoError(t, err)
+	sent := c.Stats().Acquires
+	locks, err := c.TryEach(ctx, [][]string{{"mine", "x1"}, {"theirs", "x2"}, {"x3"}})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false, false, true}, taken(locks))
+	assert.Equal(t, sent+1, c.Stats().Acquires, "the gate's conflict costs no call")
+	held, err := c.Held(ctx, "x*")
+	require.NoError(t, err)
+	require.Len(t, held, 1, "the refused baskets hold nothing")
+	assert.Equal(t, "x3", held[0].Key)
+	require.NoError(t, c.UnlockEach(ctx, locks))
+
+	// A waiter of "theirs", queued; its release hands the key to it.
+	waiter, err := New(rdb, WithPollInterval(time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = waiter.Close() })
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, []string{"theirs"})
+		assert.NoError(t, err)
+		got <- l
+	}()
+	require.Eventually(t, func() bool {
+		h, err := c.Inspect(ctx, "theirs")
+		return err == nil && h[0].Waiting == 1
+	}, 5*time.Second, time.Millisecond)
+	locks, err = c.TryEach(ctx, [][]string{{"theirs"}})
+	require.NoError(t, err)
+	assert.Nil(t, locks[0], "held, with a waiter")
+	require.NoError(t, theirs.Unlock(ctx))
+	w := <-got
+	require.NotNil(t, w)
+	assert.Greater(t, w.Token("theirs"), theirs.Token("theirs"))
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, own.Unlock(ctx))
+}
+
+// WithShared keys are shared in every basket that has them; within one call
+// two baskets never both get a key exclusively, whatever their owners.
+func TestTryEachSharedKeysAndOneOwner(t *testing.T) {
+	rdb := serverClient(t)
+	c, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+
+	locks, err := c.TryEach(ctx, [][]string{{"promo", "a"}, {"promo", "b"}, {"b"}, {"c"}}, WithShared("promo"))
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, true, false, true}, taken(locks))
+	held, err := c.Inspect(ctx, "promo")
+	require.NoError(t, err)
+	assert.Len(t, held[0].Holders, 2, "both readers hold it")
+	assert.Equal(t, locks[0].Token("promo"), locks[1].Token("promo"), "readers share its token")
+	writer, err := c.TryEach(ctx, [][]string{{"promo"}})
+	require.NoError(t, err)
+	assert.Nil(t, writer[0], "a writer is refused while readers hold it")
+	require.NoError(t, c.UnlockEach(ctx, locks))
+
+	locks, err = c.TryEach(ctx, [][]string{{"k", "a"}, {"k", "b"}}, WithOwner("one-owner"))
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, false}, taken(locks), "one owner, all the same")
+	require.NoError(t, c.UnlockEach(ctx, locks))
+}
+
+// Bad input is ErrInvalid, naming the problem, before anything is sent; no
+// baskets is no work.
+func TestTryEachBadInput(t *testing.T) {
+	c, f := newFaked(t)
+	many := make([]string, MaxEachKeys/2+1)
+	for i := range many {
+		many[i] = strings.Repeat("k", 1+i%7) + string(rune('a'+i%26))
+	}
+	for _, tc := range []struct {
+		name    string
+		baskets [][]string
+		opts    []LockOption
+		want    string
+	}{
+		{"an empty basket", [][]string{{"a"}, {}}, nil, "basket 1 has no keys"},
+		{"an empty key", [][]string{{"a", ""}}, nil, "basket 0: key 1 must not be empty"},
+		{"a reserved key", [][]string{{"fence:{x}"}}, nil, "reserved"},
+		{"an empty shared key", [][]string{{"a"}}, []LockOption{WithShared("")}, "shared key 0 must not be empty"},
+		{"too many keys", [][]string{many, many}, nil, "at most 65536 in one call"},
+		{"a bad ttl", [][]string{{"a"}}, []LockOption{WithTTL(-time.Second)}, "ttl"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			locks, err := c.TryEach(t.Context(), tc.baskets, tc.opts...)
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Equal(t, 1, strings.Count(err.Error(), "batchlock:"), err.Error())
+			assert.Nil(t, locks)
+		})
+	}
+	locks, err := c.TryEach(t.Context(), nil)
+	require.NoError(t, err)
+	assert.Empty(t, locks)
+	var nilCtx context.Context
+	_, err = c.TryEach(nilCtx, [][]string{{"a"}})
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.Empty(t, f.log, "nothing sent")
+}
+
+// UnlockEach skips nil entries and repeats, releases locks of several
+// owners and kinds (Lock, TryEach) in one call, says ErrNotHeld for one
+// already released, and refuses a lock of another Client before sending
+// anything.
+func TestUnlockEach(t *testing.T) {
+	rdb := serverClient(t)
+	c, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	other, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	ctx := t.Context()
+
+	single, err := c.Lock(ctx, []string{"one", "two"}, WithOwner("alice"))
+	require.NoError(t, err)
+	nested, err := c.Lock(ctx, []string{"two"}, WithOwner("alice"))
+	require.NoError(t, err)
+	each, err := c.TryEach(ctx, [][]string{{"three"}, {"four"}}, WithTTL(time.Minute))
+	require.NoError(t, err)
+	foreign, err := other.Lock(ctx, []string{"five"})
+	require.NoError(t, err)
+
+	err = c.UnlockEach(ctx, []*Lock{single, foreign})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "lock 1 was taken through another Client")
+	assert.NoError(t, single.Err(), "nothing released")
+
+	sent := c.Stats().Releases
+	require.NoError(t, c.UnlockEach(ctx, []*Lock{nil, single, each[0], nested, each[1], single}))
+	assert.Equal(t, sent+1, c.Stats().Releases)
+	held, err := c.Held(ctx, "*")
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	assert.Equal(t, "five", held[0].Key, "every other key is released")
+
+	err = c.UnlockEach(ctx, []*Lock{single})
+	assert.ErrorIs(t, err, ErrNotHeld)
+	assert.ErrorContains(t, err, "already released")
+	require.NoError(t, foreign.Unlock(ctx))
+}

@@ -1,0 +1,384 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/localcluster"
+	"github.com/batchlock/batchlock/orders"
+)
+
+// BatchConfig shapes the batch workload: processors take ticks of Tick
+// orders (baskets of 1 to MaxBasket of SKUs SKUs, package orders' order
+// stream), lock the baskets that are free, read and write their stock in
+// one pipeline each, and let go; a refused order goes first in the
+// processor's next tick.
+type BatchConfig struct {
+	SKUs       int
+	MaxBasket  int
+	Tick       int
+	Processors []int // the numbers of processors at once, each a level of its own
+	Stock      int64
+	Rounds     int // turns each kind gets per number of processors, alternating
+	Slice      time.Duration
+	// LoopWorkers are the goroutines of the TryLock-loop processor, each
+	// taking one basket at a time.
+	LoopWorkers int
+}
+
+// DefaultBatch: ticks of 256 orders over 2000 SKUs, baskets of up to 40,
+// with 1 and 4 processors; every kind gets two 3-second turns at each.
+var DefaultBatch = BatchConfig{SKUs: 2000, MaxBasket: 40, Tick: 256, Processors: []int{1, 4}, Stock: 1_000_000,
+	Rounds: 2, Slice: 3 * time.Second, LoopWorkers: 16}
+
+// BatchKind is one kind of batch processor, with as many processors as the
+// workload runs at once at most.
+type BatchKind struct {
+	Name string
+	// Clients are batchlock's, one per processor; none for the floor.
+	Clients []*batchlock.Client
+	// New returns processor i, ticking on stock.
+	New func(i int, stock *orders.Stock) orders.Ticker
+}
+
+// sent is what the kind's Clients sent so far.
+func (k BatchKind) sent() ScriptsSent {
+	var s ScriptsSent
+	for _, c := range k.Clients {
+		st := c.Stats()
+		s = s.plus(ScriptsSent{Acquires: st.Acquires, Releases: st.Releases, Extends: st.Extends})
+	}
+	return s
+}
+
+// BatchResult is what one kind achieved with one number of processors
+// (Workers) over all its turns.
+type BatchResult struct {
+	OrderResult
+	Ticks    int // ticks of all its processors
+	Refusals int // baskets refused, each time
+}
+
+// NewTryEachKind is the TryEach processor: orders.Batched over each of
+// clients, with no order locked alone (a refused order waits for the next
+// tick, as the floor's do).
+func NewTryEachKind(clients []*batchlock.Client) BatchKind {
+	return BatchKind{Name: NameTryEachProcessor, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
+		return &orders.Batched{Locker: clients[i], Stock: stock}
+	}}
+}
+
+// NewTryLockLoopKind is the processor a new user writes first: the same
+// ticks, each basket locked by TryLock on one of workers goroutines, and
+// unlocked the same way.
+func NewTryLockLoopKind(clients []*batchlock.Client, workers int) BatchKind {
+	return BatchKind{Name: NameTryLockLoopProcessor, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
+		return &tryLockLoop{c: clients[i], stock: stock, workers: workers}
+	}}
+}
+
+// NewBatchFloorKind is the batch-floor processor, the reference: its
+// processors admit baskets in this process, against the SKUs held by any of
+// them (an earlier basket wins), then do the lock floor's Redis work for
+// every admitted key of the tick: one call per master to take them, one to
+// release them. floors are the processors' own, each on a cluster client of
+// its own.
+func NewBatchFloorKind(floors []*Floor) BatchKind {
+	admitted := &admission{held: map[string]bool{}}
+	return BatchKind{Name: NameBatchFloorProcessor, New: func(i int, stock *orders.Stock) orders.Ticker {
+		return &batchFloor{floor: floors[i], admitted: admitted, stock: stock}
+	}}
+}
+
+// admission is the SKUs held by the batch-floor processors, in process.
+type admission struct {
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+// admit takes, basket by basket, those whose keys no one holds, and
+// returns their indices.
+func (a *admission) admit(baskets [][]string) []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []int
+next:
+	for i, keys := range baskets {
+		for _, k := range keys {
+			if a.held[k] {
+				continue next
+			}
+		}
+		for _, k := range keys {
+			a.held[k] = true
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+func (a *admission) leave(keys []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, k := range keys {
+		delete(a.held, k)
+	}
+}
+
+type batchFloor struct {
+	floor    *Floor
+	admitted *admission
+	stock    *orders.Stock
+}
+
+func (f *batchFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
+	baskets := make([][]string, len(batch))
+	for i, o := range batch {
+		baskets[i] = lockKeys(f.stock.Keys(o))
+	}
+	taken := f.admitted.admit(baskets)
+	var keys []string
+	for _, i := range taken {
+		keys = append(keys, baskets[i]...)
+	}
+	defer f.admitted.leave(keys)
+	if len(keys) == 0 {
+		return make([]orders.Fulfilled, len(batch)), refusedOf(len(batch), taken), nil
+	}
+	h, err := f.floor.lock(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := fulfilTaken(ctx, f.stock, batch, taken, func(i, line int) int64 { return h.tokens[baskets[i][line]] })
+	return out, refusedOf(len(batch), taken), h.Unlock(context.WithoutCancel(ctx))
+}
+
+type tryLockLoop struct {
+	c       *batchlock.Client
+	stock   *orders.Stock
+	workers int
+}
+
+func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
+	locks := make([]*batchlock.Lock, len(batch))
+	errs := make([]error, len(batch))
+	each(p.workers, len(batch), func(i int) {
+		l, err := p.c.TryLock(ctx, p.stock.Keys(batch[i]))
+		if err != nil && !errors.Is(err, batchlock.ErrNotObtained) {
+			errs[i] = err
+		}
+		locks[i] = l
+	})
+	unlock := func() {
+		each(p.workers, len(batch), func(i int) {
+			if locks[i] != nil {
+				_ = locks[i].Unlock(context.WithoutCancel(ctx))
+			}
+		})
+	}
+	if err := errors.Join(errs...); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	var taken []int
+	for i, l := range locks {
+		if l != nil {
+			taken = append(taken, i)
+		}
+	}
+	out := fulfilTaken(ctx, p.stock, batch, taken, func(i, line int) int64 {
+		return locks[i].Token(p.stock.Key(batch[i].Lines[line].SKU))
+	})
+	unlock()
+	return out, refusedOf(len(batch), taken), nil
+}
+
+// each runs fn(0..n-1) on workers goroutines, and returns once all are done.
+func each(workers, n int, fn func(i int)) {
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			for i := range jobs {
+				fn(i)
+			}
+		})
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+}
+
+// fulfilTaken fulfils the orders of batch at taken, whose lines' tokens
+// token gives, in one read and one write pipeline, and returns per order of
+// batch what became of it.
+func fulfilTaken(ctx context.Context, stock *orders.Stock, batch []orders.Order, taken []int, token func(i, line int) int64) []orders.Fulfilled {
+	list := make([]orders.Order, len(taken))
+	tokens := make([][]int64, len(taken))
+	for n, i := range taken {
+		list[n] = batch[i]
+		tokens[n] = make([]int64, len(batch[i].Lines))
+		for j := range tokens[n] {
+			tokens[n][j] = token(i, j)
+		}
+	}
+	done := stock.FulfilAll(ctx, list, tokens, 0, true)
+	out := make([]orders.Fulfilled, len(batch))
+	for n, i := range taken {
+		out[i] = done[n]
+		out[i].Locked = true
+	}
+	return out
+}
+
+// refusedOf is the indices of n that taken (ascending) leaves out.
+func refusedOf(n int, taken []int) []int {
+	var out []int
+	t := 0
+	for i := range n {
+		if t < len(taken) && taken[t] == i {
+			t++
+			continue
+		}
+		out = append(out, i)
+	}
+	return out
+}
+
+// RunBatches runs the batch workload for every number of processors and
+// every kind in turns (the order rotating every round), each kind on stock
+// of its own, then audits every kind's stock against the orders it
+// accepted. Results come by number of processors, then kind.
+func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, kinds []BatchKind, cfg BatchConfig) ([]BatchResult, error) {
+	masters, err := cl.Masters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stocks := make([]*orders.Stock, len(kinds))
+	sold := make([]map[string]int64, len(kinds))
+	for k, kind := range kinds {
+		stocks[k] = orders.NewStock(rdb, "bench:"+kind.Name+":", orders.Catalogue(cfg.SKUs), cfg.Stock)
+		if err := stocks[k].Setup(ctx); err != nil {
+			return nil, err
+		}
+		sold[k] = map[string]int64{}
+	}
+	var out []BatchResult
+	for level, n := range cfg.Processors {
+		results := make([]BatchResult, len(kinds))
+		for k, kind := range kinds {
+			results[k].Library, results[k].Workers, results[k].SendsScripts = kind.Name, n, true
+			if kind.Clients != nil {
+				results[k].Sent = &ScriptsSent{}
+			}
+		}
+		for round := range cfg.Rounds {
+			lists, err := batchOrders(cfg, n, level*cfg.Rounds+round)
+			if err != nil {
+				return nil, err
+			}
+			for j := range kinds {
+				k := (j + round) % len(kinds)
+				if err := runBatchTurn(ctx, cl, masters, kinds[k], stocks[k], lists, cfg, &results[k], sold[k]); err != nil {
+					return nil, err
+				}
+			}
+		}
+		out = append(out, results...)
+	}
+	for k, kind := range kinds {
+		audit, err := stocks[k].Audit(ctx, sold[k])
+		if err != nil {
+			return nil, err
+		}
+		if !audit.OnlyOversell() {
+			return nil, fmt.Errorf("%s: the audit found %v", kind.Name, audit.Problems)
+		}
+		for j := range out {
+			if out[j].Library == kind.Name {
+				out[j].Oversold = audit.OversoldUnits
+			}
+		}
+		if err := stocks[k].Cleanup(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// batchOrders are the orders of one round, a list per processor: enough
+// for any turn, which ends by time, with ids unique across rounds (a write
+// is applied once per order id).
+func batchOrders(cfg BatchConfig, processors, seed int) ([][]orders.Order, error) {
+	lists := make([][]orders.Order, processors)
+	for p := range lists {
+		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 60_000, MaxBasket: cfg.MaxBasket, MaxQty: 1,
+			Seed: uint64(seed*processors + p)})
+		if err != nil {
+			return nil, err
+		}
+		for i := range list {
+			list[i].ID = fmt.Sprintf("b%d-s%d-p%d-%s", processors, seed, p, list[i].ID)
+		}
+		lists[p] = list
+	}
+	return lists, nil
+}
+
+// runBatchTurn runs kind's processors, one per list, for one turn, and adds
+// what it did and cost to r and what its orders sold to sold.
+func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, kind BatchKind, stock *orders.Stock,
+	lists [][]orders.Order, cfg BatchConfig, r *BatchResult, sold map[string]int64) error {
+	results := make([]orders.Result, len(lists))
+	var writes int64
+	cost, err := measureCost(ctx, cl, masters, func() int64 { return writes }, kind.sent, func() {
+		stop := make(chan struct{})
+		t := time.AfterFunc(cfg.Slice, func() { close(stop) })
+		defer t.Stop()
+		var wg sync.WaitGroup
+		for p, list := range lists {
+			proc := kind.New(p, stock)
+			wg.Go(func() {
+				results[p] = orders.RunTicks(ctx, proc, list, orders.Ticks{Size: cfg.Tick},
+					orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
+			})
+		}
+		wg.Wait()
+		for _, res := range results {
+			for _, units := range res.SoldBySKU {
+				writes += units // one unit a line, one script call a line
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, res := range results {
+		if res.Unknown > 0 {
+			return fmt.Errorf("%s: %d orders failed half-written: %v", kind.Name, res.Unknown, res.FirstErrors)
+		}
+		r.Orders += int64(res.Accepted + res.Rejected)
+		r.GaveUp += int64(res.Errors)
+		r.Elapsed += res.Elapsed / time.Duration(len(lists)) // the processors ran side by side
+		r.Ticks += res.Ticks
+		r.Refusals += res.Refusals
+		for sku, n := range res.SoldBySKU {
+			sold[sku] += n
+		}
+	}
+	r.MastersCPU += cost.cpu
+	r.LockScripts += sumOf(cost.commands, scriptCommands).Calls - cost.writes
+	r.Commands = addStats(r.Commands, cost.commands, 1)
+	if r.Sent != nil {
+		*r.Sent = r.Sent.plus(cost.sent)
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package cluster_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// A basket refused on one master leaves nothing held on the others: what it
+// took there is given back in one more call per master, and the call costs
+// one acquire per master for all its baskets; UnlockEach one release per
+// master.
+func TestTryEachRefusedOnOneMasterLeavesNothing(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	other := peerOf(t, rdb, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys, _ := keysOnMasters(t, cl, prefix, "each-refused", 2, 2)
+	onA, onB := keys[:2], keys[2:]
+	busy, err := other.Lock(ctx, onB[:1])
+	require.NoError(t, err)
+
+	before := c.Stats()
+	locks, err := c.TryEach(ctx, [][]string{{onA[0], onB[0]}, {onA[1]}, {onB[1]}})
+	require.NoError(t, err)
+	require.Nil(t, locks[0], "refused on B")
+	require.NotNil(t, locks[1])
+	require.NotNil(t, locks[2])
+	after := c.Stats()
+	assert.EqualValues(t, 2, after.Acquires-before.Acquires, "one acquire per master for every basket")
+	assert.EqualValues(t, 1, after.Releases-before.Releases, "one give-back, on A only")
+	assert.Equal(t, []string{onA[1], onB[0], onB[1]}, heldBy(t, c, keys...), "nothing of the refused basket is held (B0 is the other's)")
+
+	require.NoError(t, c.UnlockEach(ctx, locks))
+	assert.EqualValues(t, 2, c.Stats().Releases-after.Releases, "one release per master for every lock")
+	require.NoError(t, busy.Unlock(ctx))
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+// heldBy returns, sorted, the keys among keys that are held now.
+func heldBy(t *testing.T, c *batchlock.Client, keys ...string) []string {
+	t.Helper()
+	var out []string
+	for _, h := range heldKeys(t, c, keys...) {
+		if len(h.Holders) > 0 {
+			out = append(out, h.Key)
+		}
+	}
+	return out
+}
+
+// Four Clients (processes) race ticks of baskets over a few hot SKUs with
+// TryEach and UnlockEach: no SKU is ever in two sections at once, a key's
+// token only grows from one section to the next, every tick takes some
+// baskets, and nothing is left held.
+func TestTryEachTicksRace(t *testing.T) {
+	rdb := newClient(t)
+	_, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, time.Minute)
+	const (
+		clients = 4
+		ticks   = 40
+		skus    = 60
+	)
+	var mu sync.Mutex
+	inUse := map[string]string{} // SKU: the owner in its section
+	lastToken := map[string]int64{}
+	var violations []string
+	var taken, refused int
+	var wg sync.WaitGroup
+	for w := range clients {
+		c := peerOf(t, rdb, prefix)
+		rng := rand.New(rand.NewPCG(uint64(w), 7))
+		wg.Go(func() {
+			for range ticks {
+				baskets := make([][]string, 32)
+				for i := range baskets {
+					for range 1 + rng.IntN(6) {
+						baskets[i] = append(baskets[i], fmt.Sprintf("sku:%02d", rng.IntN(skus)))
+					}
+				}
+				locks, err := c.TryEach(ctx, baskets)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				for _, l := range locks {
+					if l == nil {
+						refused++
+						continue
+					}
+					taken++
+					for _, k := range l.Keys() {
+						if holder, ok := inUse[k]; ok {
+							violations = append(violations, fmt.Sprintf("%s held by %s and %s", k, holder, l.Owner()))
+						}
+						inUse[k] = l.Owner()
+						if tok := l.Token(k); tok <= lastToken[k] {
+							violations = append(violations, fmt.Sprintf("%s token %d after %d", k, tok, lastToken[k]))
+						}
+						lastToken[k] = l.Token(k)
+					}
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // the section: stock read and written
+				mu.Lock()
+				for _, l := range locks {
+					if l != nil {
+						for _, k := range l.Keys() {
+							delete(inUse, k)
+						}
+					}
+				}
+				mu.Unlock()
+				assert.NoError(t, c.UnlockEach(ctx, locks))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Empty(t, violations)
+	assert.Positive(t, taken)
+	assert.Positive(t, refused, "the SKUs are hot enough to meet")
+	t.Logf("%d baskets taken, %d refused", taken, refused)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}

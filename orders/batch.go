@@ -1,0 +1,203 @@
+package orders
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// Batched processes orders a tick at a time, as a batch order processor
+// pulls them from its queue: each tick takes up to Size orders (those
+// refused by the last tick first), locks every basket that is free with one
+// TryEach (one call per master for the whole tick), reads and writes the
+// stock of the orders taken in one pipeline each, and lets go with one
+// UnlockEach. An order whose basket is busy waits for the next tick; one
+// refused Waits ticks in a row is locked alone with a waiting Lock
+// (WithWait), so that a basket of hot SKUs is not starved by smaller ones.
+type Batched struct {
+	Locker *batchlock.Client
+	Stock  *Stock
+	Think  time.Duration // as in Locked, once per tick
+	Size   int           // orders per tick; default 256
+	// Waits is how many ticks in a row an order may be refused before it
+	// is locked alone, waiting; default 8.
+	Waits int
+	// WaitFor bounds that wait (WithWait); default 5s.
+	WaitFor time.Duration
+}
+
+// RunBatched processes orders with b until all are done, cfg.Stop is
+// closed or ctx ends. cfg.Workers is not used: one goroutine runs the ticks
+// (and, apart, the orders locked alone); cfg.Attempts bounds the ticks in a
+// row that fail as a whole for an order (a master down), cfg.Done is called
+// after each order.
+func RunBatched(ctx context.Context, b *Batched, orders []Order, cfg RunConfig) Result {
+	waitFor := b.WaitFor
+	if waitFor <= 0 {
+		waitFor = 5 * time.Second
+	}
+	locked := &Locked{Locker: b.Locker, Stock: b.Stock, Think: b.Think}
+	return RunTicks(ctx, b, orders, Ticks{Size: b.Size, Waits: cmp.Or(b.Waits, 8), Alone: func(ctx context.Context, o Order) (Outcome, error) {
+		return locked.process(ctx, o, batchlock.WithWait(waitFor))
+	}}, cfg)
+}
+
+// Ticker locks the baskets of a tick's orders that are free, fulfils those
+// orders and lets go (Batched does it with TryEach): it returns per order
+// what became of it, and the orders refused (indices into batch). An error
+// is the tick's as a whole: nothing of it was locked.
+type Ticker interface {
+	Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, error)
+}
+
+// Ticks shapes a run of ticks.
+type Ticks struct {
+	Size int // orders per tick; default 256
+	// Waits is how many ticks in a row an order may be refused before it
+	// is handed to Alone; without Alone, it waits for as many ticks as it
+	// takes.
+	Waits int
+	Alone func(ctx context.Context, o Order) (Outcome, error)
+}
+
+// RunTicks processes orders with t, a tick of ticks.Size orders at a time,
+// the orders refused by a tick first in the next, until all are done,
+// cfg.Stop is closed or ctx ends; cfg as RunBatched says.
+func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
+	size := cmp.Or(max(ticks.Size, 0), 256)
+	if cfg.Attempts < 1 {
+		cfg.Attempts = 5
+	}
+	if cfg.OrderTimeout <= 0 {
+		cfg.OrderTimeout = 30 * time.Second
+	}
+	r := newRecorder()
+	start := time.Now()
+	refusedTicks := map[string]int{} // by order: refusals in a row
+	failedTicks := map[string]int{}  // by order: ticks failed as a whole in a row
+	var alone sync.WaitGroup
+	var carry []Order // refused by the last tick: first in the next
+	next := 0
+	done := func(o Order, out Outcome, err error) {
+		r.record(o, out, err, nil)
+		if cfg.Done != nil {
+			cfg.Done()
+		}
+	}
+	for len(carry) > 0 || next < len(orders) {
+		if ctx.Err() != nil || stopped(cfg.Stop) {
+			break
+		}
+		batch := carry
+		for len(batch) < size && next < len(orders) {
+			batch = append(batch, orders[next])
+			next++
+		}
+		carry = nil
+		tctx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
+		outcomes, refused, err := t.Tick(tctx, batch)
+		cancel()
+		if err != nil {
+			r.retried(err)
+			for _, o := range batch {
+				if failedTicks[o.ID]++; failedTicks[o.ID] >= cfg.Attempts {
+					done(o, Outcome{}, err)
+					continue
+				}
+				carry = append(carry, o)
+			}
+			if pause(ctx, min(failedTicks[batch[0].ID], 6)) != nil {
+				break
+			}
+			continue
+		}
+		r.tick(len(batch) - len(refused))
+		for i, o := range batch {
+			if slices.Contains(refused, i) {
+				continue
+			}
+			delete(refusedTicks, o.ID)
+			delete(failedTicks, o.ID)
+			done(o, outcomes[i].Outcome, outcomes[i].Err)
+		}
+		for _, i := range refused {
+			o := batch[i]
+			r.refusal()
+			if refusedTicks[o.ID]++; ticks.Alone == nil || refusedTicks[o.ID] < ticks.Waits {
+				carry = append(carry, o)
+				continue
+			}
+			delete(refusedTicks, o.ID)
+			alone.Go(func() {
+				octx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
+				defer cancel()
+				out, err := ticks.Alone(octx, o)
+				done(o, out, err)
+			})
+		}
+	}
+	alone.Wait()
+	return r.result(time.Since(start))
+}
+
+// Tick locks the baskets of batch that are free, fulfils their orders and
+// lets go: it returns per order what became of it, and the orders refused
+// (indices into batch). An error is the tick's as a whole: nothing was
+// locked.
+func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, error) {
+	baskets := make([][]string, len(batch))
+	var promos []string
+	for i, o := range batch {
+		baskets[i] = append(b.Stock.Keys(o), b.Stock.PromoKeys(o)...)
+		promos = append(promos, b.Stock.PromoKeys(o)...)
+	}
+	slices.Sort(promos)
+	asked := time.Now()
+	locks, err := b.Locker.TryEach(ctx, baskets, batchlock.WithShared(slices.Compact(promos)...))
+	wait := time.Since(asked)
+	if err != nil {
+		return nil, nil, err
+	}
+	var refused, taken []int
+	for i, l := range locks {
+		if l == nil {
+			refused = append(refused, i)
+		} else {
+			taken = append(taken, i)
+		}
+	}
+	orders := make([]Order, len(taken))
+	tokens := make([][]int64, len(taken))
+	for n, i := range taken {
+		orders[n] = batch[i]
+		tokens[n] = make([]int64, len(batch[i].Lines))
+		for j, key := range baskets[i][:len(batch[i].Lines)] { // the stock keys come first
+			tokens[n][j] = locks[i].Token(key)
+		}
+	}
+	done := b.Stock.FulfilAll(ctx, orders, tokens, b.Think, true)
+	out := make([]Fulfilled, len(batch))
+	for n, i := range taken {
+		out[i] = done[n]
+		out[i].Locked, out[i].LockWait = true, wait
+	}
+	// The unlock's error changes nothing the orders did: their keys are
+	// left to their lease.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = b.Locker.UnlockEach(uctx, locks)
+	return out, refused, nil
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
