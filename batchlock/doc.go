@@ -87,6 +87,20 @@
 // (its cause wraps ErrLockLost and ErrMaxHold) and its keys are released to
 // their waiters, so that a stuck holder cannot pin them for ever.
 //
+// # Batch admission
+//
+// TryEach takes many baskets in one call, as a batch order processor pulls
+// a batch of orders: each basket whole or not at all, an earlier basket
+// winning a key over a later one, each basket taken an ordinary Lock of its
+// own. The baskets' conflicts among themselves and with the Client's other
+// locks are settled in the process; the rest go in one script call per
+// master for all the baskets (tryeach.lua, one attempt per basket), which
+// takes each basket's keys on that master or none of them, stopping at the
+// first key held. A basket refused on one master has what it took on the
+// others given back in one more call per master. TryEach never waits and
+// never takes a key a waiter is queued for. UnlockEach releases many locks
+// with one call per master (release.lua serves several locks in a call).
+//
 // # Shared keys
 //
 // WithShared names keys taken shared in the same call as the exclusive ones,

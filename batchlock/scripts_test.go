@@ -234,6 +234,44 @@ func releaseArgv(owner, hold string, keys ...string) []any {
 	return args
 }
 
+// tryEachArgv is tryeach.lua's arguments for baskets of one key each of one
+// slot, in mode, each basket {owner, hold, key}.
+func tryEachArgv(mode string, baskets ...[3]string) []any {
+	args := []any{1000, mode, "cancel:{a}:h:call"}
+	for _, b := range baskets {
+		args = append(args, b[0], b[1], 3, "fence:{a}", 1, b[2])
+	}
+	return args
+}
+
+// A TryEach call's baskets on one master: each taken or refused on its
+// own, the first key held named without holders, and a key handed to a
+// waiter (its claim) is no basket's, fresh owner or not.
+func TestScriptTryEach(t *testing.T) {
+	runScriptCases(t, []scriptCase{
+		{name: "baskets taken and refused on their own; a fresh owner's refusal reads nothing",
+			before: map[string]string{"held": "3 - h:a={now+60000} alice"},
+			script: tryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}, [3]string{"carol", "h:c", "held"}, [3]string{"dan", "h:d", "j"}),
+			reply: []any{[]any{int64(1), int64(1)}, []any{int64(0), int64(0), int64(0), []any{"held"}, []any{}, int64(0)}, []any{int64(1), int64(3)}},
+			after: map[string]string{"k": "1 - h:b= bob", "held": "3 - h:a={now+60000} alice", "j": "3 - h:d= dan"}, ttl: 1000},
+		{name: "a claim is no fresh owner's",
+			before: map[string]string{"k": "7 - h:w={now+3000} "},
+			script: tryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}),
+			reply: []any{[]any{int64(0), int64(0), int64(0), []any{"k"}, []any{}, int64(0)}},
+			after: map[string]string{"k": "7 - h:w={now+3000} "}},
+		{name: "a claim is no other owner's, read in full (first), and its lease told",
+			before: map[string]string{"k": "7 - h:w={now+3000} "},
+			script: tryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
+			reply: []any{[]any{int64(0), int64(0), int64(3000), []any{"k"}, []any{}, int64(0)}},
+			after: map[string]string{"k": "7 - h:w={now+3000} "}},
+		{name: "an owner joins its own key (first), as a reentrant lock does",
+			before: map[string]string{"k": "3 - h:a= alice"},
+			script: tryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
+			reply: []any{[]any{int64(1), int64(3)}},
+			after: map[string]string{"k": "3 - h:a={now+5000},h:b={now+1000} alice"}},
+	})
+}
+
 func TestScriptAcquire(t *testing.T) {
 	runScriptCases(t, []scriptCase{
 		{name: "a fresh key gets the next token, its hold ending with the key",

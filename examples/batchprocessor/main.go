@@ -1,0 +1,317 @@
+// Command batchprocessor is a batch order processor on Redis Cluster: a
+// starting point to copy when orders come in batches. Each tick it takes
+// the next orders from its queue, locks every basket that is free with one
+// TryEach call (one round trip per master, whatever the number of orders),
+// reads the stock of the orders it got in one pipeline, writes it in one
+// more, and lets go with one UnlockEach. A basket another order holds is
+// not waited for: the order goes first in the next tick. One refused
+// maxRefusals ticks in a row is locked alone, waiting (WithWait), so that
+// a big basket of busy SKUs is not starved by small ones.
+//
+//	go -C examples run ./batchprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
+//
+// or with BATCHLOCK_CLUSTER_ADDRS set instead of --addrs. It writes keys
+// under example:batchprocessor: and deletes them at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+const (
+	keyPrefix   = "example:batchprocessor:stock:"
+	tickSize    = 64 // orders per tick
+	maxRefusals = 8  // ticks an order may be refused in a row before it waits alone
+)
+
+// order is a customer order: units wanted per SKU.
+type order struct {
+	id    string
+	lines map[string]int64
+}
+
+// take is the fenced write: it decrements one SKU's units, unless a holder
+// with a newer fencing token has already written the SKU.
+var take = redis.NewScript(`
+local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < seen then
+  return redis.error_reply('STALE fencing token ' .. ARGV[1] .. ' < ' .. seen)
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))
+`)
+
+func main() {
+	addrs := flag.String("addrs", os.Getenv("BATCHLOCK_CLUSTER_ADDRS"), "cluster seeds, comma-separated")
+	flag.Parse()
+	if *addrs == "" {
+		log.Fatal("pass --addrs host:port,... or set BATCHLOCK_CLUSTER_ADDRS")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions(strings.Split(*addrs, ",")...))
+	defer rdb.Close()
+	sum, err := run(ctx, rdb, queue(500, 40))
+	if err != nil {
+		log.Print(err)
+		cancel()
+		os.Exit(1)
+	}
+	fmt.Println(sum)
+}
+
+// summary is what a run did.
+type summary struct {
+	ticks, accepted, rejected, refusals, waited int
+	// ordered is the units of the orders accepted; sold and left what the
+	// stock says, over every SKU; below counts SKUs below zero (oversold).
+	ordered, sold, left int64
+	below               int
+}
+
+func (s summary) String() string {
+	return fmt.Sprintf("%d ticks: %d orders accepted (%d units), %d rejected (out of stock); %d baskets refused for a tick, %d orders locked alone; stock: %d units sold, %d left, %d SKUs oversold",
+		s.ticks, s.accepted, s.ordered, s.rejected, s.refusals, s.waited, s.sold, s.left, s.below)
+}
+
+// queue is n orders over skus SKUs, a few of them in most baskets.
+func queue(n, skus int) []order {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]order, n)
+	for i := range out {
+		lines := map[string]int64{}
+		for range 1 + rng.IntN(6) {
+			lines[fmt.Sprintf("sku-%02d", rng.IntN(skus))] = 1 + rng.Int64N(3)
+		}
+		out[i] = order{id: fmt.Sprintf("%04d", i), lines: lines}
+	}
+	return out
+}
+
+func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summary, error) {
+	// One batchlock Client per process: it runs the watchdog that renews
+	// leases, and the pub/sub connections that wake waiters.
+	locks, err := batchlock.New(rdb)
+	if err != nil {
+		return summary{}, err
+	}
+	defer locks.Close()
+	skus := skusOf(pending)
+	if err := setUp(ctx, rdb, skus); err != nil {
+		return summary{}, err
+	}
+	defer cleanUp(rdb, skus)
+
+	var sum summary
+	refused := map[string]int{} // by order: ticks refused in a row
+	var carry []order           // refused by the last tick: first in the next
+	for len(pending) > 0 || len(carry) > 0 {
+		n := min(tickSize-len(carry), len(pending))
+		tick := append(carry, pending[:n]...)
+		pending = pending[n:]
+		carry = nil
+		sum.ticks++
+
+		baskets := make([][]string, len(tick))
+		for i, o := range tick {
+			baskets[i] = keysOf(o)
+		}
+		// Each basket whole or not at all; an earlier basket wins a SKU
+		// over a later one. A refused basket holds nothing.
+		got, err := locks.TryEach(ctx, baskets)
+		if err != nil {
+			return sum, err // nothing of the tick is held
+		}
+		var taken []int
+		var starving []order
+		for i, l := range got {
+			if l != nil {
+				taken = append(taken, i)
+				delete(refused, tick[i].id)
+				continue
+			}
+			sum.refusals++
+			if refused[tick[i].id]++; refused[tick[i].id] < maxRefusals {
+				carry = append(carry, tick[i])
+			} else {
+				starving = append(starving, tick[i])
+			}
+		}
+		results, err := fulfil(ctx, rdb, tick, got, taken)
+		// Let go of every lock of the tick, with one call per master, also
+		// when the work failed.
+		if uerr := locks.UnlockEach(context.WithoutCancel(ctx), got); uerr != nil && err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return sum, err
+		}
+		for n, i := range taken {
+			count(&sum, tick[i], results[n])
+		}
+		// Starving orders wait for their basket alone, a bounded time, once
+		// the tick let go of its own locks.
+		for _, o := range starving {
+			sum.waited++
+			delete(refused, o.id)
+			accepted, err := processAlone(ctx, locks, rdb, o)
+			switch {
+			case errors.Is(err, batchlock.ErrNotObtained):
+				carry = append(carry, o) // still busy: back in the queue
+			case err != nil:
+				return sum, fmt.Errorf("order %s: %w", o.id, err)
+			default:
+				count(&sum, o, accepted)
+			}
+		}
+	}
+	return sum, report(ctx, rdb, skus, &sum)
+}
+
+func count(sum *summary, o order, accepted bool) {
+	if !accepted {
+		sum.rejected++
+		return
+	}
+	sum.accepted++
+	for _, units := range o.lines {
+		sum.ordered += units
+	}
+}
+
+// fulfil checks the stock of the taken orders of tick in one pipeline, and
+// takes the units of those in stock in one more, each write carrying its
+// key's fencing token. It returns, per taken order, whether it was accepted.
+func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick []order, got []*batchlock.Lock, taken []int) ([]bool, error) {
+	pipe := rdb.Pipeline()
+	units := make([]map[string]*redis.StringCmd, len(taken))
+	for n, i := range taken {
+		units[n] = map[string]*redis.StringCmd{}
+		for sku := range tick[i].lines {
+			units[n][sku] = pipe.HGet(ctx, keyPrefix+sku, "units")
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("reading stock: %w", err)
+	}
+	accepted := make([]bool, len(taken))
+	pipe = rdb.Pipeline()
+	for n, i := range taken {
+		inStock := true
+		for sku, want := range tick[i].lines {
+			have, err := units[n][sku].Int64()
+			if err != nil {
+				return nil, fmt.Errorf("reading stock of %s: %w", sku, err)
+			}
+			inStock = inStock && have >= want
+		}
+		if !inStock {
+			continue
+		}
+		accepted[n] = true
+		for sku, want := range tick[i].lines {
+			take.EvalSha(ctx, pipe, []string{keyPrefix + sku}, got[i].Token(keyPrefix+sku), want)
+		}
+	}
+	// The writes go to several masters and are not atomic together: a
+	// production processor makes them idempotent (remember the order id
+	// per SKU) so that it can retry them after a failover.
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("taking stock: %w", err)
+	}
+	return accepted, nil
+}
+
+// processAlone locks one order's basket, waiting at most 5s for it, and
+// fulfils it.
+func processAlone(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterClient, o order) (bool, error) {
+	var accepted []bool
+	err := locks.Do(ctx, keysOf(o), func(ctx context.Context) error {
+		l, _ := batchlock.LockFromContext(ctx)
+		var err error
+		accepted, err = fulfil(ctx, rdb, []order{o}, []*batchlock.Lock{l}, []int{0})
+		return err
+	}, batchlock.WithWait(5*time.Second))
+	if err != nil {
+		return false, err
+	}
+	return accepted[0], nil
+}
+
+func keysOf(o order) []string {
+	keys := make([]string, 0, len(o.lines))
+	for sku := range o.lines {
+		keys = append(keys, keyPrefix+sku)
+	}
+	return keys
+}
+
+func skusOf(orders []order) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, o := range orders {
+		for sku := range o.lines {
+			if !seen[sku] {
+				seen[sku] = true
+				out = append(out, sku)
+			}
+		}
+	}
+	return out
+}
+
+// initialUnits is every SKU's stock at the start: less than the orders
+// want, so that some are rejected.
+const initialUnits = 40
+
+func setUp(ctx context.Context, rdb *redis.ClusterClient, skus []string) error {
+	// The fencing script must be known to every master before it is
+	// pipelined: in a pipeline, EVALSHA cannot fall back to EVAL.
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return take.Load(ctx, node).Err()
+	}); err != nil {
+		return fmt.Errorf("loading the script: %w", err)
+	}
+	pipe := rdb.Pipeline()
+	for _, sku := range skus {
+		pipe.HSet(ctx, keyPrefix+sku, "units", initialUnits, "fence", 0)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// report adds up the units sold and left.
+func report(ctx context.Context, rdb *redis.ClusterClient, skus []string, sum *summary) error {
+	for _, sku := range skus {
+		left, err := rdb.HGet(ctx, keyPrefix+sku, "units").Int64()
+		if err != nil {
+			return err
+		}
+		sum.left += left
+		sum.sold += initialUnits - left
+		if left < 0 {
+			sum.below++
+		}
+	}
+	return nil
+}
+
+func cleanUp(rdb *redis.ClusterClient, skus []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, sku := range skus {
+		rdb.Del(ctx, keyPrefix+sku)
+	}
+}
