@@ -41,11 +41,8 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	var lc lockConfig
-	for _, o := range opts {
-		o.applyLock(&lc)
-	}
-	if err := lc.validate(); err != nil {
+	lc, err := lockConfigOf(opts)
+	if err != nil {
 		return nil, err
 	}
 	userKeys, groups, err := c.plan(keys, lc.shared)

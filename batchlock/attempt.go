@@ -138,18 +138,25 @@ func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, 
 	args := make([]any, 0, n)
 	args = append(args, escapeOwner(l.owner), l.hold, leaseMs, mode, l.c.cancelMark(first.slot, l.hold), placeMs)
 	for _, i := range at {
-		g := groups[i]
-		args = append(args, g.fenceKey, len(g.keys))
-		if shared {
-			modes := string(g.modes)
-			if modes == "" {
-				modes = strings.Repeat("x", len(g.keys))
-			}
-			args = append(args, modes)
+		args = appendGroup(args, groups[i], shared)
+	}
+	return args
+}
+
+// appendGroup appends g to the arguments of an attempt (see attempt.lua):
+// its fencing counter, its number of keys, with shared its keys' modes
+// (every key of a call's slots says its mode once one does), its keys.
+func appendGroup(args []any, g group, shared bool) []any {
+	args = append(args, g.fenceKey, len(g.keys))
+	if shared {
+		modes := string(g.modes)
+		if modes == "" {
+			modes = strings.Repeat("x", len(g.keys))
 		}
-		for _, k := range g.keys {
-			args = append(args, k)
-		}
+		args = append(args, modes)
+	}
+	for _, k := range g.keys {
+		args = append(args, k)
 	}
 	return args
 }

@@ -79,6 +79,15 @@ type lockConfig struct {
 	shared   []string
 }
 
+// lockConfigOf applies opts, and validates what they say.
+func lockConfigOf(opts []LockOption) (lockConfig, error) {
+	var lc lockConfig
+	for _, o := range opts {
+		o.applyLock(&lc)
+	}
+	return lc, lc.validate()
+}
+
 func (c *lockConfig) validate() error {
 	if c.ttlSet && c.ttl < time.Millisecond {
 		return invalid("ttl %v must be at least 1ms", c.ttl)

@@ -54,11 +54,8 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
-	var lc lockConfig
-	for _, o := range opts {
-		o.applyLock(&lc)
-	}
-	if err := lc.validate(); err != nil {
+	lc, err := lockConfigOf(opts)
+	if err != nil {
 		return nil, err
 	}
 	isShared, err := c.checkEach(baskets, lc.shared)
@@ -365,18 +362,7 @@ func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, le
 		args = append(args, escapeOwner(l.owner), l.hold, 0)
 		count := len(args) - 1
 		for _, j := range seg {
-			g := l.groups[of[j].group]
-			args = append(args, g.fenceKey, len(g.keys))
-			if shared {
-				modes := string(g.modes)
-				if modes == "" {
-					modes = strings.Repeat("x", len(g.keys))
-				}
-				args = append(args, modes)
-			}
-			for _, k := range g.keys {
-				args = append(args, k)
-			}
+			args = appendGroup(args, l.groups[of[j].group], shared)
 		}
 		args[count] = len(args) - count - 1
 	}

@@ -69,12 +69,7 @@ type Ticks struct {
 // cfg.Stop is closed or ctx ends; cfg as RunBatched says.
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	size := cmp.Or(max(ticks.Size, 0), 256)
-	if cfg.Attempts < 1 {
-		cfg.Attempts = 5
-	}
-	if cfg.OrderTimeout <= 0 {
-		cfg.OrderTimeout = 30 * time.Second
-	}
+	cfg = cfg.withDefaults()
 	r := newRecorder()
 	start := time.Now()
 	refusedTicks := map[string]int{} // by order: refusals in a row

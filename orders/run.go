@@ -24,6 +24,18 @@ type RunConfig struct {
 	Stop <-chan struct{}
 }
 
+// withDefaults is cfg with its defaults where it says nothing.
+func (cfg RunConfig) withDefaults() RunConfig {
+	cfg.Workers = max(cfg.Workers, 1)
+	if cfg.Attempts < 1 {
+		cfg.Attempts = 5
+	}
+	if cfg.OrderTimeout <= 0 {
+		cfg.OrderTimeout = 30 * time.Second
+	}
+	return cfg
+}
+
 // Result is what a run did.
 type Result struct {
 	Orders   int // orders taken up (fewer than given when the run was cancelled)
@@ -55,15 +67,7 @@ const keptErrors = 5
 // Run processes orders with p on cfg.Workers goroutines until all are done
 // or ctx ends, and returns once every worker has stopped.
 func Run(ctx context.Context, p Processor, orders []Order, cfg RunConfig) Result {
-	if cfg.Workers < 1 {
-		cfg.Workers = 1
-	}
-	if cfg.Attempts < 1 {
-		cfg.Attempts = 5
-	}
-	if cfg.OrderTimeout <= 0 {
-		cfg.OrderTimeout = 30 * time.Second
-	}
+	cfg = cfg.withDefaults()
 	r := newRecorder()
 	start := time.Now()
 	jobs := make(chan Order)

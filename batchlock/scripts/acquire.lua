@@ -36,13 +36,8 @@
 -- migration; nothing was changed.
 -- Returns {-3, key}: the owner holds key shared and asked for it
 -- exclusively; nothing was changed.
-local cancelled = redis.pcall('EXISTS', ARGV[5])
-if type(cancelled) == 'table' then
-  if layout().moved(cancelled) then
-    return {-2}
-  end
-  return cancelled
-elseif cancelled == 1 then
-  return {-1}
+local stop = cancelled(ARGV[5])
+if stop then
+  return stop
 end
 return (attempt(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[6], 7, #ARGV))

@@ -1,6 +1,7 @@
 -- attempt.lua: one hold's attempt at the lock keys of a run of consecutive
 -- slots (in the global order) that this master serves; acquire.lua makes
--- one, tryeach.lua one per basket. It checks no cancel mark: its caller does.
+-- one, tryeach.lua one per basket. It checks no cancel mark: its caller
+-- does, with cancelled.
 --
 -- attempt(owner, hold, lease, mode, place, i, last): owner id (escaped, see
 -- layout.lua), hold field ("h:" .. hold id), lease in milliseconds, mode
@@ -33,6 +34,22 @@
 -- (other than one not served here) is returned as the reply, after the
 -- undo.
 local SHARED_BYTE = string.byte('s')
+
+-- cancelled returns the reply of a call whose cancel mark is set ({-1}),
+-- or whose mark's slot is not served here ({-2}), or the error of reading
+-- it; nil when the call may go on.
+local function cancelled(mark)
+  local set = redis.pcall('EXISTS', mark)
+  if type(set) == 'table' then
+    if layout().moved(set) then
+      return {-2}
+    end
+    return set
+  elseif set == 1 then
+    return {-1}
+  end
+  return nil
+end
 
 local function attempt(owner, hold, lease, mode, place, i, last)
   -- some: some key is asked for shared, and each slot says which, a byte

@@ -27,14 +27,9 @@
 -- An error of a key fails the call: what the baskets before it wrote is
 -- undone.
 local lease, mode = ARGV[1], ARGV[2]
-local cancelled = redis.pcall('EXISTS', ARGV[3])
-if type(cancelled) == 'table' then
-  if layout().moved(cancelled) then
-    return {-2}
-  end
-  return cancelled
-elseif cancelled == 1 then
-  return {-1}
+local stop = cancelled(ARGV[3])
+if stop then
+  return stop
 end
 
 local replies, undos = {}, {}
