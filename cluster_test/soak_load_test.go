@@ -431,13 +431,21 @@ func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
 // believed it held the key.
 func (s *soak) writeAll(h *holding, tokens map[string]int64) {
 	for k, tok := range tokens {
-		if h.shared[k] && s.register.read(k, tok) || !h.shared[k] && s.register.write(k, tok) {
+		w := storeWrite{token: tok, replicas: h.replicas, start: h.start}
+		var by storeWrite
+		var ok bool
+		if h.shared[k] {
+			ok, by = s.register.read(k, w)
+		} else {
+			ok, by = s.register.write(k, w)
+		}
+		if ok {
 			continue
 		}
 		at := time.Now()
 		if at.Before(s.believedUntil(h)) {
 			s.mu.Lock()
-			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at})
+			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at, by: by})
 			s.mu.Unlock()
 		}
 	}
@@ -518,35 +526,45 @@ func (s *soak) unlock(rng *rand.Rand, l *batchlock.Lock) {
 // whose token is smaller than the largest it accepted for the key.
 type fencedStore struct {
 	mu      sync.Mutex
-	last    map[string]int64
+	last    map[string]storeWrite // by key: the write of its largest token
 	writes  int
 	refused int
 }
 
-// write stores a write of key with token, and reports whether it was
-// accepted.
-func (f *fencedStore) write(key string, token int64) bool {
+// storeWrite is a fenced write: its token, and the section that made it
+// (whether its lock was taken WithReplicas, and when it started), so that
+// the judge can tell a token that went back after a failover lost a lock
+// without WithReplicas.
+type storeWrite struct {
+	token    int64
+	replicas bool
+	start    time.Time
+}
+
+// write stores w to key, and reports whether it was accepted, or else the
+// write of the larger token that refused it.
+func (f *fencedStore) write(key string, w storeWrite) (bool, storeWrite) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.writes++
-	if token < f.last[key] {
+	if last := f.last[key]; w.token < last.token {
 		f.refused++
-		return false
+		return false, last
 	}
-	f.last[key] = token
-	return true
+	f.last[key] = w
+	return true, storeWrite{}
 }
 
-// read checks a read of key by a holder of token: refused when a writer
-// with a larger token wrote it.
-func (f *fencedStore) read(key string, token int64) bool {
+// read checks a read of key by w's holder: refused when a writer with a
+// larger token wrote it (returned).
+func (f *fencedStore) read(key string, w storeWrite) (bool, storeWrite) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if token < f.last[key] {
+	if last := f.last[key]; w.token < last.token {
 		f.refused++
-		return false
+		return false, last
 	}
-	return true
+	return true, storeWrite{}
 }
 
 func (f *fencedStore) counts() (writes, refused int) {
@@ -564,4 +582,5 @@ type refusal struct {
 	replicas bool
 	start    time.Time
 	at       time.Time
+	by       storeWrite // the write of the larger token
 }

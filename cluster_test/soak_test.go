@@ -153,7 +153,7 @@ func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.
 		ops:      map[string]int{},
 		outcomes: map[string]int{},
 		injected: map[string]int{},
-		register: &fencedStore{last: map[string]int64{}},
+		register: &fencedStore{last: map[string]storeWrite{}},
 		cancelAt: map[string]context.CancelFunc{},
 		checks:   make(chan struct{}, maxChecks),
 	}
