@@ -46,14 +46,14 @@ func (r Report) latency(name string, keys int) (Summary, bool) {
 	return Summary{}, false
 }
 
-// floorsOf are the fenced floor and the floor with their keys laid out as
-// lib's: spread over the slots for batchlock, in one slot for batchlock in
-// one slot.
-func floorsOf(lib string) (fenced, floor string) {
+// floorsOf are the lock floor, the fenced floor and the floor with their
+// keys laid out as lib's: spread over the slots for batchlock, in one slot
+// for batchlock in one slot.
+func floorsOf(lib string) (lock, fenced, floor string) {
 	if lib == NameOneSlot {
-		return NameFencedFloorOneSlot, NameFloorOneSlot
+		return NameLockFloorOneSlot, NameFencedFloorOneSlot, NameFloorOneSlot
 	}
-	return NameFencedFloor, NameFloor
+	return NameLockFloor, NameFencedFloor, NameFloor
 }
 
 // baseOf is the batchlock a library's row compares with: batchlock in one
@@ -66,14 +66,15 @@ func baseOf(lib string) string {
 }
 
 // latencyMedians are the median latencies at n keys of lib (batchlock, or
-// batchlock in one slot) and of its fenced floor and floor; 0 where one was
-// not measured.
-func (r Report) latencyMedians(lib string, n int) (b, fenced, floor time.Duration) {
-	fencedName, floorName := floorsOf(lib)
-	sb, _ := r.latency(lib, n)
-	sf, _ := r.latency(fencedName, n)
-	sl, _ := r.latency(floorName, n)
-	return sb.Median, sf.Median, sl.Median
+// batchlock in one slot) and of its lock floor, fenced floor and floor; 0
+// where one was not measured.
+func (r Report) latencyMedians(lib string, n int) (b, lock, fenced, floor time.Duration) {
+	lockName, fencedName, floorName := floorsOf(lib)
+	median := func(name string) time.Duration {
+		s, _ := r.latency(name, n)
+		return s.Median
+	}
+	return median(lib), median(lockName), median(fencedName), median(floorName)
 }
 
 // times is v/base as "1.23x", or "—" where either is missing.
@@ -219,6 +220,7 @@ func (r Report) contention(p func(string, ...any)) {
 	p("Reads and writes are separate commands, so only the lock prevents overselling; at the end every SKU's stock is checked against the units sold. ")
 	p("The ceiling does the same with a `sync.Mutex` per SKU in this process, taken in sorted order: ordered locking at no cost, the most a lock that takes keys in a global order can give; its stock is on the same cluster. ")
 	p("The reference is the **fenced-floor processor**: the ceiling's mutexes, and under them the fenced floor's Redis work per basket (one script call per master visited that adds each slot's number of keys to its counter with `INCRBY` and writes every key with its token and `PX ttl`, then one that deletes them), the least a lock with fencing tokens per slot must cost the masters, with waiting that costs them nothing. ")
+	p("Beside it the **lock-floor processor**: the same mutexes over the lock floor's Redis work per basket (owned values set `NX`, an owner-checked release), the least a real lock with tokens costs the masters. ")
 	p("batchlock runs three ways: one Client for all the workers, 4 Clients, and 16 Clients, each on a cluster client of its own, as processes would have them. ")
 	p("Each lock goes to the Client with the fewest locks in flight, so that the workers share the Clients evenly: at 16 workers 4 each on 4 Clients, and one each on 16, the cross-process case; with fewer workers than Clients they do not run. ")
 	p("The redsync-based processor locks the basket's SKUs one by one in sorted order (no deadlock), with redsync's default retry. ")
@@ -354,32 +356,41 @@ const FloorTarget = 1.25
 // TargetSizes are the numbers of keys the floor targets are set at.
 var TargetSizes = []int{1, 100, 1000}
 
-// Targets checks the run against the goals set for batchlock.
-func (r Report) Targets() []Target {
+// LockFloorTarget is how far batchlock may be from the lock floor, the
+// least a real lock does, in p50 latency and in masters' CPU per
+// lock+unlock, at TargetSizes.
+const LockFloorTarget = 1.15
+
+// floorTargets are batchlock's targets against the floor named name (said
+// as said), within bound, in p50 latency then in masters' CPU per
+// lock+unlock at TargetSizes; each also says the plain floor's figure.
+func (r Report) floorTargets(name, said string, bound float64) []Target {
 	var ts []Target
 	for _, n := range TargetSizes {
-		b, fenced, floor := r.latencyMedians(NameBatchlock, n)
-		t := Target{Goal: fmt.Sprintf("batchlock within %.2fx of the fenced floor at N=%d in p50 latency", FloorTarget, n), Found: "not measured"}
-		if b > 0 && fenced > 0 {
-			x := float64(b) / float64(fenced)
-			t.Reached = x <= FloorTarget
-			t.Found = fmt.Sprintf("%s ms against the fenced floor's %s ms: %.2fx", Millis(b), Millis(fenced), x)
-			if floor > 0 {
-				t.Found += fmt.Sprintf(" (the floor's %s ms: %.2fx)", Millis(floor), float64(b)/float64(floor))
+		t := Target{Goal: fmt.Sprintf("batchlock within %.2fx of %s at N=%d in p50 latency", bound, said, n), Found: "not measured"}
+		b, _ := r.latency(NameBatchlock, n)
+		ref, _ := r.latency(name, n)
+		floor, _ := r.latency(NameFloor, n)
+		if b.Median > 0 && ref.Median > 0 {
+			x := float64(b.Median) / float64(ref.Median)
+			t.Reached = x <= bound
+			t.Found = fmt.Sprintf("%s ms against %s's %s ms: %.2fx", Millis(b.Median), said, Millis(ref.Median), x)
+			if floor.Median > 0 {
+				t.Found += fmt.Sprintf(" (the floor's %s ms: %.2fx)", Millis(floor.Median), float64(b.Median)/float64(floor.Median))
 			}
 		}
 		ts = append(ts, t)
 	}
 	for _, n := range TargetSizes {
-		t := Target{Goal: fmt.Sprintf("batchlock within %.2fx of the fenced floor at N=%d in masters' CPU per lock+unlock", FloorTarget, n), Found: "not measured"}
+		t := Target{Goal: fmt.Sprintf("batchlock within %.2fx of %s at N=%d in masters' CPU per lock+unlock", bound, said, n), Found: "not measured"}
 		b, okB := r.cost(NameBatchlock, n)
-		fenced, okF := r.cost(NameFencedFloor, n)
+		ref, okR := r.cost(name, n)
 		_, bcpu := b.PerLock()
-		_, fcpu := fenced.PerLock()
-		if okB && okF && bcpu > 0 && fcpu > 0 {
-			x := bcpu / fcpu
-			t.Reached = x <= FloorTarget
-			t.Found = fmt.Sprintf("%.0f µs against the fenced floor's %.0f µs: %.2fx", bcpu, fcpu, x)
+		_, rcpu := ref.PerLock()
+		if okB && okR && bcpu > 0 && rcpu > 0 {
+			x := bcpu / rcpu
+			t.Reached = x <= bound
+			t.Found = fmt.Sprintf("%.0f µs against %s's %.0f µs: %.2fx", bcpu, said, rcpu, x)
 			if floor, ok := r.cost(NameFloor, n); ok {
 				if _, cpu := floor.PerLock(); cpu > 0 {
 					t.Found += fmt.Sprintf(" (the floor's %.0f µs: %.2fx)", cpu, bcpu/cpu)
@@ -388,6 +399,13 @@ func (r Report) Targets() []Target {
 		}
 		ts = append(ts, t)
 	}
+	return ts
+}
+
+// Targets checks the run against the goals set for batchlock.
+func (r Report) Targets() []Target {
+	ts := r.floorTargets(NameFencedFloor, "the fenced floor", FloorTarget)
+	ts = append(ts, r.floorTargets(NameLockFloor, "the lock floor", LockFloorTarget)...)
 
 	bl100, _ := r.latency(NameBatchlock, 100)
 	var found []string
@@ -559,7 +577,7 @@ func (r Report) Markdown(svgName string) string {
 	p("\n## Lock and unlock N keys\n\n")
 	p("Median latency of taking N keys spread over all masters and releasing them, in ms, and how each library compares with batchlock. ")
 	p("batchlock takes the batch with one `Lock` (`WithTTL`) and one `Unlock`; the peers take one lock per key, in sorted order one after the other, or with one goroutine per key (errgroup), and release the same way. ")
-	p("batchlock's rows compare it with two references: the **fenced floor**, the least a lock whose fencing tokens move with their slot must do (one script call per master that, for each slot of the batch, adds the slot's number of keys to a counter kept in that slot with `INCRBY` and writes each key with its token and `PX ttl`; then one that deletes the keys), and the **floor**, the least any lock with per-key leases must do (the same without the counters: `SET key v PX ttl`, then `DEL`). ")
+	p("batchlock's rows compare it with three references: the **lock floor**, the least a real lock does (per slot one `INCR` of its counter, `SET NX PX` of a value naming the owner per key, what the call set deleted again on a held key; a release that reads each key and deletes it where the owner matches), the **fenced floor**, the least a lock whose fencing tokens move with their slot must do (one script call per master that, for each slot of the batch, adds the slot's number of keys to a counter kept in that slot with `INCRBY` and writes each key with its token and `PX ttl`; then one that deletes the keys), and the **floor**, the least any lock with per-key leases must do (the same without the counters: `SET key v PX ttl`, then `DEL`). ")
 	p("The rows *all keys in one slot* give every key one hash tag: batchlock then makes one call per 512 keys and the fenced floor one `INCRBY`; the floors in one slot compare with batchlock in one slot.\n\n")
 	sizes := r.sizes()
 	p("| library |")
@@ -579,8 +597,9 @@ func (r Report) Markdown(svgName string) string {
 			case !ok:
 				p(" not run |")
 			case lib == NameBatchlock || lib == NameOneSlot:
-				b, fenced, floor := r.latencyMedians(lib, n)
-				p(" %s ms (%s the fenced floor, %s the floor) |", Millis(s.Median), times(float64(b), float64(fenced)), times(float64(b), float64(floor)))
+				b, lock, fenced, floor := r.latencyMedians(lib, n)
+				p(" %s ms (%s the lock floor, %s the fenced floor, %s the floor) |", Millis(s.Median),
+					times(float64(b), float64(lock)), times(float64(b), float64(fenced)), times(float64(b), float64(floor)))
 			default:
 				base, _ := r.latency(baseOf(lib), n)
 				p(" %s ms (%s) |", Millis(s.Median), Ratio(s.Median, base.Median))
@@ -591,15 +610,15 @@ func (r Report) Markdown(svgName string) string {
 	r.notRun(p)
 	p("\n### batchlock against the floors\n\n")
 	p("Median latency (p50) of lock+unlock of N keys, and batchlock's ratio to each floor with the keys laid out alike; the targets are set on the fenced floor, keys spread.\n\n")
-	p("| N | keys | p50 ms: batchlock / fenced floor / floor | vs the fenced floor | vs the floor |\n|---:|---|---|---:|---:|\n")
+	p("| N | keys | p50 ms: batchlock / lock floor / fenced floor / floor | vs the lock floor | vs the fenced floor | vs the floor |\n|---:|---|---|---:|---:|---:|\n")
 	for _, n := range sizes {
 		for _, lib := range []string{NameBatchlock, NameOneSlot} {
-			b, fenced, floor := r.latencyMedians(lib, n)
-			if b == 0 && fenced == 0 && floor == 0 {
+			b, lock, fenced, floor := r.latencyMedians(lib, n)
+			if b == 0 && lock == 0 && fenced == 0 && floor == 0 {
 				continue
 			}
-			p("| %d | %s | %s / %s / %s | %s | %s |\n", n, layout(lib), millisOrDash(b), millisOrDash(fenced), millisOrDash(floor),
-				times(float64(b), float64(fenced)), times(float64(b), float64(floor)))
+			p("| %d | %s | %s / %s / %s / %s | %s | %s | %s |\n", n, layout(lib), millisOrDash(b), millisOrDash(lock), millisOrDash(fenced), millisOrDash(floor),
+				times(float64(b), float64(lock)), times(float64(b), float64(fenced)), times(float64(b), float64(floor)))
 		}
 	}
 	p("\n![median latency against N, log-log](%s)\n\n", svgName)
@@ -640,7 +659,7 @@ func (r Report) Markdown(svgName string) string {
 	p("*Commands* and *commandstats µs* count only the commands the library sends itself (commands its scripts call are already inside the script's time). ")
 	p("Redis times commands by the wall clock, so where client and servers share the cores, commandstats also counts the time a server was descheduled in the middle of a command. ")
 	p("*Process CPU* is the masters' user+system CPU over the phase (`INFO cpu`): it also holds network I/O, replication to the replicas and background work, and is what the ratios compare.\n\n")
-	p("Figures are per lock and unlock of the batch (and, for process CPU, per key too); batchlock's rows compare it with the fenced floor and the floor, keys laid out alike, the floors in one slot with batchlock in one slot, the others with batchlock.\n\n")
+	p("Figures are per lock and unlock of the batch (and, for process CPU, per key too); batchlock's rows compare it with the lock floor, the fenced floor and the floor, keys laid out alike, the floors in one slot with batchlock in one slot, the others with batchlock.\n\n")
 	p("| library | N | commands per lock and unlock | commandstats µs per lock and unlock | process CPU µs per lock and unlock | process CPU µs per key | vs batchlock (process CPU) |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, c := range r.Cost {
 		usec, cpu := c.PerLock()
@@ -648,8 +667,8 @@ func (r Report) Markdown(svgName string) string {
 		vs := "—"
 		switch {
 		case c.Library == NameBatchlock || c.Library == NameOneSlot:
-			_, fenced, floor := r.costPerLock(c.Library, c.Keys)
-			vs = fmt.Sprintf("%s the fenced floor, %s the floor", times(cpu, fenced.cpu), times(cpu, floor.cpu))
+			_, lock, fenced, floor := r.costPerLock(c.Library, c.Keys)
+			vs = fmt.Sprintf("%s the lock floor, %s the fenced floor, %s the floor", times(cpu, lock.cpu), times(cpu, fenced.cpu), times(cpu, floor.cpu))
 		default:
 			if bc, ok := r.cost(baseOf(c.Library), c.Keys); ok {
 				_, bcpu := bc.PerLock()
@@ -671,16 +690,16 @@ func (r Report) Markdown(svgName string) string {
 	}
 	p("\n### batchlock against the floors, in Redis\n\n")
 	p("The masters' process CPU and commandstats µs per lock and unlock of N keys, and batchlock's ratio to each floor with the keys laid out alike; the targets are set on the fenced floor's process CPU, keys spread.\n\n")
-	p("| N | keys | process CPU µs: batchlock / fenced floor / floor | vs the fenced floor | vs the floor | commandstats µs: batchlock / fenced floor / floor | vs the fenced floor | vs the floor |\n|---:|---|---|---:|---:|---|---:|---:|\n")
+	p("| N | keys | process CPU µs: batchlock / lock floor / fenced floor / floor | vs the lock floor | vs the fenced floor | vs the floor | commandstats µs: batchlock / lock floor / fenced floor / floor | vs the lock floor | vs the fenced floor | vs the floor |\n|---:|---|---|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, n := range r.costSizes() {
 		for _, lib := range []string{NameBatchlock, NameOneSlot} {
-			b, fenced, floor := r.costPerLock(lib, n)
-			if b.cpu == 0 && fenced.cpu == 0 && floor.cpu == 0 {
+			b, lock, fenced, floor := r.costPerLock(lib, n)
+			if b.cpu == 0 && lock.cpu == 0 && fenced.cpu == 0 && floor.cpu == 0 {
 				continue
 			}
-			p("| %d | %s | %s / %s / %s | %s | %s | %s / %s / %s | %s | %s |\n", n, layout(lib),
-				micros(b.cpu), micros(fenced.cpu), micros(floor.cpu), times(b.cpu, fenced.cpu), times(b.cpu, floor.cpu),
-				micros(b.usec), micros(fenced.usec), micros(floor.usec), times(b.usec, fenced.usec), times(b.usec, floor.usec))
+			p("| %d | %s | %s / %s / %s / %s | %s | %s | %s | %s / %s / %s / %s | %s | %s | %s |\n", n, layout(lib),
+				micros(b.cpu), micros(lock.cpu), micros(fenced.cpu), micros(floor.cpu), times(b.cpu, lock.cpu), times(b.cpu, fenced.cpu), times(b.cpu, floor.cpu),
+				micros(b.usec), micros(lock.usec), micros(fenced.usec), micros(floor.usec), times(b.usec, lock.usec), times(b.usec, fenced.usec), times(b.usec, floor.usec))
 		}
 	}
 
@@ -697,9 +716,10 @@ func (r Report) Markdown(svgName string) string {
 type perLock struct{ usec, cpu float64 }
 
 // costPerLock is the server time per lock and unlock of n keys of lib
-// (batchlock, or batchlock in one slot) and of its fenced floor and floor.
-func (r Report) costPerLock(lib string, n int) (b, fenced, floor perLock) {
-	fencedName, floorName := floorsOf(lib)
+// (batchlock, or batchlock in one slot) and of its lock floor, fenced floor
+// and floor.
+func (r Report) costPerLock(lib string, n int) (b, lock, fenced, floor perLock) {
+	lockName, fencedName, floorName := floorsOf(lib)
 	get := func(name string) perLock {
 		c, ok := r.cost(name, n)
 		if !ok || c.Iterations == 0 {
@@ -708,7 +728,7 @@ func (r Report) costPerLock(lib string, n int) (b, fenced, floor perLock) {
 		usec, cpu := c.PerLock()
 		return perLock{usec, cpu}
 	}
-	return get(lib), get(fencedName), get(floorName)
+	return get(lib), get(lockName), get(fencedName), get(floorName)
 }
 
 // costSizes are the sizes of the cost workload, in the order they were run.
@@ -760,12 +780,13 @@ func (r Report) whereTimeGoes(p func(string, ...any)) {
 	p("batchlock sends one script call per master to lock (per run of consecutive slots on a master, at most 1024 keys) and one to release; the floors one per master each way, whatever N. ")
 	p("At N=%d, per key locked and released, µs of Redis time (commandstats) / µs of the masters' CPU:\n\n", n)
 	p("| | keys spread over the slots | keys in one slot |\n|---|---:|---:|\n")
-	for _, lib := range []string{NameFloor, NameFencedFloor, NameBatchlock} {
+	for _, lib := range []string{NameFloor, NameFencedFloor, NameLockFloor, NameBatchlock} {
 		p("| %s | %s | %s |\n", plotLabel(lib), perKey(lib), perKey(lib+OneSlotSuffix))
 	}
 	p("\nFrom the floor to the fenced floor is the least that fencing tokens per slot cost: an `INCRBY` of the counter of every slot of the batch, and a token in every value: %d keys spread fall into about %.0f of the %d slots, in one slot they make one `INCRBY`. ", n, expectedSlots(n), hashtag.SlotCount)
 	p("From the fenced floor to batchlock, keys laid out alike, is batchlock's own work: its value carries the owner, the fencing token and the hold, the release reads it back (`GET`, then `DEL`) to check the owner, and every acquire checks its cancel mark. Cut-down scripts timed on one node under callgrind (`batchlock/scripts_bench_test.go`) put the owner-checked release at about two thirds of that step per key and the longer value at one third. ")
-	p("The first step is the contract (fencing tokens per slot that move with their slot); the second is what the targets measure.\n")
+	p("The first step is the contract (fencing tokens per slot that move with their slot); the second is what the targets measure. ")
+	p("The lock floor sits between them: what any real lock must do on top of the fenced floor (`SET NX` of a value naming its owner, and a release that reads it back), so that batchlock's distance from it is its own extra work: the hold and the layout's fields, the cancel mark, reentrancy and the queue.\n")
 }
 
 // expectedSlots is how many distinct slots n keys spread at random fall

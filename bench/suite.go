@@ -25,6 +25,7 @@ const (
 	// The contention workload's reference, and batchlock through several
 	// Clients (LeastBusy).
 	NameFencedFloorProcessor = "fenced-floor-processor"
+	NameLockFloorProcessor   = "lock-floor-processor"
 	NameBatchlock4Clients    = "batchlock-4-clients"
 	NameBatchlock16Clients   = "batchlock-16-clients"
 	// OneSlotSuffix ends the name of a locker whose keys are all in one
@@ -33,6 +34,7 @@ const (
 	NameOneSlot            = NameBatchlock + OneSlotSuffix
 	NameFloorOneSlot       = NameFloor + OneSlotSuffix
 	NameFencedFloorOneSlot = NameFencedFloor + OneSlotSuffix
+	NameLockFloorOneSlot   = NameLockFloor + OneSlotSuffix
 	// The shared-keys comparison: batchlock with the orders' promotions
 	// taken shared, and exclusively.
 	NameSharedPromos    = "batchlock-promos-shared"
@@ -56,11 +58,13 @@ var labels = map[string]string{
 	NameLockFloor:          "lock floor: per slot an INCR of its counter, SET NX PX of an owned value per key, then an owner-checked DEL, one script call per master",
 	NameFloorOneSlot:       "floor, all keys in one slot",
 	NameFencedFloorOneSlot: "fenced floor, all keys in one slot",
+	NameLockFloorOneSlot:   "lock floor, all keys in one slot",
 	NameCeiling:            "ceiling: a sorted sync.Mutex per SKU, in process",
 	NameSharedPromos:       "batchlock, promotions shared (WithShared)",
 	NameExclusivePromos:    "batchlock, promotions exclusive",
 	// The contention workload's own.
 	NameFencedFloorProcessor: "fenced-floor processor: the ceiling plus the fenced floor's Redis work per basket",
+	NameLockFloorProcessor:   "lock-floor processor: the ceiling plus the lock floor's Redis work per basket",
 	NameBatchlock4Clients:    "batchlock, 4 Clients (at 16 workers, 4 each)",
 	NameBatchlock16Clients:   "batchlock, 16 Clients (at 16 workers, one each: the cross-process case)",
 	// The batch workload's own.
@@ -80,14 +84,14 @@ func Label(name string) string {
 // Suite is every library and mode the workloads compare, each on a cluster
 // client of its own so that none inherits another's connections.
 type Suite struct {
-	// Lockers: batchlock first, the ratios' base, then the floor and the
-	// fenced floor, then the peers in both modes, then batchlock and the two
-	// floors with every key in one slot.
+	// Lockers: batchlock first, the ratios' base, then the floor, the
+	// fenced floor and the lock floor, then the peers in both modes, then
+	// batchlock and the three floors with every key in one slot.
 	Lockers []Locker
 	// Handoff: waiters with pub/sub, polling, and the peers' retries.
 	Handoff []HandoffPair
 	// Orders: the fenced-floor processor, the contention workload's
-	// reference, the in-process ceiling, batchlock through one Client, 4
+	// reference, the lock-floor processor, the in-process ceiling, batchlock through one Client, 4
 	// and 16, and the redsync-based processor.
 	Orders []Locker
 	// Promotions: batchlock, for the shared-keys comparison.
@@ -121,12 +125,13 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
-	floor, fenced := NewFloor(client()), NewFencedFloor(client())
+	floor, fenced, lockFloor := NewFloor(client()), NewFencedFloor(client()), NewLockFloor(client())
 	redsyncSeq, redislockSeq := NewRedsync(NameRedsyncSeq, client(), false), NewRedislock(NameRedislockSeq, client(), false)
 	s.Lockers = []Locker{
 		bl,
 		floor,
 		fenced,
+		lockFloor,
 		redsyncSeq,
 		NewRedsync(NameRedsyncPar, client(), true),
 		redislockSeq,
@@ -134,6 +139,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		OneSlot{bl},
 		OneSlot{floor},
 		OneSlot{fenced},
+		OneSlot{lockFloor},
 	}
 	processorFloor := NewFencedFloor(client())
 	// batchlock through n Clients, each on a cluster client of its own, as
@@ -159,6 +165,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	}
 	s.Orders = []Locker{
 		NewLayered(NameFencedFloorProcessor, NewCeiling(), processorFloor),
+		NewLayered(NameLockFloorProcessor, NewCeiling(), NewLockFloor(client())),
 		NewCeiling(),
 		bl,
 		bl4,
