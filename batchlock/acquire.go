@@ -49,20 +49,15 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err != nil {
 		return nil, err
 	}
-	ctx, end, err := c.begin(ctx)
+	ctx, end, err := c.beginTaking(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	if err := context.Cause(ctx); err != nil {
-		return nil, err
-	}
 
 	l := c.newLockFor(ctx, lc, userKeys, groups)
 
 	start := time.Now()
-	c.taking.Add(1)
-	defer c.taking.Add(-1)
 	returned := false
 	defer func() {
 		if !returned {

@@ -150,6 +150,24 @@ func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ er
 	}, nil
 }
 
+// beginTaking begins a call that takes keys (see begin), counted in
+// Stats.Waiting until end; a context already done fails it at once.
+func (c *Client) beginTaking(ctx context.Context) (_ context.Context, end func(), _ error) {
+	ctx, endCall, err := c.begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := context.Cause(ctx); err != nil {
+		endCall()
+		return nil, nil, err
+	}
+	c.taking.Add(1)
+	return ctx, func() {
+		c.taking.Add(-1)
+		endCall()
+	}, nil
+}
+
 // Stats is what a Client did and holds, for metrics and tests.
 type Stats struct {
 	// The script calls the Client sent, by script, each attempt counted: an

@@ -137,23 +137,26 @@ func (l *Lock) releaseRest(ctx context.Context) ([]string, error) {
 	return l.settle(l.c.releaseAll(ctx, []releasing{l.owed()})[0])
 }
 
-// owed is what l's release still owes: what its earlier releases left, all
-// of l at first. Called with l.unlocking held.
-func (l *Lock) owed() releasing {
+// owing is what l's release still owes: what its earlier releases left,
+// all of l at first. Called with l.unlocking held.
+func (l *Lock) owing() *unreleased {
 	if l.rest == nil {
-		return releasing{l: l, groups: l.groups, marks: l.marks}
+		return &unreleased{groups: l.groups, marks: l.marks}
 	}
-	return releasing{l: l, groups: l.rest.groups, marks: l.rest.marks}
+	return l.rest
+}
+
+// owed is owing as a share of a release.
+func (l *Lock) owed() releasing {
+	rest := l.owing()
+	return releasing{l: l, groups: rest.groups, marks: rest.marks}
 }
 
 // settle records what a release of owed() did, and returns the keys found
 // held by another owner, by it and the earlier ones, or its error. Called
 // with l.unlocking held.
 func (l *Lock) settle(out releaseOutcome) ([]string, error) {
-	rest := l.rest
-	if rest == nil {
-		rest = &unreleased{groups: l.groups, marks: l.marks}
-	}
+	rest := l.owing()
 	lost := append(slices.Clip(rest.lost), out.lost...)
 	if out.err != nil {
 		// A retry sends only what did not go through: a key released

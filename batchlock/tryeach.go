@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
@@ -66,19 +65,15 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	if len(baskets) == 0 {
 		return locks, nil
 	}
-	ctx, end, err := c.begin(ctx)
+	ctx, end, err := c.beginTaking(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	if err := context.Cause(ctx); err != nil {
-		return nil, err
-	}
 
 	start := time.Now()
-	c.taking.Add(1)
-	defer c.taking.Add(-1)
-	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, isShared: isShared, hold: newHold(),
+	owner, _ := OwnerFromContext(ctx)
+	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, isShared: isShared, hold: newHold(), fresh: !lc.ownerSet && owner == "",
 		locks: make([]*Lock, len(baskets)), refused: make([]bool, len(baskets)), sent: make([]bool, len(baskets))}
 	returned := false
 	defer func() {
@@ -120,8 +115,8 @@ func (c *Client) checkEach(baskets [][]string, shared []string) (map[string]bool
 			return nil, invalid("basket %d has no keys", i)
 		}
 		for j, k := range basket {
-			if err := c.checkKey(k, "key", j); err != nil {
-				return nil, invalid("basket %d: %s", i, strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
+			if c.checkKey(k, "key", j) != nil {
+				return nil, c.checkKey(k, fmt.Sprintf("basket %d: key", i), j) // named, once found
 			}
 		}
 	}
@@ -137,6 +132,9 @@ type eachCall struct {
 	baskets  [][]string
 	isShared map[string]bool
 	hold     string
+	// fresh: every basket's owner is made for the call (see newLockFor),
+	// so that it holds no key.
+	fresh bool
 	// locks are the baskets' locks, made once a basket is clear of the
 	// call's earlier ones (nil before).
 	locks   []*Lock
@@ -349,8 +347,8 @@ func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, le
 		n += 3 + len(g.keys)
 	}
 	mode := modeFirst
-	if owner, _ := OwnerFromContext(t.ctx); !t.lc.ownerSet && owner == "" {
-		mode = modeFresh // as newLockFor makes them
+	if t.fresh {
+		mode = modeFresh
 	}
 	if shared {
 		mode += "s"
@@ -495,16 +493,11 @@ func (t *eachCall) keep(ctx context.Context, sent time.Time) error {
 // the cancel marks of calls of unknown outcome) and lets go of their gates;
 // the call failed with err.
 func (t *eachCall) fail(ctx context.Context, start time.Time, err error) {
-	var back []releasing
-	for i, l := range t.locks {
-		if t.sent[i] {
-			back = append(back, releasing{l: l, groups: l.groups, marks: t.marks})
-		}
-	}
-	_ = t.c.releaseAsideAll(ctx, back)
+	_ = t.c.releaseAsideAll(ctx, t.sentShares())
 	err = onePrefix(err)
 	for i, l := range t.locks {
-		if !t.refused[i] {
+		// A basket after the one whose admission failed has no lock yet.
+		if l != nil && !t.refused[i] {
 			t.refused[i] = true
 			l.leaveGates()
 			l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
@@ -512,19 +505,28 @@ func (t *eachCall) fail(ctx context.Context, start time.Time, err error) {
 	}
 }
 
+// sentShares is what to release of the baskets sent to Redis: every group,
+// and the call's cancel marks, set once for all of them.
+func (t *eachCall) sentShares() []releasing {
+	var back []releasing
+	marks := t.marks
+	for i, l := range t.locks {
+		if t.sent[i] {
+			back = append(back, releasing{l: l, groups: l.groups, marks: marks})
+			marks = nil
+		}
+	}
+	return back
+}
+
 // abandon ends every basket's lock, which a call that panicked may have
 // taken, and rolls them back.
 func (t *eachCall) abandon(ctx context.Context) {
-	var back []releasing
-	for i, l := range t.locks {
-		if l == nil {
-			continue
-		}
-		t.c.watchdog.remove(l)
-		l.finish(fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
-		if t.sent[i] {
-			back = append(back, releasing{l: l, groups: l.groups, marks: t.marks})
+	for _, l := range t.locks {
+		if l != nil {
+			t.c.watchdog.remove(l)
+			l.finish(fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
 		}
 	}
-	_ = t.c.releaseAsideAll(ctx, back)
+	_ = t.c.releaseAsideAll(ctx, t.sentShares())
 }

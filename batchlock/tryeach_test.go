@@ -228,3 +228,28 @@ func TestUnlockEach(t *testing.T) {
 	assert.ErrorContains(t, err, "already released")
 	require.NoError(t, foreign.Unlock(ctx))
 }
+
+// An owner that holds a key shared and asks for it exclusively in a basket
+// fails the call as a whole with ErrUpgrade (at the gate, before anything
+// is sent), whatever baskets come after it, and leaves nothing held.
+func TestTryEachUpgradeFailsTheCall(t *testing.T) {
+	rdb := serverClient(t)
+	c, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	reader, err := c.Lock(ctx, nil, WithOwner("o"), WithShared("k"))
+	require.NoError(t, err)
+	gated := c.Stats().Gated
+
+	locks, err := c.TryEach(ctx, [][]string{{"a"}, {"k"}, {"x"}}, WithOwner("o"))
+	require.ErrorIs(t, err, ErrUpgrade)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.Nil(t, locks)
+	assert.Equal(t, gated, c.Stats().Gated, "no gate of the call is left")
+	held, err := c.Held(ctx, "*")
+	require.NoError(t, err)
+	require.Len(t, held, 1, "only the reader's key is held")
+	assert.Equal(t, "k", held[0].Key)
+	require.NoError(t, reader.Unlock(ctx))
+}

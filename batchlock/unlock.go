@@ -30,6 +30,8 @@ func (c *Client) UnlockEach(ctx context.Context, locks []*Lock) error {
 		}
 		own = append(own, l)
 	}
+	// In one order whatever the caller's, so that two UnlockEach on the
+	// same locks cannot wait for each other (see unlockAll).
 	slices.SortFunc(own, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
 	own = slices.Compact(own)
 	var errs []error
@@ -39,14 +41,11 @@ func (c *Client) UnlockEach(ctx context.Context, locks []*Lock) error {
 	return errors.Join(errs...)
 }
 
-// unlockAll releases locks (each once; distinct) as Unlock says, one call
-// per master for all of them, and returns each one's error.
+// unlockAll releases locks, distinct and sorted by hold, as Unlock says,
+// one call per master for all of them, and returns each one's error. It
+// holds every lock's unlocking meanwhile, taken in that order.
 func (c *Client) unlockAll(ctx context.Context, locks []*Lock) []error {
-	// One at a time per lock, in one order whatever the caller's, so that
-	// two UnlockEach on the same locks cannot wait for each other.
-	order := slices.Clone(locks)
-	slices.SortFunc(order, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
-	for _, l := range order {
+	for _, l := range locks {
 		l.unlocking.Lock()
 		defer l.unlocking.Unlock()
 	}

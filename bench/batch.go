@@ -155,7 +155,7 @@ func (f *batchFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 	if err != nil {
 		return nil, nil, err
 	}
-	out := fulfilTaken(ctx, f.stock, batch, taken, func(i, line int) int64 { return h.tokens[baskets[i][line]] })
+	out := f.stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 { return h.tokens[baskets[i][line]] }, 0)
 	return out, refusedOf(len(batch), taken), h.Unlock(context.WithoutCancel(ctx))
 }
 
@@ -192,9 +192,9 @@ func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.
 			taken = append(taken, i)
 		}
 	}
-	out := fulfilTaken(ctx, p.stock, batch, taken, func(i, line int) int64 {
+	out := p.stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 {
 		return locks[i].Token(p.stock.Key(batch[i].Lines[line].SKU))
-	})
+	}, 0)
 	unlock()
 	return out, refusedOf(len(batch), taken), nil
 }
@@ -215,28 +215,6 @@ func each(workers, n int, fn func(i int)) {
 	}
 	close(jobs)
 	wg.Wait()
-}
-
-// fulfilTaken fulfils the orders of batch at taken, whose lines' tokens
-// token gives, in one read and one write pipeline, and returns per order of
-// batch what became of it.
-func fulfilTaken(ctx context.Context, stock *orders.Stock, batch []orders.Order, taken []int, token func(i, line int) int64) []orders.Fulfilled {
-	list := make([]orders.Order, len(taken))
-	tokens := make([][]int64, len(taken))
-	for n, i := range taken {
-		list[n] = batch[i]
-		tokens[n] = make([]int64, len(batch[i].Lines))
-		for j := range tokens[n] {
-			tokens[n][j] = token(i, j)
-		}
-	}
-	done := stock.FulfilAll(ctx, list, tokens, 0, true)
-	out := make([]orders.Fulfilled, len(batch))
-	for n, i := range taken {
-		out[i] = done[n]
-		out[i].Locked = true
-	}
-	return out
 }
 
 // refusedOf is the indices of n that taken (ascending) leaves out.

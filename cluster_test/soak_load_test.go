@@ -234,7 +234,7 @@ func (s *soak) operate(rng *rand.Rand) {
 		return
 	}
 	s.hold(rng, sc, s.watch(l, shared, lease, replicas), ctx)
-	s.unlock(rng, l)
+	s.unlock(rng, "Unlock", l.Unlock)
 }
 
 // operateEach is one tick of a batch processor: TryEach over a few baskets
@@ -285,25 +285,9 @@ func (s *soak) operateEach(rng *rand.Rand) {
 		s.writeAll(h, tokens)
 		s.record(h, tokens)
 	}
-	if len(locks) == 0 {
-		return
+	if len(locks) > 0 {
+		s.unlock(rng, "UnlockEach", func(ctx context.Context) error { return sc.c.UnlockEach(ctx, locks) })
 	}
-	uctx, ucancel := context.WithTimeout(s.t.Context(), 3*time.Second)
-	defer ucancel()
-	if rng.IntN(5) == 0 {
-		ended, stop := context.WithCancel(uctx)
-		stop()
-		uctx = ended
-	}
-	err = sc.c.UnlockEach(uctx, locks)
-	s.count(s.ops, "UnlockEach")
-	if err != nil && !errors.Is(err, batchlock.ErrNotHeld) {
-		retry, cancelRetry := context.WithTimeout(s.t.Context(), 3*time.Second)
-		err = sc.c.UnlockEach(retry, locks)
-		cancelRetry()
-		s.count(s.ops, "UnlockEach")
-	}
-	s.outcome("UnlockEach", err)
 }
 
 // outcome counts how a call ended, by class of error.
@@ -421,7 +405,7 @@ func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
 	s.writeAll(h, tokens)
 	s.record(h, tokens)
 	if rng.IntN(3) > 0 {
-		s.unlock(rng, inner)
+		s.unlock(rng, "Unlock", inner.Unlock)
 	}
 }
 
@@ -501,9 +485,9 @@ func (s *soak) record(h *holding, tokens map[string]int64) {
 	s.mu.Unlock()
 }
 
-// unlock releases l, sometimes with a context that already ended; a failed
-// release is tried again once.
-func (s *soak) unlock(rng *rand.Rand, l *batchlock.Lock) {
+// unlock releases with release (an Unlock, kind), sometimes with a context
+// that already ended; a failed release is tried again once.
+func (s *soak) unlock(rng *rand.Rand, kind string, release func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(s.t.Context(), 3*time.Second)
 	defer cancel()
 	if rng.IntN(5) == 0 {
@@ -511,15 +495,15 @@ func (s *soak) unlock(rng *rand.Rand, l *batchlock.Lock) {
 		stop()
 		ctx = ended
 	}
-	err := l.Unlock(ctx)
-	s.count(s.ops, "Unlock")
+	err := release(ctx)
+	s.count(s.ops, kind)
 	if err != nil && !errors.Is(err, batchlock.ErrNotHeld) {
 		retry, cancelRetry := context.WithTimeout(s.t.Context(), 3*time.Second)
-		err = l.Unlock(retry)
+		err = release(retry)
 		cancelRetry()
-		s.count(s.ops, "Unlock")
+		s.count(s.ops, kind)
 	}
-	s.outcome("Unlock", err)
+	s.outcome(kind, err)
 }
 
 // fencedStore is storage that checks fencing tokens: it refuses a write

@@ -111,8 +111,12 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			continue
 		}
 		r.tick(len(batch) - len(refused))
+		wasRefused := make([]bool, len(batch))
+		for _, i := range refused {
+			wasRefused[i] = true
+		}
 		for i, o := range batch {
-			if slices.Contains(refused, i) {
+			if wasRefused[i] {
 				continue
 			}
 			delete(refusedTicks, o.ID)
@@ -165,20 +169,11 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 			taken = append(taken, i)
 		}
 	}
-	orders := make([]Order, len(taken))
-	tokens := make([][]int64, len(taken))
-	for n, i := range taken {
-		orders[n] = batch[i]
-		tokens[n] = make([]int64, len(batch[i].Lines))
-		for j, key := range baskets[i][:len(batch[i].Lines)] { // the stock keys come first
-			tokens[n][j] = locks[i].Token(key)
-		}
-	}
-	done := b.Stock.FulfilAll(ctx, orders, tokens, b.Think, true)
-	out := make([]Fulfilled, len(batch))
-	for n, i := range taken {
-		out[i] = done[n]
-		out[i].Locked, out[i].LockWait = true, wait
+	out := b.Stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 {
+		return locks[i].Token(baskets[i][line]) // the stock keys come first, in line order
+	}, b.Think)
+	for _, i := range taken {
+		out[i].LockWait = wait
 	}
 	// The unlock's error changes nothing the orders did: their keys are
 	// left to their lease.

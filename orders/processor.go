@@ -230,6 +230,29 @@ func (s *Stock) FulfilAll(ctx context.Context, orders []Order, tokens [][]int64,
 	return out
 }
 
+// FulfilTaken fulfils, as FulfilAll does, the orders of batch at taken
+// (indices, ascending), whose baskets a processor locked, line j of order i
+// fenced by token(i, j); it returns per order of batch what became of it,
+// those taken marked Locked.
+func (s *Stock) FulfilTaken(ctx context.Context, batch []Order, taken []int, token func(i, line int) int64, think time.Duration) []Fulfilled {
+	orders := make([]Order, len(taken))
+	tokens := make([][]int64, len(taken))
+	for n, i := range taken {
+		orders[n] = batch[i]
+		tokens[n] = make([]int64, len(batch[i].Lines))
+		for j := range tokens[n] {
+			tokens[n][j] = token(i, j)
+		}
+	}
+	done := s.FulfilAll(ctx, orders, tokens, think, true)
+	out := make([]Fulfilled, len(batch))
+	for n, i := range taken {
+		out[i] = done[n]
+		out[i].Locked = true
+	}
+	return out
+}
+
 // fenced refuses an order whose lines' tokens are older than one that
 // already wrote their SKU: its lock was lost meanwhile.
 func fenced(o Order, levels []level, tokens []int64) error {
