@@ -74,7 +74,7 @@ func (c *Client) regate(ctx context.Context, l *Lock, wt *waiting, end int) (int
 		case v == gatePass:
 			l.addGated(key, shared)
 		case v == gateUpgrade:
-			c.rollback(ctx, l, l.groups[:wt.held])
+			c.rollback(ctx, l, wt.reached(l))
 			return 0, c.upgradeAtGate(key)
 		case w == nil && ki > 0:
 			l.split(gi, ki)

@@ -76,6 +76,16 @@ type waiting struct {
 	queuedFor []string
 }
 
+// reached are the groups of l a failed call may hold or be queued for: those
+// held, and after a refusal the one it waited for (its place in the queue,
+// or the key handed to it).
+func (wt *waiting) reached(l *Lock) []group {
+	if wt.waited {
+		return l.groups[:wt.held+1]
+	}
+	return l.groups[:wt.held]
+}
+
 // mode is the mode of the next attempt: a waiter that will not hear of its
 // hand-off (no pub/sub, or a subscription not confirmed) polls, and its
 // place in a queue says so, so that a key handed to it is kept for it until

@@ -268,3 +268,35 @@ func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
 	assert.Zero(t, p.Stats().Gated)
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
+
+// A waiter handed its key, that then finds a later key of its group held
+// shared by its own owner in the process (ErrUpgrade at the gate), fails
+// leaving nothing: the key handed to it is released at once, not kept as
+// its claim until the claim lapses.
+func TestUpgradeAtAGateAfterAHandOffReleasesTheClaim(t *testing.T) {
+	rdb := newClient(t)
+	p, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	q := peerOf(t, rdb, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	x, y := "{r}x", "{r}y"
+
+	held, err := q.Lock(ctx, []string{x})
+	require.NoError(t, err)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := p.Lock(ctx, []string{x, y}, batchlock.WithOwner("O"))
+		failed <- err
+	}()
+	waitQueued(ctx, t, p, x, 1)
+	reader, err := p.Lock(ctx, nil, batchlock.WithOwner("O"), batchlock.WithShared(y))
+	require.NoError(t, err, "y's gate was given back while the call waits for x")
+	require.NoError(t, held.Unlock(ctx))
+	err = <-failed
+	require.ErrorIs(t, err, batchlock.ErrUpgrade)
+	l, err := q.TryLock(ctx, []string{x})
+	require.NoError(t, err, "x, handed to the call that failed, is free again at once")
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, reader.Unlock(ctx))
+	assert.Zero(t, p.Stats().Gated)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
