@@ -16,7 +16,7 @@ import (
 // Keys are taken in a global order that every client shares (by slot, then
 // key): first the in-process gate of each key (another lock of this Client
 // holding one is waited for in the process), then in Redis, where the call
-// keeps the keys it holds, queues for the first one it could not get (handed
+// keeps the keys it holds, queues for the first one it could not get (granted
 // to it by the holder's release, or free once its lease runs out) and goes
 // on from there, so no two callers can wait on each other (no deadlock) and
 // a big batch is not starved by small ones. The keys it holds are kept alive
@@ -178,6 +178,10 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 	wt := &waiting{}
 	defer func() { wt.sub.close() }()
 	for {
+		if wt.held == len(l.groups) {
+			// The last group was granted while the call waited for it.
+			return c.finishTaking(ctx, l, wt, time.Now())
+		}
 		end := len(l.groups)
 		if wt.refusedAlone {
 			end = wt.held + 1
@@ -206,7 +210,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			// The group waited for is ours (or the keys before a gate
 			// another lock of the Client holds): the rest goes in one
 			// attempt.
-			if wt.held == 0 {
+			if wt.since.IsZero() {
 				wt.since = start
 			}
 			wt.held = end
@@ -216,12 +220,13 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			if wt.since.IsZero() {
 				wt.since = start
 			}
-			return c.finishTaking(ctx, l, wt.waited, wt.since, start)
+			return c.finishTaking(ctx, l, wt, start)
 		}
 
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
 		l.blockers, l.blockerHolders = conflict.Keys, conflict.Holders
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
+		wt.placedAt = start
 		if !wait {
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
 			return conflict
@@ -255,7 +260,7 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 		c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
 		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
 	}
-	if wt.held == 0 && failed+outcome.partHeld > 0 {
+	if wt.since.IsZero() && outcome.refused+outcome.partHeld > 0 {
 		wt.since = start
 	}
 	if outcome.partHeld > 0 {
@@ -274,30 +279,45 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 	return nil
 }
 
-// finishTaking finishes taking l once every group is held, the last of them taken by
-// the attempt that started at start, the oldest lease at since. After a
-// wait the groups' leases started at different times; they are restarted
-// only when the wait left too little (lease.Kept: nine tenths of a WithTTL
-// lease, half of a renewed one, which the watchdog renews at once below two
-// thirds), since the restart costs a call per master. The lock is handed to the
-// caller only with enough of its lease left (see lease.Enough); otherwise
-// it is rolled back.
-func (c *Client) finishTaking(ctx context.Context, l *Lock, waited bool, since, start time.Time) error {
-	if waited {
-		start = since
+// finishTaking finishes taking l once every group is held, the last of
+// them taken by the attempt that started at start. After a wait the groups'
+// leases started at different times; they are restarted only when the wait
+// left too little (lease.Kept: nine tenths of a WithTTL lease, half of a
+// renewed one, which the watchdog renews at once below two thirds), since
+// the restart costs a call per master, and so are the keys granted while
+// the call waited (see takeGranted) once half their grant has passed. The
+// lock is handed to the caller only with enough of its lease left (see
+// lease.Enough); otherwise it is rolled back.
+func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start time.Time) error {
+	if wt.waited {
+		start = wt.since // zero when every group was granted
 	}
-	if waited && !lease.Kept(time.Until(since.Add(l.lease)), l.lease, l.renew) {
-		start = time.Now()
-		if lost, err := c.extend(ctx, l, l.groups, l.lease); err != nil || len(lost) > 0 {
+	restart := wt.granted
+	if !start.IsZero() && wt.waited && !lease.Kept(time.Until(start.Add(l.lease)), l.lease, l.renew) {
+		restart = l.groups
+	} else if time.Until(wt.grantUntil) >= grantTime/2 {
+		restart = nil
+	}
+	if len(restart) > 0 {
+		sent := time.Now()
+		if lost, err := c.extend(ctx, l, restart, l.lease); err != nil || len(lost) > 0 {
 			c.rollback(ctx, l, l.groups)
 			if err == nil {
 				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
 			}
 			return fmt.Errorf("%w: could not restart the lease: %w", ErrNotObtained, err)
 		}
+		if len(restart) == len(l.groups) || start.IsZero() {
+			start = sent
+		}
+		wt.granted, wt.grantUntil = nil, time.Time{}
+	}
+	l.expectGrant(wt.granted, wt.grantUntil)
+	if start.IsZero() {
+		return nil
 	}
 	l.confirm(start.Add(l.lease))
-	if left := time.Until(l.ValidUntil()); !lease.Enough(left, l.lease) {
+	if left := time.Until(start.Add(l.lease)); !lease.Enough(left, l.lease) {
 		c.rollback(ctx, l, l.groups)
 		return fmt.Errorf("%w: the lease ran out while the keys were taken: %v of %v left",
 			ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)

@@ -58,25 +58,30 @@
 // position never goes back and grows at least every second step: no cycle.
 //
 // Waiters queue. The call that finds a key held records its place in the
-// key's queue, in arrival order; the release that frees the key hands it to
-// the first waiter whose place has not lapsed, as a claim on it for 3s (for
-// a waiter that polls rather than listens, until its place would have
-// lapsed), and tells only that waiter, which then takes the key with a fresh
-// fencing token and goes on with the rest of its batch. No other waiter is
-// woken; a waiter whose place lapsed, and the readers a lapsed writer kept
-// waiting, are told so, and queue again or join. A
-// waiter that gives up (its context ends, its Client closes) leaves the
-// queue, and gives the key on if it had been handed it meanwhile. A place
-// lasts three poll intervals (WithPollInterval), at least 2s, and each
+// key's queue, in arrival order, with its owner and its slot's fencing
+// counter; the release that frees the key grants it to the first waiter
+// whose place has not lapsed: a fresh fencing token from that counter, the
+// waiter's owner, and a hold of 3s (for a waiter that polls rather than
+// listens, until its place would have lapsed), and tells only that waiter,
+// with the token. The waiter counts on the key for those 3s from before its
+// last attempt that found its place, and goes on with the rest of its batch
+// without a call for the key; a renewed lock has the key renewed before half
+// the grant has passed, while it waits for later keys or by the watchdog
+// once it is handed out, and a WithTTL or WithReplicas lock takes it up with
+// its next attempt. No other waiter is woken; a waiter whose place lapsed,
+// and the readers a lapsed writer kept waiting, are told so, and queue again
+// or join. A waiter that gives up (its context ends, its Client closes)
+// leaves the queue, and gives the key back if it was granted it meanwhile. A
+// place lasts three poll intervals (WithPollInterval), at least 2s, and each
 // attempt of a waiter renews it, so the place of a waiter that died lapses
-// soon, and so does the claim of one handed a key after it died. When a
-// key's lease runs out while others wait for it (its holder died), its queue
-// goes with it: the waiters notice when that lease ends and take it in
-// whatever order they come, then queue again behind whoever got it. A
-// refused waiter listens for the release of the key, then reads the key once
-// (a GET, not an attempt) to catch a release that came before it listened;
-// so a conflict in Redis costs the refused attempt and the call that goes on
-// with the handed key and the rest of the batch.
+// soon, and so does the grant to one that died after it queued. When a key's
+// lease runs out while others wait for it (its holder died), its queue goes
+// with it: the waiters notice when that lease ends and take it in whatever
+// order they come, then queue again behind whoever got it. A refused waiter
+// listens for the release of the key, then reads the key once (a GET, not an
+// attempt) to catch a release that came before it listened; so a conflict in
+// Redis costs the refused attempt, and the rest of the batch after the key
+// goes in the calls it would have cost anyway.
 //
 // Reentrancy is by owner id: calls with the same owner (WithOwner,
 // ContextWithOwner, or inside Do) may hold the same keys at once; each Lock

@@ -58,8 +58,8 @@ type ConflictError struct {
 	// Holders names, for each key of Keys whose holders are known, the
 	// owners holding it, sorted: one, or several for a key held shared.
 	// Found by the call that met the conflict, in Redis or at this
-	// Client's in-process gates; a key handed to a waiter that has not
-	// taken it yet has none.
+	// Client's in-process gates; a key granted to a waiter is that
+	// waiter's.
 	Holders map[string][]string
 
 	cause error // why the call stopped waiting; nil for TryLock

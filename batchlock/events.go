@@ -31,10 +31,9 @@ const (
 	// to it. Once per key waited for, not per attempt.
 	EventQueued
 	// EventHandedOff: a hand-off reached a waiting call: the keys it waited
-	// for in Redis (Conflict) were handed to it, and its next attempt takes
-	// them with the rest of its batch. Told by the release's message (which
-	// also tells a waiter whose place lapsed, rarely) or found by the read a
-	// waiter makes once it listens.
+	// for in Redis (Conflict) were granted to it by their release, and it
+	// goes on with the rest of its batch. Told by the release's message or
+	// found by the read a waiter makes once it listens.
 	EventHandedOff
 )
 

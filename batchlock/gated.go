@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
-	"github.com/batchlock/batchlock/internal/lease"
 )
 
 // A lock's gates (see gates.go) are kept in step with its keys in Redis: a
@@ -108,7 +107,7 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gateWa
 		// to renew.
 		next := time.Now().Add(l.lease)
 		if wt.held > 0 {
-			next = wt.since.Add(lease.RenewalPeriod(l.lease))
+			next = wt.renewAt(l)
 			if next.Before(retryAt) {
 				next = retryAt
 			}

@@ -33,8 +33,9 @@ import (
 // escaped (escapeOwner), so that none reads as a separator or as "*", the
 // owner field of a key held shared.
 //
-// Messages: a hand-off is announced with SPUBLISH on a channel named like
-// the lock key, its message the hold field of the waiter it is for;
+// Messages: a grant is announced with SPUBLISH on a channel named like the
+// lock key, its message the hold field of the waiter it is for, a space and
+// the key's new fencing token;
 // "released" (RELEASED in layout.lua) when a key is freed with no live place
 // left in its queue, or by ForceUnlock: every waiter of the key then tries
 // again. A waiter whose place lapsed, and a reader that may join once the
@@ -43,9 +44,9 @@ import (
 const (
 	holdPrefix = "h:"
 
-	// claimTime is how long a key handed to a waiter that listens stays
-	// its claim (CLAIM_MS in layout.lua): time for its next acquire.
-	claimTime = 3 * time.Second
+	// grantTime is how long a key granted to a waiter that listens is its
+	// unless the waiter renews it (GRANT_MS in layout.lua).
+	grantTime = 3 * time.Second
 
 	// Reserved names under the prefix, one set per slot.
 	fenceName  = "fence:{"
@@ -78,7 +79,7 @@ func newHold() string { return holdPrefix + randomID(8) }
 
 // lockState is what a lock key holds, at the server time now.
 type lockState struct {
-	owner   string   // the owner id; empty for a key held shared, or handed to a waiter
+	owner   string   // the owner id; empty for a key held shared
 	shared  bool     // held shared: holders are its owners
 	holders []string // the owners with a live hold, sorted, without repeats
 	token   int64
@@ -106,6 +107,7 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	for e := range strings.SplitSeq(holds, ",") {
 		_, e, _ = strings.Cut(e, "=")
 		ends, who, _ := strings.Cut(e, "=")
+		ends = strings.TrimSuffix(ends, "g") // a grant
 		// No end: the one hold of a key taken afresh, which ends with the
 		// key, there to be read.
 		if ends != "" && !endsAfter(ends, now) {
@@ -122,8 +124,7 @@ func parseLock(value string, now time.Time) (s lockState, ok bool) {
 	slices.Sort(s.holders)
 	s.holders = slices.Compact(s.holders)
 	for e := range strings.SplitSeq(queue, ",") {
-		_, ends, _ := strings.Cut(e, "@")
-		if endsAfter(strings.TrimRight(ends, "sp"), now) {
+		if _, ends, ok := placeOf(e); ok && endsAfter(ends, now) {
 			s.waiting++
 		}
 	}
@@ -150,11 +151,19 @@ func placeIn(value, hold string, now time.Time) bool {
 	_, rest, _ := strings.Cut(value, " ")
 	queue, _, _ := strings.Cut(rest, " ")
 	for e := range strings.SplitSeq(queue, ",") {
-		if h, ends, ok := strings.Cut(e, "@"); ok && h == hold && endsAfter(strings.TrimRight(ends, "sp"), now) {
+		if h, ends, ok := placeOf(e); ok && h == hold && endsAfter(ends, now) {
 			return true
 		}
 	}
 	return false
+}
+
+// placeOf reads a place in a queue, "<hold>@<ends>[s][p]=<owner>=<fence>":
+// its hold field and when it lapses.
+func placeOf(place string) (hold, ends string, ok bool) {
+	hold, rest, ok := strings.Cut(place, "@")
+	rest, _, _ = strings.Cut(rest, "=")
+	return hold, strings.TrimRight(rest, "sp"), ok
 }
 
 // endsAfter reports whether ends, in milliseconds, is after now.

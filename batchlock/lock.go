@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -48,6 +49,11 @@ type Lock struct {
 	mu         sync.Mutex
 	tokens     map[string]int64 // by lock key
 	validUntil time.Time        // the lease is confirmed to run at least until then
+	// granted are the groups granted by a release while the call that took
+	// the lock waited, which no call has renewed yet: counted on until
+	// grantUntil (see waiting.takeGranted), and renewed by the watchdog.
+	granted    []group
+	grantUntil time.Time
 	acquiredAt time.Time
 	expiry     *time.Timer // fires when validUntil is near and unconfirmed
 	maxHold    *time.Timer // fires when the lock has been held for WithMaxHold
@@ -132,7 +138,51 @@ func (l *Lock) Token(key string) int64 {
 func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.grantUntil.IsZero() && (l.validUntil.IsZero() || l.grantUntil.Before(l.validUntil)) {
+		return l.grantUntil
+	}
 	return l.validUntil
+}
+
+// confirmedUntil is until when the lease of the groups not granted is
+// confirmed; zero when every group was granted and none renewed yet.
+func (l *Lock) confirmedUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// expectGrant records the groups granted to the lock, and renewed by no
+// call yet, which it counts on until until.
+func (l *Lock) expectGrant(groups []group, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.granted, l.grantUntil = groups, until
+}
+
+// grant returns the groups granted to the lock and not renewed yet, and
+// until when they are counted on; none when there are none.
+func (l *Lock) grant() ([]group, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.granted, l.grantUntil
+}
+
+// confirmGrant records that the groups granted to the lock were renewed
+// until t.
+func (l *Lock) confirmGrant(t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.granted == nil {
+		return
+	}
+	l.granted, l.grantUntil = nil, time.Time{}
+	if l.validUntil.IsZero() {
+		l.validUntil = t
+	}
+	if l.expiry != nil {
+		l.expiry.Reset(l.untilExpiry())
+	}
 }
 
 // Extend makes every key's lease run for at least ttl from now; a lease that
@@ -163,6 +213,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 		return err
 	}
 	l.confirm(start.Add(ttl))
+	l.confirmGrant(start.Add(ttl))
 	return nil
 }
 
@@ -212,9 +263,15 @@ func (l *Lock) arm() {
 // that its holder hears of it before another client can take the keys; a
 // fixed lease ends when it ends, measured from before the acquire was sent.
 func (l *Lock) untilExpiry() time.Duration {
-	d := time.Until(l.validUntil)
-	if l.renew {
-		d -= lease.LossMargin(l.lease)
+	d := time.Duration(math.MaxInt64)
+	if !l.validUntil.IsZero() {
+		d = time.Until(l.validUntil)
+		if l.renew {
+			d -= lease.LossMargin(l.lease)
+		}
+	}
+	if !l.grantUntil.IsZero() {
+		d = min(d, time.Until(l.grantUntil)-lease.LossMargin(grantTime))
 	}
 	return d
 }

@@ -183,11 +183,11 @@ func TestOwnerEscaping(t *testing.T) {
 
 func TestParseSharedLock(t *testing.T) {
 	now := time.UnixMilli(1000)
-	s, ok := parseLock("7 h:w@2000,h:r@2000s,h:old@500 h:1=2000=b%20b,h:2=3000=a,h:3=900=c,h:4=2000=a,h:5=2000= *", now)
+	s, ok := parseLock("7 h:w@2000=w=fence:{x},h:r@2000s=r=fence:{x},h:old@500p=o=fence:{x} h:1=2000=b%20b,h:2=3000g=a,h:3=900=c,h:4=2000=a *", now)
 	require.True(t, ok)
 	assert.True(t, s.shared)
-	assert.Equal(t, []string{"a", "b b"}, s.holders, "live holders, sorted, once each, claims left out")
-	assert.Equal(t, 4, s.holds)
+	assert.Equal(t, []string{"a", "b b"}, s.holders, "live holders, a grant's too, sorted, once each")
+	assert.Equal(t, 3, s.holds)
 	assert.Equal(t, 2, s.waiting)
 	assert.Equal(t, "a", s.firstHolder())
 	assert.Equal(t, int64(7), s.token)

@@ -31,16 +31,18 @@ const (
 // and the waiter tries again as it would without the read. Holds' and
 // places' ends are judged by this host's clock: a master whose clock is
 // behind makes it say mayBeFree (an attempt that is refused), one ahead
-// stillHeld until the blocker's lease, which bounds every pause.
-func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []string) since {
+// stillHeld until the blocker's lease, which bounds every pause. With
+// handedOver it returns the grant of the one blocker, when there is one (its
+// token 0 otherwise).
+func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []string) (since, grant) {
 	for _, k := range blockers {
 		if i := slices.Index(g.keys, k); i < 0 || g.modes != nil && g.modes[i] == 's' {
-			return mayBeFree
+			return mayBeFree, grant{}
 		}
 	}
 	master, err := c.deployment.masterOf(ctx, blockers[0])
 	if err != nil {
-		return mayBeFree
+		return mayBeFree, grant{}
 	}
 	pipe := master.Pipeline()
 	values := make([]*redis.StringCmd, len(blockers))
@@ -48,29 +50,31 @@ func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []strin
 		values[i] = pipe.Get(ctx, k)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return mayBeFree
+		return mayBeFree, grant{}
 	}
-	now, handed := time.Now(), 0
+	now, handed, token := time.Now(), 0, int64(0)
 	for _, v := range values {
 		value, err := v.Result()
 		if err != nil {
-			return mayBeFree // gone, or unread
+			return mayBeFree, grant{} // gone, or unread
 		}
 		s, ok := parseLock(value, now)
 		switch {
 		case !ok || s.holds == 0:
-			return mayBeFree
+			return mayBeFree, grant{}
 		case slices.Contains(holdsIn(value), l.hold):
-			handed++
+			handed, token = handed+1, s.token
 		case s.owner == l.owner || slices.Contains(s.holders, l.owner) || !placeIn(value, l.hold, now):
-			return mayBeFree // l's owner may join it; or l lost its place
+			return mayBeFree, grant{} // l's owner may join it; or l lost its place
 		}
 	}
-	switch handed {
-	case 0:
-		return stillHeld
-	case len(values):
-		return handedOver
+	switch {
+	case handed == 0:
+		return stillHeld, grant{}
+	case handed == 1 && len(values) == 1:
+		return handedOver, grant{key: blockers[0], token: token}
+	case handed == len(values):
+		return handedOver, grant{}
 	}
-	return mayBeFree
+	return mayBeFree, grant{}
 }

@@ -65,14 +65,14 @@ func TestRecheckReadsTheKey(t *testing.T) {
 		want  since
 	}{
 		{"gone", "", mayBeFree},
-		{"held by another owner, our place kept", "7 h:me@" + later + " h:x=" + later + " other", stillHeld},
-		{"held by another owner, taken afresh, our place kept", "7 h:me@" + later + " h:x other", stillHeld},
-		{"held by another owner, our place lapsed", "7 h:me@" + earlier + " h:x=" + later + " other", mayBeFree},
+		{"held by another owner, our place kept", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + " other", stillHeld},
+		{"held by another owner, taken afresh, our place kept", "7 h:me@" + later + "=me=fence:{x} h:x other", stillHeld},
+		{"held by another owner, our place lapsed", "7 h:me@" + earlier + "=me=fence:{x} h:x=" + later + " other", mayBeFree},
 		{"held by another owner, no place of ours", "7 - h:x=" + later + " other", mayBeFree},
-		{"held by our owner under another hold", "7 h:me@" + later + " h:x=" + later + " me", mayBeFree},
-		{"held shared, our owner among the readers", "7 h:me@" + later + " h:x=" + later + "=me *", mayBeFree},
-		{"handed to us", "7 - h:me=" + later + " ", handedOver},
-		{"its holds ended", "7 h:me@" + later + " h:x=" + earlier + " other", mayBeFree},
+		{"held by our owner under another hold", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + " me", mayBeFree},
+		{"held shared, our owner among the readers", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + "=me *", mayBeFree},
+		{"granted to us", "9 - h:me=" + later + "g me", handedOver},
+		{"its holds ended", "7 h:me@" + later + "=me=fence:{x} h:x=" + earlier + " other", mayBeFree},
 		{"not a lock value", "garbage", mayBeFree},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,7 +80,11 @@ func TestRecheckReadsTheKey(t *testing.T) {
 			if tc.value != "" {
 				require.NoError(t, rdb.Set(ctx, key, tc.value, time.Minute).Err())
 			}
-			assert.Equal(t, tc.want, c.recheck(ctx, l, group{keys: []string{key}}, []string{key}))
+			found, g := c.recheck(ctx, l, group{keys: []string{key}}, []string{key})
+			assert.Equal(t, tc.want, found)
+			if found == handedOver {
+				assert.Equal(t, grant{key: key, token: 9}, g, "the grant, with the token it gave")
+			}
 		})
 	}
 }

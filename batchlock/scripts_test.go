@@ -164,7 +164,7 @@ func holdEnds(v string) []int64 {
 	for e := range strings.SplitSeq(fields[2], ",") {
 		parts := strings.Split(e, "=")
 		if len(parts) >= 2 {
-			n, _ := strconv.ParseInt(parts[1], 10, 64)
+			n, _ := strconv.ParseInt(strings.TrimSuffix(parts[1], "g"), 10, 64)
 			out = append(out, n)
 		}
 	}
@@ -194,7 +194,7 @@ func sameValue(t *testing.T, want, got string) {
 			return false
 		}
 		for i := range as {
-			an, bn := strings.TrimRight(as[i], "sp"), strings.TrimRight(bs[i], "sp")
+			an, bn := strings.TrimRight(as[i], "spg"), strings.TrimRight(bs[i], "spg")
 			if !near(an, bn) || as[i][len(an):] != bs[i][len(bn):] {
 				return false
 			}
@@ -245,8 +245,8 @@ func tryEachArgv(mode string, baskets ...[3]string) []any {
 }
 
 // A TryEach call's baskets on one master: each taken or refused on its
-// own, the first key held named without holders, and a key handed to a
-// waiter (its claim) is no basket's, fresh owner or not.
+// own, the first key held named without holders, and a key granted to a
+// waiter is no basket's, fresh owner or not.
 func TestScriptTryEach(t *testing.T) {
 	runScriptCases(t, []scriptCase{
 		{name: "baskets taken and refused on their own; a fresh owner's refusal reads nothing",
@@ -254,16 +254,16 @@ func TestScriptTryEach(t *testing.T) {
 			script: tryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}, [3]string{"carol", "h:c", "held"}, [3]string{"dan", "h:d", "j"}),
 			reply: []any{[]any{int64(1), int64(1)}, []any{int64(0), int64(0), int64(0), []any{"held"}, []any{}, int64(0)}, []any{int64(1), int64(3)}},
 			after: map[string]string{"k": "1 - h:b= bob", "held": "3 - h:a={now+60000} alice", "j": "3 - h:d= dan"}, ttl: 1000},
-		{name: "a claim is no fresh owner's",
-			before: map[string]string{"k": "7 - h:w={now+3000} "},
+		{name: "a grant is no fresh owner's",
+			before: map[string]string{"k": "7 - h:w={now+3000}g wes"},
 			script: tryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}),
 			reply: []any{[]any{int64(0), int64(0), int64(0), []any{"k"}, []any{}, int64(0)}},
-			after: map[string]string{"k": "7 - h:w={now+3000} "}},
-		{name: "a claim is no other owner's, read in full (first), and its lease told",
-			before: map[string]string{"k": "7 - h:w={now+3000} "},
+			after: map[string]string{"k": "7 - h:w={now+3000}g wes"}},
+		{name: "a grant is no other owner's, read in full (first), and its lease told",
+			before: map[string]string{"k": "7 - h:w={now+3000}g wes"},
 			script: tryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
 			reply: []any{[]any{int64(0), int64(0), int64(3000), []any{"k"}, []any{}, int64(0)}},
-			after: map[string]string{"k": "7 - h:w={now+3000} "}},
+			after: map[string]string{"k": "7 - h:w={now+3000}g wes"}},
 		{name: "an owner joins its own key (first), as a reentrant lock does",
 			before: map[string]string{"k": "3 - h:a= alice"},
 			script: tryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
@@ -287,16 +287,26 @@ func TestScriptAcquire(t *testing.T) {
 			script: acquireScript, args: acquireArgv("alice", "h:b", 20000, "try", "", "k"),
 			reply: []any{int64(1), int64(3)},
 			after: map[string]string{"k": "3 - h:a={now+5000},h:b={now+20000} alice"}},
-		{name: "a claim taken with a lease shorter than the claim ends with the lease",
-			before: map[string]string{"k": "7 - h:w={now+3000} "},
+		{name: "a grant taken up by its waiter keeps its token, and is a grant no longer",
+			before: map[string]string{"k": "7 - h:w={now+3000}g bob"},
+			script: acquireScript, args: acquireArgv("bob", "h:w", 20000, "wait", "", "k"),
+			reply: []any{int64(1), int64(7)},
+			after: map[string]string{"k": "7 - h:w={now+20000} bob"}},
+		{name: "a grant taken up with a lease shorter than the grant keeps the grant's end",
+			before: map[string]string{"k": "7 - h:w={now+3000}g bob"},
 			script: acquireScript, args: acquireArgv("bob", "h:w", 100, "wait", "", "k"),
-			reply: []any{int64(1), int64(1)},
-			after: map[string]string{"k": "1 - h:w={now+100} bob"}},
+			reply: []any{int64(1), int64(7)},
+			after: map[string]string{"k": "7 - h:w={now+3000} bob"}},
+		{name: "a waiter's place names its owner and its slot's counter, escaped",
+			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
+			script: acquireScript, args: []any{"bob", "h:b", 1000, "wait", "cancel:{a}:h:b", 2000, "my pre,fix=fence:{a}", 1, "k"},
+			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}},
+			after: map[string]string{"k": "3 h:b@{now+2000}=bob=my%20pre%2Cfix%3Dfence:{a} h:a={now+60000} alice"}},
 		{name: "a waiter that polls has its place marked",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
 			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "poll", "", "k"),
 			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}},
-			after: map[string]string{"k": "3 h:b@{now+2000}p h:a={now+60000} alice"}},
+			after: map[string]string{"k": "3 h:b@{now+2000}p=bob=fence:{a} h:a={now+60000} alice"}},
 		{name: "a writer refused by readers is told who they are, the live ones sorted, each once",
 			before: map[string]string{"k": "4 - h:r1={now+60000}=zed,h:r2={now+60000}=ann,h:r3={now-10}=old,h:r4={now+60000}=ann *"},
 			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
@@ -313,10 +323,10 @@ func TestScriptAcquire(t *testing.T) {
 			reply: []any{int64(1), int64(1)},
 			after: map[string]string{"k": "1 - h:b= bob"}, ttl: 1000},
 		{name: "the readers behind a writer whose place lapsed are told they may join",
-			before: map[string]string{"k": "4 h:x@{now-5},h:r2@{now+2000}s h:r1={now+60000}=ann *"},
+			before: map[string]string{"k": "4 h:x@{now-5}=xav=fence:{a},h:r2@{now+2000}s=rob=fence:{a} h:r1={now+60000}=ann *"},
 			script: acquireScript, args: acquireArgv("cid", "h:r3", 1000, "wait", "s", "k"),
 			reply: []any{int64(1), int64(4)},
-			after: map[string]string{"k": "4 h:r2@{now+2000}s h:r1={now+60000}=ann,h:r3={now+1000}=cid *"},
+			after: map[string]string{"k": "4 h:r2@{now+2000}s=rob=fence:{a} h:r1={now+60000}=ann,h:r3={now+1000}=cid *"},
 			told:  map[string][]string{"k": {"again:h:x", "again:h:r2"}}},
 		{name: "an owner that holds a key shared and asks for it exclusively is refused, nothing changed (ErrUpgrade)",
 			before: map[string]string{"k": "3 - h:a={now+60000}=alice *"},
@@ -363,34 +373,39 @@ func TestScriptRelease(t *testing.T) {
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": ""}},
-		{name: "a fresh hold with a waiter hands the key on",
-			before: map[string]string{"k": "3 h:w@{now+2000} h:a= alice"},
+		{name: "a fresh hold with a waiter grants the key on",
+			before: map[string]string{"k": "3 h:w@{now+2000}=wes=fence:{a} h:a= alice", "fence:{a}": "6"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
-			after: map[string]string{"k": "3 - h:w={now+3000} "},
-			told:  map[string][]string{"k": {"h:w"}}},
+			after: map[string]string{"k": "7 - h:w={now+3000}g wes"},
+			told:  map[string][]string{"k": {"h:w 7"}}},
 		{name: "a lone hold is deleted",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": ""}},
-		{name: "a key handed to a waiter that listens is its claim for 3s",
-			before: map[string]string{"k": "3 h:w@{now+9000} h:a={now+60000} alice"},
+		{name: "a key granted to a waiter that listens is its for 3s, with the next token of the counter its place names",
+			before: map[string]string{"k": "3 h:w@{now+9000}=wes=my%20pre%2Cfix%3Dfence:{a} h:a={now+60000} alice", "my pre,fix=fence:{a}": "6"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
-			after: map[string]string{"k": "3 - h:w={now+3000} "},
-			told:  map[string][]string{"k": {"h:w"}}},
-		{name: "a key handed to a waiter that polls is its claim until its place would have lapsed",
-			before: map[string]string{"k": "3 h:w@{now+9000}p h:a={now+60000} alice"},
+			after: map[string]string{"k": "7 - h:w={now+3000}g wes"},
+			told:  map[string][]string{"k": {"h:w 7"}}},
+		{name: "a key granted to a waiter that polls is its until its place would have lapsed",
+			before: map[string]string{"k": "3 h:w@{now+9000}p=wes=fence:{a} h:a={now+60000} alice", "fence:{a}": "6"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
-			after: map[string]string{"k": "3 - h:w={now+9000} "},
-			told:  map[string][]string{"k": {"h:w"}}},
-		{name: "a release run again after it handed the key on reports nothing",
-			before: map[string]string{"k": "3 - h:w={now+3000} "},
+			after: map[string]string{"k": "7 - h:w={now+9000}g wes"},
+			told:  map[string][]string{"k": {"h:w 7"}}},
+		{name: "a release run again after it granted the key on reports nothing",
+			before: map[string]string{"k": "7 - h:w={now+3000}g wes"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
-			after: map[string]string{"k": "3 - h:w={now+3000} "}},
+			after: map[string]string{"k": "7 - h:w={now+3000}g wes"}},
+		{name: "a release run again after the waiter took up its grant reports the key taken",
+			before: map[string]string{"k": "7 - h:w={now+30000} wes"},
+			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: []any{[]any{"k"}, []any{}},
+			after: map[string]string{"k": "7 - h:w={now+30000} wes"}},
 		{name: "a key another owner holds is reported",
 			before: map[string]string{"k": "5 - h:b={now+60000} bob"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
@@ -401,18 +416,18 @@ func TestScriptRelease(t *testing.T) {
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "3 - h:b={now+50000} alice"}},
-		{name: "a key released with readers first in its queue is handed to the run of them, not the writer behind",
-			before: map[string]string{"k": "3 h:r1@{now+2000}s,h:r2@{now+2000}s,h:w@{now+2000} h:a={now+60000} alice"},
+		{name: "a key released with readers first in its queue is granted to the run of them with one token, not the writer behind",
+			before: map[string]string{"k": "3 h:r1@{now+2000}s=ann=fence:{a},h:r2@{now+2000}s=bob=fence:{a},h:w@{now+2000}=wes=fence:{a} h:a={now+60000} alice", "fence:{a}": "6"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
-			after: map[string]string{"k": "0 h:w@{now+2000} h:r1={now+3000}=,h:r2={now+3000}= *"},
-			told:  map[string][]string{"k": {"h:r1", "h:r2"}}},
-		{name: "waiters whose place lapsed are told, and the first live one is handed the key",
-			before: map[string]string{"k": "3 h:x@{now-5},h:w@{now+2000} h:a={now+60000} alice"},
+			after: map[string]string{"k": "7 h:w@{now+2000}=wes=fence:{a} h:r1={now+3000}g=ann,h:r2={now+3000}g=bob *"},
+			told:  map[string][]string{"k": {"h:r1 7", "h:r2 7"}}},
+		{name: "waiters whose place lapsed are told, and the first live one is granted the key",
+			before: map[string]string{"k": "3 h:x@{now-5}=xav=fence:{a},h:w@{now+2000}=wes=fence:{a} h:a={now+60000} alice", "fence:{a}": "6"},
 			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
-			after: map[string]string{"k": "3 - h:w={now+3000} "},
-			told:  map[string][]string{"k": {"again:h:x", "h:w"}}},
+			after: map[string]string{"k": "7 - h:w={now+3000}g wes"},
+			told:  map[string][]string{"k": {"again:h:x", "h:w 7"}}},
 	})
 }
 
@@ -500,14 +515,14 @@ func luaConstant(t *testing.T, source, name string) string {
 }
 
 // The facts the Go code and the scripts share are written once on each side
-// and agree: the messages, the owner field of a shared key, the claim time
+// and agree: the messages, the owner field of a shared key, the grant time
 // doc.go states, the hold prefix the script headers name, and the statuses
 // acquire.lua's header lists against those the Go side decodes.
 func TestScriptConstantsAgree(t *testing.T) {
 	assert.Equal(t, releasedMessage, luaConstant(t, layoutSource, "RELEASED"))
 	assert.Equal(t, againMessage, luaConstant(t, layoutSource, "AGAIN"))
 	assert.Equal(t, sharedOwner, luaConstant(t, layoutSource, "SHARED"))
-	assert.Equal(t, strconv.FormatInt(claimTime.Milliseconds(), 10), luaConstant(t, layoutSource, "CLAIM_MS"))
+	assert.Equal(t, strconv.FormatInt(grantTime.Milliseconds(), 10), luaConstant(t, layoutSource, "GRANT_MS"))
 	for name, source := range map[string]string{"acquire": acquireSource, "release": releaseSource} {
 		assert.Contains(t, source, `"`+holdPrefix+`" .. hold id`, "%s.lua's header names the hold prefix", name)
 	}

@@ -30,10 +30,11 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		if !wt.sub.active() {
 			return nil // no message will come: try again, then poll
 		}
-		switch c.recheck(ctx, l, l.groups[wt.held], blockers) {
+		switch found, g := c.recheck(ctx, l, l.groups[wt.held], blockers); found {
 		case handedOver:
 			wt.refusedAlone = false
 			l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(blockers)})
+			wt.takeGranted(l, g)
 			return nil
 		case mayBeFree:
 			return nil
@@ -45,14 +46,40 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		c.rollback(ctx, l, l.groups[:wt.held+1])
 		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
 	}
-	if wt.sub.handedOff() {
-		// The key waited for is ours: the next attempt takes it and all
-		// the rest, the one call a conflict costs per master.
+	if g, ok := wt.sub.grantedKey(); ok && slices.Contains(wt.queuedFor, g.key) {
+		// The key waited for is ours: the next attempt takes all the rest,
+		// and the key too unless it is taken as granted.
 		wt.refusedAlone = false
 		l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(wt.queuedFor)})
+		wt.takeGranted(l, g)
 	}
 	wt.attempt++
 	return nil
+}
+
+// takeGranted counts g, a key granted to l's hold while it waited, as held
+// without a call, when the key is the whole group waited for and the grant
+// needs no acknowledgement: its next call on that master would be the only
+// one the key costs, and a lock held briefly releases the key before it
+// would be due. The grant is counted on for grantTime from before the last
+// attempt that found the call's place in the key's queue (the release
+// granted it later), and renewed before half of that has passed, by the
+// call while it waits or by the watchdog once the lock is handed out. A
+// WithTTL lock, which nothing renews, a WithReplicas lock, and a call that
+// heard of the grant with less than half of it left take the key up with
+// their next attempt instead.
+func (wt *waiting) takeGranted(l *Lock, g grant) {
+	waited, until := l.groups[wt.held], wt.placedAt.Add(grantTime)
+	if !l.renew || l.ack.Replicas > 0 || g.token <= 0 || len(waited.keys) != 1 || waited.keys[0] != g.key ||
+		time.Until(until) < grantTime/2 {
+		return
+	}
+	l.setTokens(waited.keys, []int64{g.token})
+	if wt.grantUntil.IsZero() || until.Before(wt.grantUntil) {
+		wt.grantUntil = until
+	}
+	wt.granted = append(wt.granted, waited)
+	wt.held++
 }
 
 // errWaitOver is the cause that ends a wait bounded by WithWait.
@@ -65,10 +92,17 @@ func (c *Client) placeLease() time.Duration { return max(3*c.cfg.pollMax, 2*time
 
 // waiting is the state of a Lock call that waits for some of its groups.
 type waiting struct {
-	held         int       // groups[:held] are held
-	since        time.Time // the oldest lease among them started then
-	waited       bool      // more than one attempt was made
-	refusedAlone bool      // the next attempt asks for groups[held], the one refused, alone
+	held  int       // groups[:held] are held
+	since time.Time // the oldest lease among those not granted started then
+	// granted are the held groups granted by a release and not renewed
+	// since, counted on until grantUntil.
+	granted    []group
+	grantUntil time.Time
+	// placedAt is when the last attempt that found the call's place in a
+	// queue was sent.
+	placedAt     time.Time
+	waited       bool // more than one attempt was made
+	refusedAlone bool // the next attempt asks for groups[held], the one refused, alone
 	sub          *subscription
 	attempt      int
 	// queuedFor are the lock keys whose queue the call took a place in
@@ -115,7 +149,7 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 	deadline := time.Now().Add(d)
 	for {
 		next := deadline
-		renewAt := wt.since.Add(lease.RenewalPeriod(l.lease))
+		renewAt := wt.renewAt(l)
 		if wt.held > 0 && renewAt.Before(next) {
 			next = renewAt
 		}
@@ -146,6 +180,29 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 	}
 }
 
+// renewAt is when the groups held while waiting are renewed: a third of a
+// lease after the oldest lease began, and a granted key half its grant
+// before the grant runs out.
+func (wt *waiting) renewAt(l *Lock) time.Time {
+	at := wt.since.Add(lease.RenewalPeriod(l.lease))
+	if !wt.grantUntil.IsZero() && (wt.since.IsZero() || wt.grantUntil.Add(-grantTime/2).Before(at)) {
+		at = wt.grantUntil.Add(-grantTime / 2)
+	}
+	return at
+}
+
+// validUntil is how long the groups held while waiting are known to be.
+func (wt *waiting) validUntil(l *Lock) time.Time {
+	if wt.since.IsZero() {
+		return wt.grantUntil
+	}
+	until := wt.since.Add(l.lease)
+	if !wt.grantUntil.IsZero() && wt.grantUntil.Before(until) {
+		until = wt.grantUntil
+	}
+	return until
+}
+
 // renewHeld renews the groups l holds while it waits for the rest, and
 // reports whether it did. A renewal that takes long (a slow master) must not
 // make a place in a queue lapse: it gets a third of a place (or of the
@@ -161,11 +218,11 @@ func (c *Client) renewHeld(ctx context.Context, l *Lock, wt *waiting) (bool, err
 	case len(lost) > 0:
 		return false, fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
 	case err == nil:
-		wt.since = start
+		wt.since, wt.granted, wt.grantUntil = start, nil, time.Time{}
 		return true, nil
 	case ctx.Err() != nil:
 		return false, context.Cause(ctx)
-	case time.Since(wt.since) >= l.lease:
+	case !time.Now().Before(wt.validUntil(l)):
 		return false, err
 	}
 	return false, nil

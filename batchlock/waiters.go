@@ -2,6 +2,8 @@ package batchlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,7 +72,7 @@ type subscription struct {
 	keys      []string
 	joined    []*listener // by key, in keys order
 	woken     chan struct{}
-	handed    atomic.Bool // a hand-off to hold came since handedOff last said so
+	granted   atomic.Pointer[grant] // the last grant to hold not taken by granted yet
 	confirmed bool
 	broken    bool // a listener was dropped by the server; guarded by waiters.mu
 }
@@ -239,17 +241,19 @@ func (ws *waiters) listen(ln *listener) {
 				ws.drop(ln)
 			}
 		case *redis.Message:
-			// A hand-off names the one waiter it is for, and so does a
-			// call to try again; a release that handed nothing on wakes
-			// every waiter of the key.
+			// A grant names the one waiter it is for, and so does a call
+			// to try again; a release that handed nothing on wakes every
+			// waiter of the key.
 			if ch := ln.channels[m.Channel]; ch != nil {
+				hold, token, _ := strings.Cut(m.Payload, " ")
 				for s := range ch.subs {
 					switch m.Payload {
-					case s.hold:
-						s.handed.Store(true)
-						s.wake()
 					case releasedMessage, againMessage + s.hold:
 						s.wake()
+					default:
+						if hold == s.hold {
+							s.grant(m.Channel, token)
+						}
 					}
 				}
 			}
@@ -329,9 +333,37 @@ func (s *subscription) wake() {
 	}
 }
 
-// handedOff reports whether a key of s was handed to its hold since it last
-// said so.
-func (s *subscription) handedOff() bool { return s != nil && s.handed.Swap(false) }
+// grant is a key granted to a waiting hold by a release, as its message
+// tells: the lock key and its new fencing token.
+type grant struct {
+	key   string
+	token int64
+}
+
+// grant records the grant of key to s's hold, with token (the message's
+// text), and wakes its waiter.
+func (s *subscription) grant(key, token string) {
+	t, err := strconv.ParseInt(token, 10, 64)
+	if err != nil {
+		// Not a message of ours: the next attempt finds what it is.
+		t = 0
+	}
+	s.granted.Store(&grant{key: key, token: t})
+	s.wake()
+}
+
+// grantedKey returns the grant to s's hold that came since it last said so,
+// if one did.
+func (s *subscription) grantedKey() (grant, bool) {
+	if s == nil {
+		return grant{}, false
+	}
+	g := s.granted.Swap(nil)
+	if g == nil {
+		return grant{}, false
+	}
+	return *g, true
+}
 
 // wakeups returns the channel that receives when a key of s may be free.
 func (s *subscription) wakeups() <-chan struct{} {

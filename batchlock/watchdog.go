@@ -61,7 +61,7 @@ func (wd *watchdog) add(l *Lock) {
 		wd.mu.Unlock()
 		return
 	}
-	wd.due[l] = renewal{at: wd.renewalOf(l.ValidUntil())}
+	wd.due[l] = renewal{at: wd.dueOf(l)}
 	if !wd.running {
 		wd.running = true
 		go wd.loop()
@@ -81,6 +81,22 @@ func (wd *watchdog) wake() {
 // renewed: a third of a lease after that lease began.
 func (wd *watchdog) renewalOf(validUntil time.Time) time.Time {
 	return validUntil.Add(-wd.c.cfg.lease + lease.RenewalPeriod(wd.c.cfg.lease))
+}
+
+// dueOf is when l is renewed next: a third of a lease after its lease began,
+// and, while it has keys granted and not renewed yet (see
+// waiting.takeGranted), half their grant before it runs out.
+func (wd *watchdog) dueOf(l *Lock) time.Time {
+	var at time.Time
+	if confirmed := l.confirmedUntil(); !confirmed.IsZero() {
+		at = wd.renewalOf(confirmed)
+	}
+	if granted, until := l.grant(); granted != nil {
+		if g := until.Add(-grantTime / 2); at.IsZero() || g.Before(at) {
+			at = g
+		}
+	}
+	return at
 }
 
 func (wd *watchdog) remove(l *Lock) {
@@ -139,10 +155,10 @@ func (wd *watchdog) next() (time.Time, bool) {
 func (wd *watchdog) startRound() {
 	horizon := time.Now().Add(lease.RoundHorizon(wd.c.cfg.lease))
 	wd.mu.Lock()
-	batches := make(map[script.Ack][]*Lock)
+	batches := make(map[script.Ack][]renewing)
 	for l, r := range wd.due {
 		if !r.busy && !r.at.After(horizon) {
-			batches[l.ack] = append(batches[l.ack], l)
+			batches[l.ack] = append(batches[l.ack], wd.renewingOf(l, horizon))
 			wd.due[l] = renewal{at: r.at, busy: true}
 		}
 	}
@@ -156,19 +172,37 @@ func (wd *watchdog) startRound() {
 	}
 }
 
+// renewing is a lock a round renews, and the groups of it that it renews:
+// all of them, or only those granted to it and not renewed yet when the
+// rest is not due.
+type renewing struct {
+	l      *Lock
+	groups []group
+}
+
+// renewingOf is what a round that renews the locks due before horizon renews
+// of l.
+func (wd *watchdog) renewingOf(l *Lock, horizon time.Time) renewing {
+	granted, _ := l.grant()
+	if confirmed := l.confirmedUntil(); granted != nil && !confirmed.IsZero() && wd.renewalOf(confirmed).After(horizon) {
+		return renewing{l: l, groups: granted}
+	}
+	return renewing{l: l, groups: l.groups}
+}
+
 // renewBatch renews locks with one call per master for all of them; a loss
 // ends only the lock it belongs to. A lock whose renewal could not be
-// confirmed is tried again a twelfth of a lease later, while its expiry
-// timer counts down.
-func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ack) {
+// confirmed is tried again a twelfth of a lease later (a twelfth of a grant
+// for a lock with keys granted), while its expiry timer counts down.
+func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack script.Ack) {
 	ms := lease.Millis(wd.c.cfg.lease)
 	holds := make([]holdKeys, len(locks))
-	for i, l := range locks {
-		holds[i] = holdKeys{hold: l.hold, lease: ms, groups: l.groups}
+	for i, r := range locks {
+		holds[i] = holdKeys{hold: r.l.hold, lease: ms, groups: r.groups}
 	}
 	start := time.Now()
 	wd.c.extendAll(ctx, holds, ack, func(i int, e extended) {
-		l := locks[i]
+		l, all := locks[i].l, len(locks[i].groups) == len(locks[i].l.groups)
 		switch {
 		case len(e.lost) > 0:
 			// A lock removed meanwhile is being unlocked: its keys were
@@ -179,11 +213,18 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []*Lock, ack script.Ac
 			wd.remove(l)
 		case e.err == nil:
 			left := time.Until(l.ValidUntil())
-			l.confirm(start.Add(wd.c.cfg.lease))
-			wd.reschedule(l, wd.renewalOf(start.Add(wd.c.cfg.lease)))
+			if all {
+				l.confirm(start.Add(wd.c.cfg.lease))
+			}
+			l.confirmGrant(start.Add(wd.c.cfg.lease))
+			wd.reschedule(l, wd.dueOf(l))
 			l.emit(Event{Kind: EventRenewed, Duration: left})
 		default:
-			wd.reschedule(l, time.Now().Add(lease.RetryAfter(wd.c.cfg.lease)))
+			retry := lease.RetryAfter(wd.c.cfg.lease)
+			if granted, _ := l.grant(); granted != nil {
+				retry = min(retry, lease.RetryAfter(grantTime))
+			}
+			wd.reschedule(l, time.Now().Add(retry))
 		}
 	})
 }

@@ -6,15 +6,26 @@ import (
 	"github.com/batchlock/batchlock/batchlock"
 )
 
-// Batchlock takes the whole batch with one Lock call and a fixed TTL, as
-// the peers have, so that no watchdog work is measured.
+// Batchlock takes the whole batch with one Lock call: with a fixed TTL, as
+// the peers have, so that no watchdog work is measured, or renewed by the
+// watchdog, as Do and a plain Lock are, for the workloads where a waiter is
+// granted keys (contention, hand-off): a renewed lock counts on a granted
+// key without a call, a WithTTL lock takes it up with one.
 type Batchlock struct {
 	name string
 	c    *batchlock.Client
+	opts []batchlock.LockOption
 }
 
-// NewBatchlock wraps c under a name for the report.
+// NewBatchlock wraps c under a name for the report; its locks have a fixed
+// TTL.
 func NewBatchlock(name string, c *batchlock.Client) *Batchlock {
+	return &Batchlock{name: name, c: c, opts: []batchlock.LockOption{batchlock.WithTTL(TTL)}}
+}
+
+// NewRenewedBatchlock wraps c under a name for the report; its locks are
+// renewed by the watchdog, with c's lease (WithLease(TTL) in the suite).
+func NewRenewedBatchlock(name string, c *batchlock.Client) *Batchlock {
 	return &Batchlock{name: name, c: c}
 }
 
@@ -22,12 +33,12 @@ func (b *Batchlock) Name() string       { return b.name }
 func (b *Batchlock) Commands() []string { return scriptCommands }
 
 func (b *Batchlock) Lock(ctx context.Context, keys []string) (Held, error) {
-	return b.c.Lock(ctx, keys, batchlock.WithTTL(TTL))
+	return b.c.Lock(ctx, keys, b.opts...)
 }
 
 // LockShared takes keys exclusively and shared shared, in one Lock call.
 func (b *Batchlock) LockShared(ctx context.Context, keys, shared []string) (Held, error) {
-	return b.c.Lock(ctx, keys, batchlock.WithTTL(TTL), batchlock.WithShared(shared...))
+	return b.c.Lock(ctx, keys, append(b.opts, batchlock.WithShared(shared...))...)
 }
 
 // ScriptsSent counts the script calls batchlock Clients sent, by kind, as

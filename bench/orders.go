@@ -23,6 +23,9 @@ type OrderConfig struct {
 	Stock     int64 // initial units of every SKU
 	Rounds    int   // turns each library gets per number of workers, alternating
 	Slice     time.Duration
+	// UniformBaskets draws basket sizes alike in 1..MaxBasket (orders'
+	// UniformBaskets), rather than small baskets most likely.
+	UniformBaskets bool
 	// Promos is the number of hot promotions of the shared-keys
 	// comparison, one of which PromoShare of its orders read, run with
 	// each of PromoWorkers workers.
@@ -294,7 +297,7 @@ func runOrderLevel(ctx context.Context, cl *localcluster.Cluster, procs []*peerP
 	}
 	for round := range cfg.Rounds {
 		// Enough orders for any turn: a turn ends by time.
-		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 200_000, MaxBasket: cfg.MaxBasket, MaxQty: 1,
+		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 200_000, MaxBasket: cfg.MaxBasket, UniformBaskets: cfg.UniformBaskets, MaxQty: 1,
 			Promos: cfg.Promos, PromoShare: cfg.PromoShare, Seed: uint64(level*cfg.Rounds + round)})
 		if err != nil {
 			return nil, err

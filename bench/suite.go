@@ -120,6 +120,15 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		s.closers = append(s.closers, c.Close)
 		return NewBatchlock(name, c), nil
 	}
+	// renewed is a Batchlock whose locks the watchdog renews, with a lease
+	// of TTL.
+	renewed := func(name string, opts ...batchlock.Option) (*Batchlock, error) {
+		b, err := newBatchlock(name, append(opts, batchlock.WithLease(TTL))...)
+		if err != nil {
+			return nil, err
+		}
+		return NewRenewedBatchlock(name, b.c), nil
+	}
 
 	bl, err := newBatchlock(NameBatchlock)
 	if err != nil {
@@ -147,7 +156,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	newLeastBusy := func(name string, n int) (*LeastBusy, error) {
 		clients := make([]Locker, n)
 		for i := range clients {
-			c, err := newBatchlock(name)
+			c, err := renewed(name)
 			if err != nil {
 				return nil, err
 			}
@@ -163,16 +172,20 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	blOrders, err := renewed(NameBatchlock)
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	s.Orders = []Locker{
 		NewLayered(NameFencedFloorProcessor, NewCeiling(), processorFloor),
 		NewLayered(NameLockFloorProcessor, NewCeiling(), NewLockFloor(client())),
 		NewCeiling(),
-		bl,
+		blOrders,
 		bl4,
 		bl16,
 		redsyncSeq,
 	}
-	s.Promotions = bl
+	s.Promotions = blOrders
 
 	processors := slices.Max(DefaultBatch.Processors)
 	floors := make([]*Floor, processors)
@@ -192,7 +205,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewTryEachKind(each), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
-	waiter, err := newBatchlock(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {
+	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {
 		if e.Kind == batchlock.EventHandedOff {
 			handedOff.Store(time.Now().UnixNano())
 		}

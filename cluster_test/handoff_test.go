@@ -188,9 +188,9 @@ func TestHandOffInASlotBeingMigrated(t *testing.T) {
 	require.NoError(t, holder.Unlock(ctx), "the key has not moved: its release goes through")
 	held, err := c.Inspect(ctx, key...)
 	require.NoError(t, err)
-	assert.Equal(t, 1, held[0].Holds, "the key is handed to the waiter, not deleted")
+	assert.Equal(t, 1, held[0].Holds, "the key is granted to the waiter, not deleted")
 	// Keys of a slot in migration cannot be taken (see the README); the
-	// waiter takes its claim once the slot is stable again, within the
+	// waiter renews its grant once the slot is stable again, within the
 	// retry window.
 	stable()
 	select {

@@ -80,7 +80,7 @@ func killQueuedWaiter(t *testing.T, c *batchlock.Client, prefix, key string, sha
 }
 
 // A waiter killed while queued holds the queue up for a few seconds at
-// most: the release hands it the key, its claim lapses (nobody takes it),
+// most: the release grants it the key, its grant lapses (nobody renews it),
 // and the next waiter gets the key with a newer token, long before the
 // holder's lease would have ended.
 func TestWaiterKilledWhileQueued(t *testing.T) {
@@ -101,7 +101,8 @@ func TestWaiterKilledWhileQueued(t *testing.T) {
 	waitQueued(ctx, t, c, key[0], 2)
 	require.NoError(t, holder.Unlock(ctx))
 	h := holderOf(t, c, key[0])
-	assert.Empty(t, h.Holders, "handed to the dead waiter, as a claim nobody takes")
+	require.Len(t, h.Holders, 1, "granted to the dead waiter, which nobody renews")
+	assert.NotEqual(t, holder.Owner(), h.Holders[0])
 	assert.Equal(t, 1, h.Holds)
 
 	l := <-got // within ctx, well before holder's minute-long lease
@@ -112,10 +113,10 @@ func TestWaiterKilledWhileQueued(t *testing.T) {
 	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
 }
 
-// A key handed to readers that are gone (a reader killed while queued) is
-// joined by a new reader, which gives the shared ownership a token newer
-// than the last writer's, shared by every reader after it; the dead
-// reader's claim lapses on its own.
+// A key granted to readers that are gone (a reader killed while queued) is
+// joined by new readers, which share the token the grant gave the shared
+// ownership, newer than the last writer's; the dead reader's grant lapses
+// on its own.
 func TestReaderJoiningAKeyHandedToADeadReader(t *testing.T) {
 	c, prefix := newLocker(t, newClient(t))
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -125,8 +126,8 @@ func TestReaderJoiningAKeyHandedToADeadReader(t *testing.T) {
 	killQueuedWaiter(t, c, prefix, key[0], true, 1)
 	require.NoError(t, writer.Unlock(ctx))
 	h := holderOf(t, c, key[0])
-	require.True(t, h.Shared, "handed to the dead reader")
-	require.Empty(t, h.Holders, "nobody took it")
+	require.True(t, h.Shared, "granted to the dead reader")
+	require.Len(t, h.Holders, 1, "the dead reader")
 
 	readers := make([]*batchlock.Lock, 2)
 	for i := range readers {
@@ -141,5 +142,5 @@ func TestReaderJoiningAKeyHandedToADeadReader(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 	}
 	require.Eventually(t, func() bool { return len(lockKeysUnder(t, newClient(t), prefix)) == 0 },
-		10*time.Second, 20*time.Millisecond, "the dead reader's claim lapses")
+		10*time.Second, 20*time.Millisecond, "the dead reader's grant lapses")
 }

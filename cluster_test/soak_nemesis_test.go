@@ -119,7 +119,7 @@ func (s *soak) faultKinds() []nemesisFault {
 			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "replica")
 			return false, err
 		}},
-		{"waiter process killed, or frozen past its claim", 3, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+		{"waiter process killed, or frozen past its grant", 3, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
 			return false, s.killWaiter(rng)
 		}},
 	}
@@ -127,7 +127,7 @@ func (s *soak) faultKinds() []nemesisFault {
 
 // killWaiter starts a process that locks a few hot keys (or promotions),
 // all shared or all exclusive, with a short lease, and after a moment kills
-// it (SIGKILL), or freezes it (SIGSTOP) past a claim's lease before it dies:
+// it (SIGKILL), or freezes it (SIGSTOP) past a grant before it dies:
 // a waiter that crashed while queued, or that was handed a key while
 // frozen. Whatever it took or queued for must go by itself, without a
 // rollback.
@@ -150,7 +150,7 @@ func (s *soak) killWaiter(rng *rand.Rand) error {
 		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			return err
 		}
-		time.Sleep(3500 * time.Millisecond) // longer than a claim lasts
+		time.Sleep(3500 * time.Millisecond) // longer than a grant lasts
 	}
 	return cmd.Process.Kill()
 }

@@ -223,9 +223,9 @@ func TestNoDeadlockAcrossTheTwoLevels(t *testing.T) {
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
 
-// A waiter handed its key in Redis that then finds a later key's gate held
-// by another lock of its Client takes the handed key at once (its claim does
-// not lapse) and waits at that gate with its keys renewed, however long:
+// A waiter granted its key in Redis that then finds a later key's gate held
+// by another lock of its Client takes the granted key up at once (its grant
+// does not lapse) and waits at that gate with its keys renewed, however long:
 // after three leases its first key is still its own, and once the gate opens
 // it holds both, with a lease from its last renewal.
 func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
@@ -269,11 +269,11 @@ func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
 
-// A waiter handed its key, that then finds a later key of its group held
+// A waiter granted its key, that then finds a later key of its group held
 // shared by its own owner in the process (ErrUpgrade at the gate), fails
-// leaving nothing: the key handed to it is released at once, not kept as
-// its claim until the claim lapses.
-func TestUpgradeAtAGateAfterAHandOffReleasesTheClaim(t *testing.T) {
+// leaving nothing: the key granted to it is released at once, not kept
+// until the grant lapses.
+func TestUpgradeAtAGateAfterAHandOffReleasesTheGrant(t *testing.T) {
 	rdb := newClient(t)
 	p, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
 	q := peerOf(t, rdb, prefix)

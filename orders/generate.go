@@ -30,6 +30,9 @@ type GenConfig struct {
 	MaxQty    int64   // units per line, 1..MaxQty
 	HotSKUs   int     // SKU(0) .. SKU(HotSKUs-1) are hot
 	HotShare  float64 // probability that a line picks a hot SKU, in [0, 1]
+	// UniformBaskets draws every basket size in 1..MaxBasket alike, for a
+	// heavier load than the power law's.
+	UniformBaskets bool
 	// Promos is the number of promotions, Promo(0) .. Promo(Promos-1), and
 	// PromoShare the probability, in [0, 1], that an order applies one of
 	// them. Few promotions in many orders make them hot keys that orders
@@ -83,7 +86,8 @@ func Catalogue(n int) []string {
 // Basket sizes follow a power law, as in real order books: 1 + MaxBasket*u^8
 // for u uniform in [0, 1), so that half of the orders have one or two
 // SKUs, the mean is about MaxBasket/9 and one order in twelve has more
-// than MaxBasket/2. Hot SKUs appear in many baskets, so that orders contend
+// than MaxBasket/2; with UniformBaskets every size alike, a mean of about
+// MaxBasket/2. Hot SKUs appear in many baskets, so that orders contend
 // for them and run them out of stock during a run.
 func Generate(cfg GenConfig) ([]Order, error) {
 	if err := cfg.Validate(); err != nil {
@@ -94,6 +98,9 @@ func Generate(cfg GenConfig) ([]Order, error) {
 	orders := make([]Order, cfg.Orders)
 	for i := range orders {
 		size := 1 + int(float64(maxBasket)*math.Pow(rng.Float64(), 8))
+		if cfg.UniformBaskets {
+			size = 1 + rng.IntN(maxBasket)
+		}
 		orders[i] = Order{ID: fmt.Sprintf("o%07d", i), Lines: basket(rng, cfg, size)}
 		if cfg.Promos > 0 && rng.Float64() < cfg.PromoShare {
 			orders[i].Promos = []string{Promo(rng.IntN(cfg.Promos))}

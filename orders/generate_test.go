@@ -28,6 +28,21 @@ func TestGenerateIsDeterministicPerSeed(t *testing.T) {
 	assert.NotEqual(t, a, c, "another seed, other orders")
 }
 
+func TestGenerateUniformBaskets(t *testing.T) {
+	cfg := genConfig()
+	cfg.UniformBaskets = true
+	orders, err := Generate(cfg)
+	require.NoError(t, err)
+	lines := 0
+	for _, o := range orders {
+		require.NotEmpty(t, o.Lines, o.ID)
+		require.LessOrEqual(t, len(o.Lines), cfg.MaxBasket, o.ID)
+		lines += len(o.Lines)
+	}
+	mean := float64(lines) / float64(len(orders))
+	assert.InDelta(t, float64(cfg.MaxBasket+1)/2, mean, float64(cfg.MaxBasket)/10, "sizes alike in 1..MaxBasket")
+}
+
 func TestGenerateBasketsWithinBounds(t *testing.T) {
 	cfg := genConfig()
 	orders, err := Generate(cfg)

@@ -18,10 +18,9 @@
 -- n of its lock keys, with "s" after the mode their modes (one letter per
 -- key: "s" shared, "x" exclusive), then those n lock keys.
 --
--- A key taken afresh gets the next token of its slot's counter, and so does
--- a key handed to this hold by a release (its claim); a key the owner
--- already holds keeps its token, gains the hold, and its lease is never
--- shortened. A key asked for shared is held by any number of owners at
+-- A key taken afresh gets the next token of its slot's counter; a key the
+-- owner already holds (one granted to this hold by a release too) keeps its
+-- token, gains the hold, and its lease is never shortened. A key asked for shared is held by any number of owners at
 -- once, who share its token; a reader joins unless another owner holds it
 -- exclusively or a writer waits for it ahead of the reader, and an owner
 -- that holds a key shared always joins it again. A key the owner holds
@@ -100,15 +99,13 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     end
 
     -- judge says what the hold may do with a key of state s (live holds
-    -- only) that it asks for, shared or not: "claim" it (handed to the
-    -- hold), "join" it (its owner holds it, or readers do and no writer
-    -- waits ahead), "refuse" (another owner holds it), or "upgrade": the
-    -- owner holds it shared and asks for it exclusively, which is refused
-    -- outright, as two owners doing so would wait for each other.
+    -- only) that it asks for, shared or not: "join" it (its owner holds it,
+    -- or readers do and no writer waits ahead), "refuse" (another owner
+    -- holds it), or "upgrade": the owner holds it shared and asks for it
+    -- exclusively, which is refused outright, as two owners doing so would
+    -- wait for each other.
     local function judge(s, shared)
-      if s.holds[hold] and (s.owner == '' or (s.owners and s.owners[hold] == '')) then
-        return 'claim'
-      elseif s.owner == owner then
+      if s.owner == owner then
         return 'join'
       elseif s.owner ~= SHARED then
         return 'refuse'
@@ -194,23 +191,9 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         return false, redis.call('PTTL', key), s
       end
       joined[#joined + 1] = {key, v, latest}
-      if verdict == 'claim' then
-        -- Handed to this hold by a release: its claim becomes its hold,
-        -- with the hold's own lease.
-        s.holds[hold] = nil
-        if not s.owners then
-          -- A new ownership.
-          s.token, s.owner = token, owner
-        end
-      end
-      if s.owners and s.token == 0 then
-        -- Handed to readers, none of which took it yet: the first reader
-        -- to take it, by its claim or joining, gives the shared ownership
-        -- its token.
-        s.token = token
-      end
-      -- A hold taken again (a retried call) keeps the later of its two ends.
-      s.holds[hold] = math.max(s.holds[hold] or 0, ends)
+      -- A hold taken again (a retried call, or a grant taken up) keeps the
+      -- later of its two ends.
+      s.holds[hold], s.granted[hold] = math.max(s.holds[hold] or 0, ends), nil
       if s.owners then
         s.owners[hold] = owner
       end
@@ -237,8 +220,10 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     end
 
     -- queue gives the hold a place in the queue of key (state s), asking for
-    -- it shared or not, or renews the one it has.
-    function existing.queue(key, s, shared)
+    -- it shared or not, or renews the one it has; fence is the counter of
+    -- the key's slot, from which a release that grants it the key takes its
+    -- token.
+    function existing.queue(key, s, shared, fence)
       local mine
       for _, e in ipairs(s.queue) do
         if e.hold == hold then
@@ -246,7 +231,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
       end
       if not mine then
-        mine = {hold = hold, shared = shared}
+        mine = {hold = hold, shared = shared, owner = owner, fence = L.escape(fence)}
         s.queue[#s.queue + 1] = mine
       end
       mine.polls = mode == 'poll'
@@ -340,7 +325,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         wait = math.max(wait, left)
         if waiting then
           if s then
-            slow().queue(key, s, shared)
+            slow().queue(key, s, shared, fence)
           end
           table.remove(tokens, 1)
           return {0, held, wait, conflicts, tokens, j, holders}

@@ -58,7 +58,7 @@ while i <= #ARGV do
         local s = L.parse(v, key, now)
         local ends = s and s.holds[hold]
         if ends and ends > now then
-          s.holds[hold] = math.max(ends, now + lease)
+          s.holds[hold], s.granted[hold] = math.max(ends, now + lease), nil
           L.rewrite(key, s, now)
         else
           if ends then

@@ -7,33 +7,34 @@
 --   token  the fencing token of the ownership, in decimal; of a shared key,
 --          the token of its shared ownership, which every owner holding it
 --          shares (0 while it is handed to readers none of which took it)
---   queue  the waiters, in arrival order, as "<hold>@<ends>" comma-separated
---          (each waiting call's hold field, and the server time in
---          milliseconds at which its place lapses unless renewed; "s" after
---          the place of a call that asks for the key shared, then "p" after
---          that of a call that polls rather than listens), or "-"
+--   queue  the waiters, in arrival order, as "<hold>@<ends>=<owner>=<fence>"
+--          comma-separated (each waiting call's hold field; the server time
+--          in milliseconds at which its place lapses unless renewed, with
+--          "s" after it for a call that asks for the key shared, then "p"
+--          for one that polls rather than listens; its owner id, and its
+--          slot's fencing counter escaped as owner ids are: what a release
+--          needs to grant it the key), or "-"
 --   holds  "<hold>=<ends>", comma-separated: each hold field ("h:" .. hold
 --          id, in hex digits) and the server time in milliseconds at which
 --          its lease ends, or nothing after "=" for the one hold of a key
---          taken afresh, which ends with the key; on a shared key
+--          taken afresh, which ends with the key; "g" after <ends> marks a
+--          grant: a hold a release gave a waiter, which no call of the
+--          waiter's has renewed yet; on a shared key
 --          "<hold>=<ends>=<owner>", each hold with its owner
---   owner  the owner id, to the end of the value; "*" for a key held shared;
---          empty while the key is handed to a waiter (a claim): the one hold
---          is the waiter's, whose next acquire takes the key with a fresh
---          token (a shared key handed to readers has a claim per reader: its
---          holds with an empty owner)
+--   owner  the owner id, to the end of the value; "*" for a key held shared
 -- Owner ids are escaped by the client (see owner.go): they hold no
 -- whitespace or control byte, comma, "=", "@" or "*", so "*" is no owner's id.
 -- The key expires with its longest hold (PXAT).
 
--- A key handed to a waiter stays its claim for this long (a waiter that polls
--- gets as long as its place would have lasted): time enough for the waiter
--- to hear of it and take it, and the most a waiter gone meanwhile holds the
--- key up.
-local CLAIM_MS = 3000
+-- A key granted to a waiter is its for this long unless the waiter renews it
+-- (a waiter that polls gets as long as its place would have lasted): time
+-- enough for the waiter to hear of it and renew it, and the most a waiter
+-- gone meanwhile holds the key up.
+local GRANT_MS = 3000
 
 -- RELEASED is the message of a key freed with nobody to hand it to: every
--- waiter of the key tries again (a hand-off's message is the waiter's hold).
+-- waiter of the key tries again (a grant's message is the waiter's hold, a
+-- space and the key's new token).
 local RELEASED = 'released'
 
 -- AGAIN starts the message that tells one waiter (AGAIN .. its hold field)
@@ -109,26 +110,31 @@ local function layout()
     if not token then
       return nil
     end
-    local h, o = {}, nil
+    local h, g, o = {}, {}, nil
     if owner == SHARED then
       o = {}
     end
-    for id, ends, who in string.gmatch(holds, '([^,=]+)=(%d*)=?([^,]*)') do
+    for id, ends, grant, who in string.gmatch(holds, '([^,=]+)=(%d*)(g?)=?([^,]*)') do
       if ends == '' then
         h[id] = now + math.max(redis.call('PTTL', key), 0)
       else
         h[id] = tonumber(ends)
+      end
+      if grant == 'g' then
+        g[id] = true
       end
       if o then
         o[id] = who
       end
     end
     local q = {}
-    for id, ends, shared, polls in string.gmatch(queue, '([^,@]+)@(%d+)(s?)(p?)') do
-      q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's', polls = polls == 'p'}
+    for id, ends, shared, polls, who, fence in string.gmatch(queue, '([^,@]+)@(%d+)(s?)(p?)=?([^,=]*)=?([^,]*)') do
+      q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's', polls = polls == 'p',
+        owner = who, fence = fence}
     end
     -- owners: of a shared key, the owner of each hold; nil otherwise.
-    return {token = tonumber(token), queue = q, holds = h, owner = owner, owners = o}
+    -- granted: the holds that are grants.
+    return {token = tonumber(token), queue = q, holds = h, granted = g, owner = owner, owners = o}
   end
 
   -- holder reports whether owner has a hold on the key of state s.
@@ -162,6 +168,9 @@ local function layout()
     local holds = {}
     for id, ends in pairs(s.holds) do
       local e = id .. '=' .. string.format('%d', ends)
+      if s.granted[id] then
+        e = e .. 'g'
+      end
       if s.owners then
         e = e .. '=' .. (s.owners[id] or '')
       end
@@ -169,7 +178,8 @@ local function layout()
     end
     local queue = {}
     for _, e in ipairs(s.queue) do
-      queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '') .. (e.polls and 'p' or '')
+      queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '') .. (e.polls and 'p' or '') ..
+        '=' .. e.owner .. '=' .. e.fence
     end
     if #queue == 0 then
       queue[1] = '-'
@@ -232,15 +242,32 @@ local function layout()
     end
   end
 
-  -- hand gives key, whose holds have all ended, to the first waiter of s whose
-  -- place has not lapsed, as its claim, and tells it with one message on the
-  -- key's channel (its hold field). A first waiter that asks for the key shared
-  -- is handed it together with the readers right behind it, up to the first
-  -- waiter that asks for it exclusively; each is told. A claim lasts for
-  -- CLAIM_MS, and the claim of a waiter that polls until its place would have
-  -- lapsed, if that is later: it comes back within its place. With no such
-  -- waiter the key is deleted, and the release announced to anyone polling
-  -- ("released") if some waiter's place had lapsed.
+  -- escape writes a name as owner ids are written (see owner.go), so that
+  -- a fencing counter fits in a place in a queue; unescape reads it back.
+  local function escape(name)
+    return (string.gsub(name, '[%z\1-\32\127,=@*%%]', function(c)
+      return string.format('%%%02X', string.byte(c))
+    end))
+  end
+  local function unescape(name)
+    return (string.gsub(name, '%%(%x%x)', function(h)
+      return string.char(tonumber(h, 16))
+    end))
+  end
+
+  -- hand grants key, whose holds have all ended, to the first waiter of s
+  -- whose place has not lapsed: a fresh token from the counter its place
+  -- names, its owner, and a hold of GRANT_MS (a waiter that polls until its
+  -- place would have lapsed, if that is later), marked a grant; the waiter is
+  -- told with one message on the key's channel, its hold field and the
+  -- token, and counts on the key for GRANT_MS from before its last call
+  -- that found its place there. A first waiter that asks for the key shared
+  -- is granted it together with the readers right behind it, up to the
+  -- first waiter that asks for it exclusively, all of them with one token;
+  -- each is told. With no such waiter, or when its counter is not served
+  -- here (its slot in migration), the key is deleted, and the release
+  -- announced to anyone polling ("released") if some waiter's place had
+  -- lapsed or was dropped.
   local function hand(key, s, now)
     local lapsed = drop_lapsed(key, s, now)
     local handed = {}
@@ -255,26 +282,39 @@ local function layout()
         break
       end
     end
+    local token
+    if #handed > 0 and handed[1].fence ~= '' then
+      -- INCRBY, as acquires do: the commands a locking user needs stay as
+      -- they were (see the README's ACL).
+      token = redis.pcall('INCRBY', unescape(handed[1].fence), 1)
+      if elsewhere(token) then
+        token = nil
+      end
+    end
+    if not token then
+      lapsed, handed = lapsed or #handed > 0, {}
+    end
     if #handed > 0 then
-      s.holds, s.owner, s.owners = {}, '', nil
+      s.holds, s.granted, s.owner, s.owners, s.token = {}, {}, handed[1].owner, nil, token
       if handed[1].shared then
-        s.owner, s.owners, s.token = SHARED, {}, 0
+        s.owner, s.owners = SHARED, {}
       end
       local expires = 0
       for _, w in ipairs(handed) do
-        local ends = now + CLAIM_MS
+        local ends = now + GRANT_MS
         if w.polls then
           ends = math.max(ends, w.ends)
         end
-        s.holds[w.hold] = ends
+        s.holds[w.hold], s.granted[w.hold] = ends, true
         expires = math.max(expires, ends)
         if s.owners then
-          s.owners[w.hold] = ''
+          s.owners[w.hold] = w.owner
         end
       end
       redis.call('SET', key, format(s), 'PXAT', expires)
+      local told = ' ' .. string.format('%d', token)
       for _, w in ipairs(handed) do
-        redis.call('SPUBLISH', key, w.hold)
+        redis.call('SPUBLISH', key, w.hold .. told)
       end
       return
     end
@@ -312,6 +352,6 @@ local function layout()
 
   cached_layout = {now_ms = now_ms, failed = failed, moved = moved, get = get, elsewhere = elsewhere,
     parse = parse, holder = holder, live = live, format = format, leave = leave,
-    wake = wake, lapse = lapse, hand = hand, rewrite = rewrite, fresh = fresh}
+    wake = wake, lapse = lapse, hand = hand, rewrite = rewrite, fresh = fresh, escape = escape}
   return cached_layout
 end

@@ -13,8 +13,8 @@
 -- anything: it lives on its own for as long as the lock says.
 --
 -- Hold ids are random and written only by acquire.lua for the key's owner (or
--- by a release, as a claim handed to a waiting hold), so a key carrying the
--- hold belongs to the hold. Holds whose lease ended are dropped too; a key
+-- by a release, as a grant to a waiting hold), so a key carrying the hold
+-- belongs to the hold. Holds whose lease ended are dropped too; a key
 -- left with no live hold is handed to the first waiter in its queue (see
 -- layout.lua), or deleted. Otherwise the key expires with its longest live
 -- hold. The hold also leaves the queue of a key it waits for; when it was a
@@ -25,7 +25,7 @@
 -- hold, that another owner holds (the lock on them was lost), and the keys
 -- and cancel marks this master does not serve (moved, or in migration),
 -- left as they were. A key without the hold that is gone, still the
--- owner's, or handed to waiters that have not taken it yet says nothing: a
+-- owner's, or granted to waiters that have not renewed it yet says nothing: a
 -- release run twice (a client retrying a pipeline) finds its own work done.
 local now
 -- found: per lock (by its number) that found some key taken or elsewhere,
@@ -84,13 +84,13 @@ while i <= #ARGV do
               L.wake(key, s, now)
             end
           end
-          -- Only claims left: the key was handed on by a release, maybe
+          -- Only grants left: the key was handed on by a release, maybe
           -- this one run before.
-          local claimed = true
+          local granted = true
           for id in pairs(s.holds) do
-            claimed = claimed and (s.owner == '' or (s.owners and s.owners[id] == '')) or false
+            granted = granted and s.granted[id] or false
           end
-          if not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not claimed then
+          if not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not granted then
             note(1, key)
           end
         end

@@ -4,10 +4,12 @@
 //
 // Usage, from bench/:
 //
-//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick] [--only batch]
+//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick] [--only batch|orders [--uniform]]
 //
 // --only batch runs the batch workload alone and prints its section and
-// targets, writing nothing: to measure a change to TryEach quickly.
+// targets, writing nothing: to measure a change to TryEach quickly. --only
+// orders does the same for the hand-off and the contention workload, with
+// --uniform on baskets of every size alike.
 //
 // Without --addrs it starts a throwaway six-node cluster with
 // localcluster.Start and removes it at the end.
@@ -38,7 +40,8 @@ func main() {
 	out := flag.String("out", filepath.Join("..", "docs"), "directory to write bench.md and bench-latency.svg to")
 	backend := flag.String("backend", "", "docker or process: how to run the throwaway cluster (default: localcluster's choice, docker when a daemon answers)")
 	quick := flag.Bool("quick", false, "a tenth of the samples and short contention turns: to try the program, not for numbers")
-	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing")
+	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing; orders: the hand-off and the contention workload")
+	uniform := flag.Bool("uniform", false, "with --only orders: basket sizes alike in 1..40 rather than small baskets most likely")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -57,11 +60,15 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	if *only != "" && *only != "batch" {
-		log.Printf("benchreport: --only %q: the one section that runs alone is batch", *only)
+	if *only != "" && *only != "batch" && *only != "orders" {
+		log.Printf("benchreport: --only %q: the sections that run alone are batch and orders", *only)
 		os.Exit(2)
 	}
-	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only); err != nil {
+	if *uniform && *only != "orders" {
+		log.Printf("benchreport: --uniform goes with --only orders")
+		os.Exit(2)
+	}
+	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only, *uniform); err != nil {
 		log.Printf("benchreport: %v", err)
 		cancel()
 		stop()
@@ -70,7 +77,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string) (err error) {
+func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string, uniform bool) (err error) {
 	command := "cd bench && go run ./cmd/benchreport"
 	if addrs != "" {
 		// localcluster adopts a running cluster named this way.
@@ -113,6 +120,20 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		latencyPlans, costPlans, handoffSamples = scaledLatency(latencyPlans), scaledCost(costPlans), 10
 		r.Order.Rounds, r.Order.Slice = 1, time.Second
 		r.Batch.Rounds, r.Batch.Slice = 1, time.Second
+	}
+	if only == "orders" {
+		r.Order.UniformBaskets = uniform
+		step := time.Now()
+		if r.Handoff, err = bench.RunHandoff(ctx, suite.Handoff, handoffSamples); err != nil {
+			return err
+		}
+		if r.Orders, err = bench.RunOrders(ctx, cl, rdb, suite.Orders, r.Order); err != nil {
+			return err
+		}
+		log.Printf("hand-off and orders: %v", time.Since(step).Round(time.Millisecond))
+		r.Took = time.Since(started)
+		fmt.Println(r.OrdersMarkdown())
+		return nil
 	}
 	if only == "batch" {
 		step := time.Now()
