@@ -226,7 +226,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
 		l.blockers, l.blockerHolders = conflict.Keys, conflict.Holders
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
-		wt.placedAt = start
+		wt.placedAt, wt.refusedToken = start, outcome.blockerToken
 		if !wait {
 			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
 			return conflict

@@ -20,6 +20,7 @@ type acquireOutcome struct {
 	conflicts      []string            // lock keys held by other owners
 	holders        map[string][]string // by conflict: the owners holding it, sorted
 	groupConflicts []string            // those of the first refused group
+	blockerToken   int64               // the token of the first of them, when told (waiting)
 	wait           time.Duration
 	unknown        []int    // groups that may be held although no reply says so
 	marks          []string // cancel marks of the groups some call may have taken unseen
@@ -200,6 +201,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 			out.partHeld = part
 			out.groupConflicts = inGroup(groups[refused], r.conflicts)
 			out.wait = r.wait
+			out.blockerToken = r.blockerToken
 		}
 		if held+part > 0 && !l.ack.Acknowledged(cl) {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))

@@ -169,19 +169,40 @@ func (l *Lock) grant() ([]group, time.Time) {
 }
 
 // confirmGrant records that the groups granted to the lock were renewed
-// until t.
+// until t. A grant that runs longer than t (a lease shorter than a grant)
+// is kept, to be renewed again; otherwise the lock's validity is the
+// earlier of t and that of its other groups.
 func (l *Lock) confirmGrant(t time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.granted == nil {
+	if l.granted == nil || t.Before(l.grantUntil) {
 		return
 	}
 	l.granted, l.grantUntil = nil, time.Time{}
-	if l.validUntil.IsZero() {
+	if l.validUntil.IsZero() || t.Before(l.validUntil) {
 		l.validUntil = t
 	}
 	if l.expiry != nil {
 		l.expiry.Reset(l.untilExpiry())
+	}
+}
+
+// extended records that every group of the lock was renewed until at least
+// t, a lease that ran longer kept: the groups not granted run until the
+// later of t and what they had, the granted ones until t, or until their
+// grant ends if that is later (then still to be renewed).
+func (l *Lock) extended(t time.Time) {
+	l.mu.Lock()
+	granted := l.granted != nil
+	if (!granted || !l.validUntil.IsZero()) && t.After(l.validUntil) {
+		l.validUntil = t
+	}
+	if l.expiry != nil {
+		l.expiry.Reset(l.untilExpiry())
+	}
+	l.mu.Unlock()
+	if granted {
+		l.confirmGrant(t)
 	}
 }
 
@@ -212,8 +233,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	if err != nil {
 		return err
 	}
-	l.confirm(start.Add(ttl))
-	l.confirmGrant(start.Add(ttl))
+	l.extended(start.Add(ttl))
 	return nil
 }
 

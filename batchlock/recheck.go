@@ -16,7 +16,7 @@ type since int
 const (
 	stillHeld  since = iota // every one is still held by other owners: wait for a message
 	mayBeFree               // one may be free, or a read failed: try again at once
-	handedOver              // every one has been handed to the waiter: take all the rest too
+	handedOver              // every one has been granted to the waiter: take all the rest too
 )
 
 // recheck reads blockers, the keys of g that refused l's last attempt, to

@@ -27,7 +27,10 @@ type acquireReply struct {
 	wait      time.Duration // refused: the longest lease left of the conflicts
 	conflicts []string      // refused: lock keys held by other owners
 	holders   []string      // refused: per conflict, its owners (escaped, comma-separated); may be empty
-	key       string        // upgrade: the key held shared
+	// blockerToken: refused while waiting, the token of the key waited for
+	// (0 when not told).
+	blockerToken int64
+	key          string // upgrade: the key held shared
 }
 
 // decodeAcquire decodes the elements of a reply, or says why they are none
@@ -68,9 +71,9 @@ func decodeAcquire(vals []any) (acquireReply, error) {
 }
 
 // decodeRefusal decodes {0, held, wait, {key, ...}, {token, ...}, part,
-// [{holders, ...}]}.
+// [{holders, ...} [, token]]}.
 func (r *acquireReply) decodeRefusal(vals []any) error {
-	if len(vals) != 6 && len(vals) != 7 {
+	if len(vals) < 6 || len(vals) > 8 {
 		return fmt.Errorf("%d elements", len(vals))
 	}
 	held, okHeld := vals[1].(int64)
@@ -87,10 +90,17 @@ func (r *acquireReply) decodeRefusal(vals []any) error {
 	if r.conflicts, err = stringList(vals[3]); err != nil {
 		return err
 	}
-	if len(vals) == 7 {
+	if len(vals) >= 7 {
 		if r.holders, err = stringList(vals[6]); err != nil {
 			return err
 		}
+	}
+	if len(vals) == 8 {
+		token, ok := vals[7].(int64)
+		if !ok {
+			return fmt.Errorf("malformed refusal")
+		}
+		r.blockerToken = token
 	}
 	r.held, r.part, r.wait = int(held), int(part), time.Duration(waitMs)*time.Millisecond
 	return nil

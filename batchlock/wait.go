@@ -67,10 +67,13 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 // call while it waits or by the watchdog once the lock is handed out. A
 // WithTTL lock, which nothing renews, a WithReplicas lock, and a call that
 // heard of the grant with less than half of it left take the key up with
-// their next attempt instead.
+// their next attempt instead, and so does a call whose grant carries a
+// token no larger than the key had when it last refused the call: a grant
+// that came before that refusal, whose message was late (the key was
+// granted to this hold, its grant lapsed, and someone else took it).
 func (wt *waiting) takeGranted(l *Lock, g grant) {
 	waited, until := l.groups[wt.held], wt.placedAt.Add(grantTime)
-	if !l.renew || l.ack.Replicas > 0 || g.token <= 0 || len(waited.keys) != 1 || waited.keys[0] != g.key ||
+	if !l.renew || l.ack.Replicas > 0 || g.token <= max(wt.refusedToken, 0) || len(waited.keys) != 1 || waited.keys[0] != g.key ||
 		time.Until(until) < grantTime/2 {
 		return
 	}
@@ -99,8 +102,10 @@ type waiting struct {
 	granted    []group
 	grantUntil time.Time
 	// placedAt is when the last attempt that found the call's place in a
-	// queue was sent.
+	// queue was sent, and refusedToken the token of the key that refused
+	// it then.
 	placedAt     time.Time
+	refusedToken int64
 	waited       bool // more than one attempt was made
 	refusedAlone bool // the next attempt asks for groups[held], the one refused, alone
 	sub          *subscription

@@ -214,9 +214,10 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack script
 		case e.err == nil:
 			left := time.Until(l.ValidUntil())
 			if all {
-				l.confirm(start.Add(wd.c.cfg.lease))
+				l.extended(start.Add(wd.c.cfg.lease))
+			} else {
+				l.confirmGrant(start.Add(wd.c.cfg.lease))
 			}
-			l.confirmGrant(start.Add(wd.c.cfg.lease))
 			wd.reschedule(l, wd.dueOf(l))
 			l.emit(Event{Kind: EventRenewed, Duration: left})
 		default:

@@ -22,14 +22,17 @@
 -- found unset.
 --
 -- Returns {1, token, ...}: every key is held, one token per key in order.
--- Returns {0, held, wait, {key, ...}, {token, ...}, part, {holders, ...}}:
+-- Returns {0, held, wait, {key, ...}, {token, ...}, part, {holders, ...}
+-- [, token]}:
 -- keys are held by another owner; holders, one per key listed, names the
 -- owners holding it (escaped, comma-separated; several for a key held
--- shared, none for one handed to a waiter). "try": all of them are listed, and nothing is held (held
+-- shared). "try": all of them are listed, and nothing is held (held
 -- and part are 0). "wait", "poll": the first of them is listed and this hold has a
 -- place in its queue; the slots before its slot (held of them) and the first
 -- part keys of its slot are held, with their tokens in order. wait is the
--- longest remaining lease of the keys listed, in milliseconds.
+-- longest remaining lease of the keys listed, in milliseconds; "wait" and
+-- "poll" add the fencing token of the key listed, so that a grant of it
+-- (which takes a larger one) is told from a stale one.
 -- Returns {-1}: this hold was cancelled by a rollback that overtook this
 -- call; nothing was changed.
 -- Returns {-2}: a slot of the call is not served here, or is in

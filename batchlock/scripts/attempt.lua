@@ -328,7 +328,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
             slow().queue(key, s, shared, fence)
           end
           table.remove(tokens, 1)
-          return {0, held, wait, conflicts, tokens, j, holders}
+          return {0, held, wait, conflicts, tokens, j, holders, s and s.token or 0}
         end
       elseif clear then
         tokens[#tokens + 1] = token

@@ -6,7 +6,7 @@
 -- A lock key is a string "<token> <queue> <holds> <owner>":
 --   token  the fencing token of the ownership, in decimal; of a shared key,
 --          the token of its shared ownership, which every owner holding it
---          shares (0 while it is handed to readers none of which took it)
+--          shares
 --   queue  the waiters, in arrival order, as "<hold>@<ends>=<owner>=<fence>"
 --          comma-separated (each waiting call's hold field; the server time
 --          in milliseconds at which its place lapses unless renewed, with
@@ -264,8 +264,8 @@ local function layout()
   -- that found its place there. A first waiter that asks for the key shared
   -- is granted it together with the readers right behind it, up to the
   -- first waiter that asks for it exclusively, all of them with one token;
-  -- each is told. With no such waiter, or when its counter is not served
-  -- here (its slot in migration), the key is deleted, and the release
+  -- each is told. With no such waiter, or when its counter is not here
+  -- (its slot in migration), the key is deleted, and the release
   -- announced to anyone polling ("released") if some waiter's place had
   -- lapsed or was dropped.
   local function hand(key, s, now)
@@ -284,11 +284,18 @@ local function layout()
     end
     local token
     if #handed > 0 and handed[1].fence ~= '' then
-      -- INCRBY, as acquires do: the commands a locking user needs stay as
-      -- they were (see the README's ACL).
-      token = redis.pcall('INCRBY', unescape(handed[1].fence), 1)
-      if elsewhere(token) then
-        token = nil
+      -- A counter never expires, so one missing here lives elsewhere: a
+      -- release sent on to a master importing the slot (ASKING) would
+      -- otherwise create it afresh and grant a token that went back.
+      local fence = unescape(handed[1].fence)
+      local there = redis.pcall('EXISTS', fence)
+      if not elsewhere(there) and there == 1 then
+        -- INCRBY, as acquires do: the commands a locking user needs stay
+        -- as they were (see the README's ACL).
+        token = redis.pcall('INCRBY', fence, 1)
+        if elsewhere(token) or token <= s.token then
+          token = nil
+        end
       end
     end
     if not token then
