@@ -73,7 +73,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 // granted to this hold, its grant lapsed, and someone else took it).
 func (wt *waiting) takeGranted(l *Lock, g grant) {
 	waited, until := l.groups[wt.held], wt.placedAt.Add(grantTime)
-	if !l.renew || l.ack.Replicas > 0 || g.token <= max(wt.refusedToken, 0) || len(waited.keys) != 1 || waited.keys[0] != g.key ||
+	if !l.renew || l.ack.Replicas > 0 || g.token <= wt.refusedToken || len(waited.keys) != 1 || waited.keys[0] != g.key ||
 		time.Until(until) < grantTime/2 {
 		return
 	}
@@ -190,11 +190,15 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 // before the grant runs out.
 func (wt *waiting) renewAt(l *Lock) time.Time {
 	at := wt.since.Add(lease.RenewalPeriod(l.lease))
-	if !wt.grantUntil.IsZero() && (wt.since.IsZero() || wt.grantUntil.Add(-grantTime/2).Before(at)) {
-		at = wt.grantUntil.Add(-grantTime / 2)
+	if g := grantRenewal(wt.grantUntil); !wt.grantUntil.IsZero() && (wt.since.IsZero() || g.Before(at)) {
+		at = g
 	}
 	return at
 }
+
+// grantRenewal is when a grant counted on until until is renewed: half a
+// grant before it runs out.
+func grantRenewal(until time.Time) time.Time { return until.Add(-grantTime / 2) }
 
 // validUntil is how long the groups held while waiting are known to be.
 func (wt *waiting) validUntil(l *Lock) time.Time {

@@ -92,7 +92,7 @@ func (wd *watchdog) dueOf(l *Lock) time.Time {
 		at = wd.renewalOf(confirmed)
 	}
 	if granted, until := l.grant(); granted != nil {
-		if g := until.Add(-grantTime / 2); at.IsZero() || g.Before(at) {
+		if g := grantRenewal(until); at.IsZero() || g.Before(at) {
 			at = g
 		}
 	}
