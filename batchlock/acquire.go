@@ -19,10 +19,13 @@ import (
 // keeps the keys it holds, queues for the first one it could not get (granted
 // to it by the holder's release, or free once its lease runs out) and goes
 // on from there, so no two callers can wait on each other (no deadlock) and
-// a big batch is not starved by small ones. The keys it holds are kept alive
-// while it waits; once the whole batch is held, their leases are restarted
-// if less than nine tenths of a WithTTL lock's lease is left, or less than
-// half of a renewed lock's.
+// a big batch is not starved by small ones. The first attempt asks every
+// master at once; for a second after the Client was refused in Redis, each
+// attempt asks one master, so that a refusal leaves nothing taken after the
+// key refused to give back. The keys it holds are kept alive while it waits;
+// once the whole batch is held, their leases are restarted if less than nine
+// tenths of a WithTTL lock's lease is left, or less than half of a renewed
+// lock's.
 func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	l, err := c.lock(ctx, keys, opts, true)
 	return l, onePrefix(err)
@@ -183,8 +186,11 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			return c.finishTaking(ctx, l, wt, time.Now())
 		}
 		end := len(l.groups)
-		if wt.refusedAlone {
+		switch {
+		case wt.refusedAlone:
 			end = wt.held + 1
+		case wait && c.contended():
+			end = c.masterRunEnd(ctx, l.groups, wt.held)
 		}
 		if len(l.gated) < len(l.keys) {
 			var err error
@@ -223,6 +229,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 			return c.finishTaking(ctx, l, wt, start)
 		}
 
+		c.noteRefusal(start)
 		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
 		l.blockers, l.blockerHolders = conflict.Keys, conflict.Holders
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})

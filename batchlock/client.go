@@ -39,6 +39,9 @@ type Client struct {
 	taking atomic.Int64
 	// localWaits counts the calls that waited at a gate (see Stats).
 	localWaits atomic.Uint64
+	// lastRefusal is when a call was last refused in Redis, in Unix
+	// nanoseconds (see contended).
+	lastRefusal atomic.Int64
 
 	// held are the locks handed out and not ended yet, so that ForceUnlock
 	// ends at once the ones it takes keys from.

@@ -79,9 +79,11 @@
 // with it: the waiters notice when that lease ends and take it in whatever
 // order they come, then queue again behind whoever got it. A refused waiter
 // listens for the release of the key, then reads the key once (a GET, not an
-// attempt) to catch a release that came before it listened; so a conflict in
-// Redis costs the refused attempt, and the rest of the batch after the key
-// goes in the calls it would have cost anyway.
+// attempt) to catch a release that came before it listened. A batch's first
+// attempt asks every master at once, and a refusal on one makes the call give
+// back what it took on the masters after it and take it again later; so for a
+// second after a refusal in Redis, a Client's waiting calls ask one master at
+// a time, and a conflict costs the refused attempt alone.
 //
 // Reentrancy is by owner id: calls with the same owner (WithOwner,
 // ContextWithOwner, or inside Do) may hold the same keys at once; each Lock

@@ -1,0 +1,59 @@
+package cluster_test
+
+import (
+	"cmp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
+)
+
+// A conflict between Clients costs the refused attempt and no more once
+// the waiter's Client has lately been refused: its calls then ask one master
+// at a time, so nothing is taken after the key refused to be given back and
+// taken again. A Client not refused lately asks every master at once, and
+// its first conflict costs the give-backs.
+func TestContendedClientAsksOneMasterAtATime(t *testing.T) {
+	c, prefix := newLocker(t, newClient(t))
+	keys, _ := keysOnMasters(t, sharedCluster(t), prefix, "contended", 3, 1)
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Compare(hashtag.Slot(prefix+a), hashtag.Slot(prefix+b))
+	})
+	first := keys[:1] // on the master asked first
+	waiter := newGrantee(t, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	conflict := func() (acquires, releases uint64) {
+		holder, err := c.Lock(ctx, first)
+		require.NoError(t, err)
+		before := waiter.Stats()
+		got := make(chan *batchlock.Lock, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, keys)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		waitQueued(ctx, t, c, first[0], 1)
+		require.NoError(t, holder.Unlock(ctx))
+		l := <-got
+		require.NotNil(t, l)
+		after := waiter.Stats()
+		assert.Equal(t, keys, l.Keys())
+		require.NoError(t, l.Unlock(ctx))
+		return after.Acquires - before.Acquires, after.Releases - before.Releases
+	}
+
+	acquires, releases := conflict()
+	assert.Equal(t, uint64(3+2), acquires, "every master at once, then the two after the key granted again")
+	assert.Equal(t, uint64(2), releases, "what the first attempt took after the key refused, given back")
+
+	acquires, releases = conflict()
+	assert.Equal(t, uint64(1+2), acquires, "the refused attempt, then the other masters one at a time")
+	assert.Zero(t, releases, "nothing taken out of order")
+	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}
