@@ -24,32 +24,43 @@ const ClockBound = 500 * time.Millisecond
 
 // The checks Preflight runs, as CheckResult.Check names them.
 const (
-	CheckVersion    = "redis version"
-	CheckScripts    = "cross-slot scripts"
-	CheckPubSub     = "sharded pub/sub"
-	CheckEviction   = "maxmemory-policy"
-	CheckState      = "cluster state"
-	CheckReplicas   = "replicas online"
+	CheckVersion  = "redis version"
+	CheckScripts  = "cross-slot scripts"
+	CheckPubSub   = "sharded pub/sub"
+	CheckEviction = "maxmemory-policy"
+	// CheckClientEviction warns when the server may evict the Client's
+	// connections (maxmemory-clients set, CLIENT NO-EVICT off): a waiter
+	// would miss its hand-off until it polls.
+	CheckClientEviction = "client eviction"
+	CheckState          = "cluster state"
+	CheckReplicas       = "replicas online"
+	// CheckDurability warns when a restart of the master can take its
+	// fencing counters back (appendonly no), so that tokens repeat.
+	CheckDurability = "fence durability"
 	CheckClocks     = "clocks"
 	CheckClientOpts = "client settings"
 )
 
 // CheckResult is one check of Preflight: on one master, or on the client
 // (Node empty). Err is nil when it passed, and names the setting otherwise.
+// Warning marks an Err that is a risk to know of rather than a fault: Check
+// passes it.
 type CheckResult struct {
-	Check string
-	Node  string
-	Err   error
+	Check   string
+	Node    string
+	Err     error
+	Warning bool
 }
 
-// Check runs Preflight and returns nil when every check passed, or every
-// problem joined in one error, each naming its node and setting. It sends
+// Check runs Preflight and returns nil when every check passed or only
+// warned, or every problem joined in one error, each naming its node and
+// setting. It sends
 // only reads, a script that reads two keys and a message on a channel of
 // the Client's prefix; an operator's tool or a readiness probe.
 func (c *Client) Check(ctx context.Context) error {
 	var errs []error
 	for _, r := range c.Preflight(ctx) {
-		if r.Err != nil {
+		if r.Err != nil && !r.Warning {
 			if r.Node != "" {
 				errs = append(errs, onePrefix(fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, r.Err)))
 			} else {
@@ -71,7 +82,12 @@ func (c *Client) Check(ctx context.Context) error {
 // which would stack on batchlock's own past a call's context, and
 // ContextTimeoutEnabled on, without which a call outlives its context. On a
 // single node, the cluster state check fails when the node is a cluster
-// node (a *redis.Client pointed at one node of a cluster). It returns one
+// node (a *redis.Client pointed at one node of a cluster). Two checks only
+// warn: client eviction (maxmemory-clients set while the Client's
+// connections are not kept from it: see NoEvictOnConnect) and fence
+// durability (appendonly no: a master that restarts comes back without its
+// fencing counters, or with a snapshot's, and its replicas resync from it
+// unless one took over first). It returns one
 // result per check and master: the masters by address, each with its checks
 // in that order, then the clocks, then the client's settings. The client
 // checked is this Client's go-redis client.
@@ -94,13 +110,18 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 		add := func(name string, err error) {
 			results = append(results, CheckResult{Check: name, Node: addr, Err: err})
 		}
+		warn := func(name string, err error) {
+			results = append(results, CheckResult{Check: name, Node: addr, Err: err, Warning: err != nil})
+		}
 		tags := c.slotTags(ctx, addr)
 		add(CheckVersion, checkVersion(ctx, node))
 		add(CheckScripts, c.checkScripts(ctx, node, tags))
 		add(CheckPubSub, node.SPublish(ctx, c.cfg.prefix+"check:{"+tags[0]+"}", "check").Err())
 		add(CheckEviction, checkEviction(ctx, node))
+		warn(CheckClientEviction, checkClientEviction(ctx, node))
 		add(CheckState, checkState(ctx, node, c.deployment.isCluster()))
 		add(CheckReplicas, checkReplicas(ctx, node, c.cfg.ack.Replicas))
+		warn(CheckDurability, checkDurability(ctx, node))
 		sent := time.Now()
 		now, err := node.Time(ctx).Result()
 		if err != nil {
@@ -201,6 +222,42 @@ func checkEviction(ctx context.Context, node *redis.Client) error {
 	default:
 		return fmt.Errorf("%q evicts lock keys and fencing counters (tokens restart): set noeviction", policy)
 	}
+}
+
+// checkClientEviction warns when the server may evict node's connections:
+// maxmemory-clients is set and a connection of node's pool (so of the
+// Client's, made with the same OnConnect) is not kept from it.
+func checkClientEviction(ctx context.Context, node *redis.Client) error {
+	got, err := node.ConfigGet(ctx, "maxmemory-clients").Result()
+	if err != nil {
+		return fmt.Errorf("reading it: %w", err)
+	}
+	limit := got["maxmemory-clients"]
+	if limit == "" || limit == "0" {
+		return nil
+	}
+	info, err := node.ClientInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if info.Flags&redis.ClientNoEvict != 0 {
+		return nil
+	}
+	return fmt.Errorf("maxmemory-clients %s may evict the connections waiters listen on: set OnConnect to batchlock.NoEvictOnConnect (ClusterOptions does)", limit)
+}
+
+// checkDurability warns when a restart can take node's fencing counters
+// back: without the append-only file, a restarted master holds what its
+// last snapshot had, or nothing.
+func checkDurability(ctx context.Context, node *redis.Client) error {
+	got, err := node.ConfigGet(ctx, "appendonly").Result()
+	if err != nil {
+		return fmt.Errorf("reading it: %w", err)
+	}
+	if got["appendonly"] != "no" {
+		return nil
+	}
+	return errors.New("appendonly no: a master restarted before a replica takes over comes back without the fencing counters' latest values (and its replicas resync from it), so tokens repeat; set appendonly yes, or never restart a master in place")
 }
 
 // checkState checks, on a cluster, that the cluster state is ok, and on a

@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,7 +22,8 @@ import (
 // (TestNoStrayLogLines). A program's own commands on the same client follow
 // go-redis's rules: after a master dies they reach its replacement once the
 // map is read again, by a failed batchlock call or by ReloadState on their
-// own errors. Each call returns a fresh copy, to change at will.
+// own errors. Its OnConnect is NoEvictOnConnect. Each call returns a fresh
+// copy, to change at will.
 func ClusterOptions(addrs ...string) *redis.ClusterOptions {
 	return &redis.ClusterOptions{
 		Addrs:                 addrs,
@@ -40,5 +42,18 @@ func ClusterOptions(addrs ...string) *redis.ClusterOptions {
 		// Not CLIENT MAINT_NOTIFICATIONS on every new connection either: a
 		// Redis Cloud feature, tried (and refused) by default.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		OnConnect:                NoEvictOnConnect,
 	}
+}
+
+// NoEvictOnConnect is an OnConnect hook for go-redis options that keeps each
+// new connection from client eviction (CLIENT NO-EVICT on): a server with
+// maxmemory-clients set may otherwise close the connection a waiter listens
+// on for its hand-off, and the waiter would hear of it only when it polls
+// next. A server that refuses the command (an ACL without client|no-evict)
+// leaves the connection as it was: it is still used. Preflight's
+// CheckClientEviction says whether the Client's connections are kept.
+func NoEvictOnConnect(ctx context.Context, cn *redis.Conn) error {
+	_ = cn.Do(ctx, "CLIENT", "NO-EVICT", "on").Err()
+	return nil
 }

@@ -31,6 +31,8 @@ var aclCommands = []string{
 	// batchlock: scripts by digest, by source after NOSCRIPT (a restarted or
 	// promoted master), WithReplicas, and waiting for releases
 	"+evalsha", "+eval", "+wait", "+ssubscribe", "+sunsubscribe",
+	// ClusterOptions' OnConnect: connections kept from client eviction
+	"+client|no-evict",
 	// called inside acquire.lua, release.lua, extend.lua and force.lua
 	"+time", "+exists", "+get", "+set", "+del", "+pttl", "+incrby", "+spublish",
 	// the admin API's Held scans

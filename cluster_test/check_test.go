@@ -13,9 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
 )
 
-// A healthy cluster passes every check on every master.
+// A healthy cluster passes every check on every master; the test cluster
+// runs without the append-only file, which the durability check warns of
+// without failing Check.
 func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	c, _ := newLocker(t, newClient(t), batchlock.WithReplicas(1, time.Second))
@@ -25,11 +28,17 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	require.NoError(t, err)
 	perMaster := map[string]int{}
 	for _, r := range results {
-		assert.NoError(t, r.Err, "%s on %s", r.Check, r.Node)
+		if r.Check == batchlock.CheckDurability {
+			assert.True(t, r.Warning, "a warning, not a failure")
+			assert.ErrorContains(t, r.Err, "appendonly no", "on %s", r.Node)
+		} else {
+			assert.NoError(t, r.Err, "%s on %s", r.Check, r.Node)
+			assert.False(t, r.Warning)
+		}
 		perMaster[r.Node]++
 	}
 	for _, m := range masters {
-		assert.Equal(t, 6, perMaster[m.Addr], "the checks of master %s", m.Addr)
+		assert.Equal(t, 8, perMaster[m.Addr], "the checks of master %s", m.Addr)
 	}
 	assert.Equal(t, 2, perMaster[""], "the clocks and the client settings")
 
@@ -37,19 +46,24 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	// address, each with its checks in one order, then the clocks, then
 	// the client.
 	perNode := []string{batchlock.CheckVersion, batchlock.CheckScripts, batchlock.CheckPubSub,
-		batchlock.CheckEviction, batchlock.CheckState, batchlock.CheckReplicas}
-	var want []batchlock.CheckResult
+		batchlock.CheckEviction, batchlock.CheckClientEviction, batchlock.CheckState, batchlock.CheckReplicas,
+		batchlock.CheckDurability}
+	var want []string
 	for _, addr := range slices.Sorted(maps.Keys(perMaster)) {
 		if addr == "" {
 			continue
 		}
 		for _, check := range perNode {
-			want = append(want, batchlock.CheckResult{Check: check, Node: addr})
+			want = append(want, addr+" "+check)
 		}
 	}
-	want = append(want, batchlock.CheckResult{Check: batchlock.CheckClocks}, batchlock.CheckResult{Check: batchlock.CheckClientOpts})
+	want = append(want, " "+batchlock.CheckClocks, " "+batchlock.CheckClientOpts)
 	for range 3 {
-		assert.Equal(t, want, c.Preflight(ctx))
+		var got []string
+		for _, r := range c.Preflight(ctx) {
+			got = append(got, r.Node+" "+r.Check)
+		}
+		assert.Equal(t, want, got)
 	}
 }
 
@@ -87,6 +101,34 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		assert.Contains(t, err.Error(), "ContextTimeoutEnabled is off")
 		assert.NotContains(t, err.Error(), "maxmemory-policy")
 	})
+	t.Run("client eviction on one master", func(t *testing.T) {
+		_, err := cl.Do(ctx, masters[0].Addr, "CONFIG", "SET", "maxmemory-clients", "1073741824")
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = cl.Do(context.Background(), masters[0].Addr, "CONFIG", "SET", "maxmemory-clients", "0") })
+		kept, _ := newLocker(t, cl.Client())
+		assert.Empty(t, warnings(ctx, kept, batchlock.CheckClientEviction), "ClusterOptions keeps connections from eviction")
+
+		opts := cl.ClientOptions()
+		opts.OnConnect = nil
+		rdb := redis.NewClusterClient(opts)
+		t.Cleanup(func() { _ = rdb.Close() })
+		evictable, _ := newLocker(t, rdb)
+		require.NoError(t, evictable.Check(ctx), "a warning does not fail Check")
+		assert.Equal(t, []string{masters[0].Addr + ": maxmemory-clients 1073741824 may evict the connections waiters listen on: set OnConnect to batchlock.NoEvictOnConnect (ClusterOptions does)"},
+			warnings(ctx, evictable, batchlock.CheckClientEviction))
+	})
+	t.Run("appendonly on one master", func(t *testing.T) {
+		c, _ := newLocker(t, cl.Client())
+		assert.Len(t, warnings(ctx, c, batchlock.CheckDurability), len(masters))
+		_, err := cl.Do(ctx, masters[0].Addr, "CONFIG", "SET", "appendonly", "yes")
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = cl.Do(context.Background(), masters[0].Addr, "CONFIG", "SET", "appendonly", "no") })
+		got := warnings(ctx, c, batchlock.CheckDurability)
+		assert.Len(t, got, len(masters)-1)
+		for _, w := range got {
+			assert.NotContains(t, w, masters[0].Addr)
+		}
+	})
 	t.Run("a replica down", func(t *testing.T) {
 		replica, err := cl.ReplicaOf(ctx, masters[1].Addr)
 		require.NoError(t, err)
@@ -109,9 +151,63 @@ func TestCommandCheck(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "ok    "+batchlock.CheckEviction)
 	assert.Contains(t, out, "ok    "+batchlock.CheckClientOpts)
+	assert.Contains(t, out, "WARN  "+batchlock.CheckDurability)
 	assert.NotContains(t, out, "FAIL")
-	assert.Regexp(t, `(?m)^all \d+ checks passed$`, out, "a summary line")
+	assert.Regexp(t, `(?m)^all \d+ checks passed, \d+ warnings$`, out, "a summary line")
 	code, out, _ = command(t, bin, "check", "--addrs", addrs, "--replicas", "2")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "FAIL  "+batchlock.CheckReplicas)
+}
+
+// warnings are the warnings of check in c's Preflight, as "node: message".
+func warnings(ctx context.Context, c *batchlock.Client, check string) []string {
+	var out []string
+	for _, r := range c.Preflight(ctx) {
+		if r.Check == check && r.Warning {
+			out = append(out, r.Node+": "+r.Err.Error())
+		}
+	}
+	return out
+}
+
+// The connection a waiter listens on for its hand-off is kept from client
+// eviction (ClusterOptions' OnConnect), so that a server with
+// maxmemory-clients set cannot silently drop its wake-up.
+func TestListenersKeptFromClientEviction(t *testing.T) {
+	ctx := ctxTimeout(t, 30*time.Second)
+	c, prefix := newLocker(t, newClient(t))
+	waiter := peerOf(t, newClient(t), prefix)
+	key := spread(1, "no-evict")
+	l, err := c.Lock(ctx, key)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx, key)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	cl := sharedCluster(t)
+	master, err := cl.MasterOfSlot(ctx, hashtag.Slot(prefix+key[0]))
+	require.NoError(t, err)
+	var listeners []string
+	require.Eventually(t, func() bool {
+		listeners = nil
+		v, err := cl.Do(ctx, master.Addr, "CLIENT", "LIST")
+		require.NoError(t, err)
+		for line := range strings.SplitSeq(v.(string), "\n") {
+			if strings.Contains(line, " ssub=") && !strings.Contains(line, " ssub=0 ") {
+				listeners = append(listeners, line)
+			}
+		}
+		return len(listeners) > 0
+	}, 10*time.Second, 5*time.Millisecond, "the waiter listens")
+	for _, line := range listeners {
+		_, flags, _ := strings.Cut(line, " flags=")
+		flags, _, _ = strings.Cut(flags, " ")
+		assert.Contains(t, flags, "e", "kept from eviction: %s", line)
+	}
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, <-got)
 }

@@ -83,7 +83,9 @@ func TestRenewalNeedsReplicaAcknowledgement(t *testing.T) {
 // The lagging replica promoted (CLUSTER FAILOVER TAKEOVER on the one that
 // did not acknowledge): a lock acknowledged by one replica of two is gone
 // from the new master and a second owner takes the key, the documented
-// limit; asking for both replicas refuses the lock up front instead.
+// limit, and its token repeats; asking for both replicas refuses the lock up
+// front instead, and the key's token still grows past every token
+// acknowledged by both.
 func TestReplicasOfTwoAndTheLaggingOnePromoted(t *testing.T) {
 	cl := newCluster(t, localcluster.WithReplicasPerMaster(2))
 	rdb := cl.Client()
@@ -107,6 +109,9 @@ func TestReplicasOfTwoAndTheLaggingOnePromoted(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, replicas, 2)
 			lagging := replicas[1]
+			acked, err := c.TryLock(ctx, key, batchlock.WithReplicas(2, 5*time.Second))
+			require.NoError(t, err, "both replicas acknowledge while neither lags")
+			require.NoError(t, acked.Unlock(ctx))
 
 			var first *batchlock.Lock
 			var lockErr error
@@ -126,13 +131,16 @@ func TestReplicasOfTwoAndTheLaggingOnePromoted(t *testing.T) {
 			if tc.replicas == 1 {
 				require.NoError(t, lockErr, "one replica acknowledged the first lock")
 				require.NoError(t, err, "the failover lost the first lock: a second owner takes the key")
-				assert.NoError(t, first.Err(), "the first holder was told nothing (fencing is the defence)")
+				assert.NoError(t, first.Err(), "the first holder was told nothing")
+				assert.Equal(t, first.Token(key[0]), second.Token(key[0]),
+					"the new master's counter lacks the first lock's increment: the token repeats")
 				_ = first.Unlock(ctx)
 			} else {
 				require.ErrorIs(t, lockErr, batchlock.ErrNoReplicas, "one replica of two cannot acknowledge")
 				require.Nil(t, first)
 				require.NoError(t, err, "nothing was granted, so nothing was lost")
 			}
+			assert.Greater(t, second.Token(key[0]), acked.Token(key[0]), "past every token both replicas acknowledged")
 			require.NoError(t, second.Unlock(ctx))
 		})
 	}
