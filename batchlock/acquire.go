@@ -296,11 +296,15 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 // lock is handed to the caller only with enough of its lease left (see
 // lease.Enough); otherwise it is rolled back.
 func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start time.Time) error {
-	if wt.waited {
+	// After more than one attempt (a wait, or one master at a time), the
+	// oldest lease started with the first that took keys: nothing renewed
+	// the keys it took while later attempts ran.
+	several := wt.waited || !wt.since.IsZero() && wt.since.Before(start)
+	if several {
 		start = wt.since // zero when every group was granted
 	}
 	restart := wt.granted
-	if !start.IsZero() && wt.waited && !lease.Kept(time.Until(start.Add(l.lease)), l.lease, l.renew) {
+	if !start.IsZero() && several && !lease.Kept(time.Until(start.Add(l.lease)), l.lease, l.renew) {
 		restart = l.groups
 	} else if time.Until(wt.grantUntil) >= grantTime/2 {
 		restart = nil

@@ -26,19 +26,24 @@ const (
 // an attempt (a script call) that would find the same. It says stillHeld
 // only when that is certain: every key is held by other owners (not l's)
 // and l still has its place in the key's queue, so that the release will
-// hand the key to it or tell it. For a key l asks shared, whose grant
-// depends on the queue too, and on any read that fails it says mayBeFree,
+// hand the key to it or tell it. For a key l asks shared and does not hold,
+// whose grant depends on the queue too, and on any read that fails it says mayBeFree,
 // and the waiter tries again as it would without the read. Holds' and
 // places' ends are judged by this host's clock: a master whose clock is
 // behind makes it say mayBeFree (an attempt that is refused), one ahead
-// stillHeld until the blocker's lease, which bounds every pause. With
+// stillHeld until the blocker's lease, which bounds every pause. A key
+// granted to l is handedOver whether l asks it shared or not: the hold in
+// its value is l's, a fact no queue changes. With
 // handedOver it returns the grant of the one blocker, when there is one (its
 // token 0 otherwise).
 func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []string) (since, grant) {
+	shared := false
 	for _, k := range blockers {
-		if i := slices.Index(g.keys, k); i < 0 || g.modes != nil && g.modes[i] == 's' {
+		i := slices.Index(g.keys, k)
+		if i < 0 {
 			return mayBeFree, grant{}
 		}
+		shared = shared || g.shared(i)
 	}
 	master, err := c.deployment.masterOf(ctx, blockers[0])
 	if err != nil {
@@ -64,8 +69,8 @@ func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []strin
 			return mayBeFree, grant{}
 		case slices.Contains(holdsIn(value), l.hold):
 			handed, token = handed+1, s.token
-		case s.owner == l.owner || slices.Contains(s.holders, l.owner) || !placeIn(value, l.hold, now):
-			return mayBeFree, grant{} // l's owner may join it; or l lost its place
+		case shared || s.owner == l.owner || slices.Contains(s.holders, l.owner) || !placeIn(value, l.hold, now):
+			return mayBeFree, grant{} // l may join it; or l lost its place
 		}
 	}
 	switch {

@@ -60,30 +60,37 @@ func TestRecheckReadsTheKey(t *testing.T) {
 	earlier := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
 	l := &Lock{hold: "h:me", owner: "me"}
 	for _, tc := range []struct {
-		name  string
-		value string // "" for no key
-		want  since
+		name   string
+		value  string // "" for no key
+		want   since
+		shared bool // the key asked for shared
 	}{
-		{"gone", "", mayBeFree},
-		{"held by another owner, our place kept", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + " other", stillHeld},
-		{"held by another owner, taken afresh, our place kept", "7 h:me@" + later + "=me=fence:{x} h:x other", stillHeld},
-		{"held by another owner, our place lapsed", "7 h:me@" + earlier + "=me=fence:{x} h:x=" + later + " other", mayBeFree},
-		{"held by another owner, no place of ours", "7 - h:x=" + later + " other", mayBeFree},
-		{"held by our owner under another hold", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + " me", mayBeFree},
-		{"held shared, our owner among the readers", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + "=me *", mayBeFree},
-		{"granted to us", "9 - h:me=" + later + "g me", handedOver},
-		{"its holds ended", "7 h:me@" + later + "=me=fence:{x} h:x=" + earlier + " other", mayBeFree},
-		{"not a lock value", "garbage", mayBeFree},
+		{"gone", "", mayBeFree, false},
+		{"held by another owner, our place kept", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + " other", stillHeld, false},
+		{"held by another owner, taken afresh, our place kept", "7 h:me@" + later + "=me=fence:{x} h:x other", stillHeld, false},
+		{"held by another owner, our place lapsed", "7 h:me@" + earlier + "=me=fence:{x} h:x=" + later + " other", mayBeFree, false},
+		{"held by another owner, no place of ours", "7 - h:x=" + later + " other", mayBeFree, false},
+		{"held by our owner under another hold", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + " me", mayBeFree, false},
+		{"held shared, our owner among the readers", "7 h:me@" + later + "=me=fence:{x} h:x=" + later + "=me *", mayBeFree, false},
+		{"granted to us", "9 - h:me=" + later + "g me", handedOver, false},
+		{"its holds ended", "7 h:me@" + later + "=me=fence:{x} h:x=" + earlier + " other", mayBeFree, false},
+		{"not a lock value", "garbage", mayBeFree, false},
+		{"asked shared, held by a writer, our place kept", "7 h:me@" + later + "s=me=fence:{x} h:x=" + later + " other", mayBeFree, true},
+		{"asked shared, granted to us and another reader", "9 - h:me=" + later + "g=me,h:r=" + later + "g=r *", handedOver, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := DefaultPrefix + "recheck:" + randomID(4)
 			if tc.value != "" {
 				require.NoError(t, rdb.Set(ctx, key, tc.value, time.Minute).Err())
 			}
-			found, g := c.recheck(ctx, l, group{keys: []string{key}}, []string{key})
+			g := group{keys: []string{key}}
+			if tc.shared {
+				g.modes = []byte{'s'}
+			}
+			found, granted := c.recheck(ctx, l, g, []string{key})
 			assert.Equal(t, tc.want, found)
 			if found == handedOver {
-				assert.Equal(t, grant{key: key, token: 9}, g, "the grant, with the token it gave")
+				assert.Equal(t, grant{key: key, token: 9}, granted, "the grant, with the token it gave")
 			}
 		})
 	}

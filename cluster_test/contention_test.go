@@ -57,3 +57,50 @@ func TestContendedClientAsksOneMasterAtATime(t *testing.T) {
 	assert.Zero(t, releases, "nothing taken out of order")
 	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
 }
+
+// A call that asks one master at a time counts its lease from its first
+// attempt that took keys: when a master in the middle is slow, the keys
+// taken before run on their lease meanwhile, with nothing to renew them, and
+// the call restarts them, or fails when they ran out, rather than hand out
+// keys that are gone with a validity counted from its last attempt.
+func TestContendedCallCountsItsLeaseFromItsFirstMaster(t *testing.T) {
+	cl := sharedCluster(t)
+	c, prefix := newLocker(t, newClient(t))
+	keys, _ := keysOnMasters(t, cl, prefix, "contended-lease", 3, 1)
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Compare(hashtag.Slot(prefix+a), hashtag.Slot(prefix+b))
+	})
+	middle, err := cl.MasterOfSlot(ctxTimeout(t, 10*time.Second), hashtag.Slot(prefix+keys[1]))
+	require.NoError(t, err)
+	waiter := peerOf(t, newClient(t), prefix, batchlock.WithLease(300*time.Millisecond))
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	// A refusal makes the waiter's Client ask one master at a time.
+	holder, err := c.Lock(ctx, keys[:1])
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, keys[:1])
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(ctx, t, c, keys[0], 1)
+	require.NoError(t, holder.Unlock(ctx))
+	require.NoError(t, <-got)
+
+	woke := sleepNode(t, cl, middle.Addr, 900*time.Millisecond)
+	l, err := waiter.Lock(ctx, keys)
+	require.NoError(t, <-woke)
+	if err != nil {
+		require.ErrorIs(t, err, batchlock.ErrNotObtained)
+		require.Eventually(t, func() bool { return len(lockKeysUnder(t, newClient(t), prefix)) == 0 },
+			10*time.Second, 20*time.Millisecond, "the failed call leaves nothing")
+		return
+	}
+	for _, k := range keys {
+		assert.Equal(t, []string{l.Owner()}, holderOf(t, c, k).Holders, "%s is held as Lock says", k)
+	}
+	require.NoError(t, l.Unlock(ctx))
+}
