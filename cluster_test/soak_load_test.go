@@ -30,6 +30,8 @@ type soakSection struct {
 // holding is what a worker knows of a lock it holds.
 type holding struct {
 	l        *batchlock.Lock
+	id       int             // its lock in the history
+	release  int             // its release in the history, once its section ended: index+1
 	shared   map[string]bool // its keys held shared
 	replicas bool
 	lease    time.Duration
@@ -218,12 +220,17 @@ func (s *soak) operate(rng *rand.Rand) {
 		l, err = sc.c.Lock(ctx, keys, opts...)
 	default:
 		kind = "Do"
+		var h *holding
 		err = sc.c.Do(ctx, keys, func(fnCtx context.Context) error {
 			ran = true
 			held, _ := batchlock.LockFromContext(fnCtx)
-			s.hold(rng, sc, s.watch(held, shared, lease, replicas), fnCtx)
+			h = s.watch(held, shared, lease, replicas, start)
+			s.hold(rng, sc, h, fnCtx)
 			return nil
 		}, opts...)
+		if err == nil {
+			s.released(time.Now(), h)
+		}
 	}
 	s.count(s.ops, kind)
 	s.outcome(kind, err)
@@ -233,8 +240,9 @@ func (s *soak) operate(rng *rand.Rand) {
 	if l == nil {
 		return
 	}
-	s.hold(rng, sc, s.watch(l, shared, lease, replicas), ctx)
-	s.unlock(rng, "Unlock", l.Unlock)
+	h := s.watch(l, shared, lease, replicas, start)
+	s.hold(rng, sc, h, ctx)
+	s.unlock(rng, "Unlock", l.Unlock, h)
 }
 
 // operateEach is one tick of a batch processor: TryEach over a few baskets
@@ -257,9 +265,11 @@ func (s *soak) operateEach(rng *rand.Rand) {
 	opts, lease, replicas := s.options(rng, sc)
 	ctx, cancel := s.callContext(rng)
 	defer cancel()
+	called := time.Now()
 	locks, err := sc.c.TryEach(ctx, baskets, append(opts, withShared(allShared))...)
 	s.count(s.ops, "TryEach")
 	s.outcome("TryEach", err)
+	var taken []*holding
 	for _, l := range locks {
 		if l == nil {
 			s.count(s.outcomes, "TryEach basket refused")
@@ -272,7 +282,8 @@ func (s *soak) operateEach(rng *rand.Rand) {
 				shared[k] = true
 			}
 		}
-		h := s.watch(l, shared, lease, replicas)
+		h := s.watch(l, shared, lease, replicas, called)
+		taken = append(taken, h)
 		tokens := make(map[string]int64, len(l.Keys()))
 		for _, k := range l.Keys() {
 			tokens[k] = l.Token(k)
@@ -286,7 +297,7 @@ func (s *soak) operateEach(rng *rand.Rand) {
 		s.record(h, tokens)
 	}
 	if len(locks) > 0 {
-		s.unlock(rng, "UnlockEach", func(ctx context.Context) error { return sc.c.UnlockEach(ctx, locks) })
+		s.unlock(rng, "UnlockEach", func(ctx context.Context) error { return sc.c.UnlockEach(ctx, locks) }, taken...)
 	}
 }
 
@@ -324,10 +335,22 @@ func (s *soak) outcome(kind string, err error) {
 	s.count(s.outcomes, kind+" "+class)
 }
 
-// watch starts following a lock just handed out: when Done closes, and
-// whether it was handed out with enough of its lease left.
-func (s *soak) watch(l *batchlock.Lock, shared map[string]bool, lease time.Duration, replicas bool) *holding {
+// watch starts following a lock just handed out by a call made at called:
+// when Done closes, and whether it was handed out with enough of its lease
+// left. The history gets its acquire.
+func (s *soak) watch(l *batchlock.Lock, shared map[string]bool, lease time.Duration, replicas bool, called time.Time) *holding {
 	h := &holding{l: l, shared: shared, lease: lease, replicas: replicas, start: time.Now(), doneAt: make(chan time.Time, 1)}
+	keys := l.Keys()
+	op := historyOp{Kind: opAcquire, Owner: l.Owner(), Keys: keys, Tokens: make([]int64, len(keys)), Shared: make([]bool, len(keys)),
+		Replicas: replicas, Call: s.hist.at(called), Return: s.hist.at(h.start)}
+	for i, k := range keys {
+		op.Tokens[i], op.Shared[i] = l.Token(k), shared[k]
+	}
+	s.mu.Lock()
+	s.hist.Ops = append(s.hist.Ops, op)
+	h.id = len(s.hist.Ops)
+	s.hist.Ops[h.id-1].Lock, s.hist.Ops[h.id-1].Client = h.id, h.id
+	s.mu.Unlock()
 	// A lock must come with at least half its lease left; 20ms cover the
 	// scheduling between the library's check and this one.
 	if left := l.ValidUntil().Sub(h.start); left < lease/2-20*time.Millisecond {
@@ -391,13 +414,14 @@ func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
 	ttl := time.Duration(50+rng.IntN(500)) * time.Millisecond
 	ctx, cancel := context.WithTimeout(s.t.Context(), time.Second)
 	defer cancel()
+	called := time.Now()
 	inner, err := sc.c.TryLock(ctx, exclusive, batchlock.WithOwner(outer.l.Owner()), batchlock.WithTTL(ttl), withShared(shared))
 	s.count(s.ops, "nested TryLock")
 	s.outcome("nested TryLock", err)
 	if err != nil {
 		return
 	}
-	h := s.watch(inner, shared, ttl, false)
+	h := s.watch(inner, shared, ttl, false, called)
 	tokens := make(map[string]int64, len(keys))
 	for _, k := range keys {
 		tokens[k] = inner.Token(k)
@@ -405,7 +429,7 @@ func (s *soak) nested(rng *rand.Rand, sc *soakClient, outer *holding) {
 	s.writeAll(h, tokens)
 	s.record(h, tokens)
 	if rng.IntN(3) > 0 {
-		s.unlock(rng, "Unlock", inner.Unlock)
+		s.unlock(rng, "Unlock", inner.Unlock, h)
 	}
 }
 
@@ -418,20 +442,23 @@ func (s *soak) writeAll(h *holding, tokens map[string]int64) {
 		w := storeWrite{token: tok, replicas: h.replicas, start: h.start}
 		var by storeWrite
 		var ok bool
+		kind := opWrite
+		sent := time.Now()
 		if h.shared[k] {
+			kind = opRead
 			ok, by = s.register.read(k, w)
 		} else {
 			ok, by = s.register.write(k, w)
 		}
-		if ok {
-			continue
-		}
 		at := time.Now()
-		if at.Before(s.believedUntil(h)) {
-			s.mu.Lock()
+		believed := at.Before(s.believedUntil(h))
+		s.mu.Lock()
+		s.hist.Ops = append(s.hist.Ops, historyOp{Kind: kind, Keys: []string{k}, Tokens: []int64{tok}, Believed: believed,
+			Replicas: h.replicas, Accepted: ok, Call: s.hist.at(sent), Return: s.hist.at(at), Client: h.id})
+		if !ok && believed {
 			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at, by: by})
-			s.mu.Unlock()
 		}
+		s.mu.Unlock()
 	}
 }
 
@@ -478,6 +505,12 @@ func (s *soak) record(h *holding, tokens map[string]int64) {
 		end = h.start
 	}
 	s.mu.Lock()
+	// Released in Redis by the unlock that follows (see released), else
+	// by its lease, which no one renews past a few seconds once its holder
+	// let go: a reader may join the hold till then, with its token.
+	s.hist.Ops = append(s.hist.Ops, historyOp{Kind: opRelease, Lock: h.id, Owner: h.l.Owner(), Keys: h.l.Keys(),
+		Call: s.hist.at(end), Return: s.hist.at(now.Add(h.lease + 3*time.Second)), Client: h.id})
+	h.release = len(s.hist.Ops)
 	s.sections = append(s.sections, soakSection{
 		section:  section{Owner: h.l.Owner(), Keys: h.l.Keys(), Tokens: tokens, Shared: h.shared, Start: h.start, End: end},
 		replicas: h.replicas, lease: h.lease,
@@ -485,9 +518,22 @@ func (s *soak) record(h *holding, tokens map[string]int64) {
 	s.mu.Unlock()
 }
 
-// unlock releases with release (an Unlock, kind), sometimes with a context
-// that already ended; a failed release is tried again once.
-func (s *soak) unlock(rng *rand.Rand, kind string, release func(context.Context) error) {
+// released notes in the history that the locks of held were released in
+// Redis by at.
+func (s *soak) released(at time.Time, held ...*holding) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range held {
+		if h != nil && h.release > 0 {
+			op := &s.hist.Ops[h.release-1]
+			op.Return = max(op.Call, s.hist.at(at))
+		}
+	}
+}
+
+// unlock releases held with release (an Unlock, kind), sometimes with a
+// context that already ended; a failed release is tried again once.
+func (s *soak) unlock(rng *rand.Rand, kind string, release func(context.Context) error, held ...*holding) {
 	ctx, cancel := context.WithTimeout(s.t.Context(), 3*time.Second)
 	defer cancel()
 	if rng.IntN(5) == 0 {
@@ -502,6 +548,9 @@ func (s *soak) unlock(rng *rand.Rand, kind string, release func(context.Context)
 		err = release(retry)
 		cancelRetry()
 		s.count(s.ops, kind)
+	}
+	if err == nil {
+		s.released(time.Now(), held...)
 	}
 	s.outcome(kind, err)
 }

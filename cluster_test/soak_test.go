@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/localcluster"
 )
 
@@ -55,6 +57,7 @@ type soak struct {
 	problems []string     // violations seen while running
 	refusals []refusal    // fenced writes refused while their writer believed it held the key
 	register *fencedStore // the storage the sections write to
+	hist     *history     // every lock, release and fenced write, for porcupine
 	locks    sync.WaitGroup
 
 	replicas     int                           // replicas per master
@@ -121,6 +124,8 @@ func TestSoak(t *testing.T) {
 	for _, v := range violations[:min(len(violations), 30)] {
 		s.say("violation: %s", v)
 	}
+	linearizable := s.checkHistory()
+	violations = append(violations, linearizable...)
 	for _, k := range leftovers[:min(len(leftovers), 10)] {
 		s.say("leftover: %s", s.describeKey(k))
 	}
@@ -128,6 +133,58 @@ func TestSoak(t *testing.T) {
 	if len(violations) > 0 || len(leftovers) > 0 {
 		t.Fail()
 	}
+}
+
+// soakGroups are keys whose history porcupine checks together, unsplit, for
+// a batch's all-or-nothing: hot keys, and lines of one order.
+var soakGroups = [][]string{
+	{"sku:0", "sku:1", "sku:2", "sku:3"},
+	{"sku:4", "sku:5", "sku:6"},
+	{"{order-0}:line:0", "{order-0}:line:1", "{order-0}:line:2", "{order-0}:line:3"},
+	{"{order-1}:line:0", "{order-1}:line:1"},
+}
+
+// checkHistory has porcupine check the run's history (see history_test.go),
+// with a failover op for each fault that lost a master, over the keys of the
+// slots it served. It says the verdict beside the soak's own, and returns
+// the partitions found not linearizable as violations; when there are some,
+// the history and visualizations of the first are written out for a replay.
+func (s *soak) checkHistory() []string {
+	s.mu.Lock()
+	h := &history{Seed: s.hist.Seed, Began: s.hist.Began, Ops: slices.Clone(s.hist.Ops)}
+	for _, ev := range s.faults {
+		if ev.slots == nil {
+			continue
+		}
+		var keys []string
+		for _, k := range s.keys {
+			slot := hashtag.Slot(s.prefix + k)
+			if slices.ContainsFunc(ev.slots, func(r [2]int) bool { return slot >= r[0] && slot <= r[1] }) {
+				keys = append(keys, k)
+			}
+		}
+		h.Ops = append(h.Ops, historyOp{Kind: opFailover, Keys: keys, Call: h.at(ev.at.Add(-excusable)), Return: h.at(ev.until)})
+	}
+	s.mu.Unlock()
+	dir := ""
+	v := h.check(soakGroups, "")
+	if len(v.illegal) > 0 {
+		dir = os.TempDir()
+		path := filepath.Join(dir, fmt.Sprintf("soak-history-%d.json", s.seed))
+		if err := h.save(path); err == nil {
+			v = h.check(soakGroups, dir)
+			s.say("history written to %s (replay: SOAK_HISTORY=%s go test -run TestHistoryReplay); visualizations: %v", path, path, v.files)
+		}
+	}
+	s.say("%v", v)
+	var out []string
+	for _, p := range v.illegal {
+		out = append(out, "not linearizable: "+p)
+	}
+	for _, p := range out[:min(len(out), 10)] {
+		s.say("violation: %s", p)
+	}
+	return out
 }
 
 func randomSeed() uint64 {
@@ -154,6 +211,7 @@ func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.
 		outcomes: map[string]int{},
 		injected: map[string]int{},
 		register: &fencedStore{last: map[string]storeWrite{}},
+		hist:     &history{Seed: seed, Began: time.Now()},
 		cancelAt: map[string]context.CancelFunc{},
 		checks:   make(chan struct{}, maxChecks),
 	}
