@@ -309,14 +309,15 @@ func TestLostLockLetsItsOtherKeysGo(t *testing.T) {
 			held, err := c.Lock(ctx, keys)
 			require.NoError(t, err)
 			got := make(chan time.Time, 2)
+			var waiters sync.WaitGroup
 			for _, k := range keys[1:] {
-				go func() {
+				waiters.Go(func() {
 					l, err := waiter.Lock(ctx, []string{k})
 					if assert.NoError(t, err) {
 						got <- time.Now()
 						assert.NoError(t, l.Unlock(ctx))
 					}
-				}()
+				})
 			}
 			for _, k := range keys[1:] {
 				waitQueued(ctx, t, waiter, k, 1)
@@ -330,6 +331,7 @@ func TestLostLockLetsItsOtherKeysGo(t *testing.T) {
 			<-held.Done()
 			assert.ErrorIs(t, held.Err(), batchlock.ErrLockLost)
 			assert.ErrorIs(t, held.Unlock(ctx), batchlock.ErrNotHeld)
+			waiters.Wait() // their unlocks, before the Clients close
 			assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 		})
 	}
