@@ -122,7 +122,36 @@ func (s *soak) faultKinds() []nemesisFault {
 		{"waiter process killed, or frozen past its grant", 3, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
 			return false, s.killWaiter(rng)
 		}},
+		{"a Client cut off from a master", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			return false, s.linkFault(rng, func() (func(), error) { return s.link.cut(m.Addr, upstream, downstream) })
+		}},
+		{"a Client's requests to a master lost", 1, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			return false, s.linkFault(rng, func() (func(), error) { return s.link.cut(m.Addr, upstream) })
+		}},
+		{"a Client's replies from a master lost", 1, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			return false, s.linkFault(rng, func() (func(), error) { return s.link.cut(m.Addr, downstream) })
+		}},
+		{"a Client's link to a master slow", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			latency := 20 + rng.IntN(400)
+			return false, s.linkFault(rng, func() (func(), error) { return s.link.slow(m.Addr, "latency", latency) })
+		}},
+		{"a Client's link to a master throttled", 1, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			rate := 5 + rng.IntN(100) // KB/s
+			return false, s.linkFault(rng, func() (func(), error) { return s.link.slow(m.Addr, "bandwidth", rate) })
+		}},
 	}
+}
+
+// linkFault makes a fault on the link of the soak's proxied Client (see
+// soak.link) and heals it after a while.
+func (s *soak) linkFault(rng *rand.Rand, inject func() (heal func(), err error)) error {
+	heal, err := inject()
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Duration(300+rng.IntN(2700)) * time.Millisecond)
+	heal()
+	return nil
 }
 
 // killWaiter starts a process that locks a few hot keys (or promotions),

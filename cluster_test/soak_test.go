@@ -46,6 +46,10 @@ type soak struct {
 	maxTTL   time.Duration // the longest fixed lease the load asks for
 
 	rdbs []*redis.ClusterClient
+	// link is the network of the last of rdbs, through a proxy per node:
+	// the nemesis cuts it off from a master, one way or both, slows it and
+	// throttles it; the long holders do not use it.
+	link *clientNet
 
 	mu       sync.Mutex
 	clients  []*soakClient
@@ -223,8 +227,13 @@ func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.
 			s.keys = append(s.keys, fmt.Sprintf("{order-%d}:line:%d", o, line))
 		}
 	}
-	for range soakClients {
-		rdb := cl.Client()
+	s.link = newClientNet(t)
+	for i := range soakClients {
+		opts := cl.ClientOptions()
+		if i == soakClients-1 {
+			opts = s.link.options(opts)
+		}
+		rdb := redis.NewClusterClient(opts)
 		t.Cleanup(func() { _ = rdb.Close() })
 		s.rdbs = append(s.rdbs, rdb)
 	}
