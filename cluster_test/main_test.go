@@ -52,11 +52,13 @@ func TestMain(m *testing.M) {
 // findLeaks reports goroutines still running once every client, lock and
 // cluster should be closed. It keeps looking for a while: some goroutines
 // wind down on their own, such as go-redis' dial probe (it sleeps a second)
-// of a pool closed while its node was down.
+// of a pool closed while its node was down. A toxic of the tests' own TCP
+// proxies (toxiproxy, see clientNet) can stay blocked after its proxy
+// closed, a leak of toxiproxy's, not of what is tested: those are let be.
 func findLeaks(patience time.Duration) error {
 	deadline := time.Now().Add(patience)
 	for {
-		err := goleak.Find()
+		err := goleak.Find(goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"))
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
