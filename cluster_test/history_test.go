@@ -29,7 +29,10 @@ import (
 //     WithReplicas, and takes the largest token back to the largest one
 //     taken with it: the documented limit, excused as the soak's own judge
 //     excuses it.
-//   - A fenced register: a write (or a read) of the storage is accepted
+//   - A fenced register, for histories that record their writes (the soak
+//     does not: its own judge checks their refusals, and recording each of
+//     its writes slowed its workers past its timing checks): a write (or a
+//     read) of the storage is accepted
 //     when its token is no smaller than the largest written, and refused
 //     otherwise; a refusal while its writer still counted on the key is
 //     not allowed, unless a failover came first and one of the two locks

@@ -442,23 +442,20 @@ func (s *soak) writeAll(h *holding, tokens map[string]int64) {
 		w := storeWrite{token: tok, replicas: h.replicas, start: h.start}
 		var by storeWrite
 		var ok bool
-		kind := opWrite
-		sent := time.Now()
 		if h.shared[k] {
-			kind = opRead
 			ok, by = s.register.read(k, w)
 		} else {
 			ok, by = s.register.write(k, w)
 		}
-		at := time.Now()
-		believed := at.Before(s.believedUntil(h))
-		s.mu.Lock()
-		s.hist.Ops = append(s.hist.Ops, historyOp{Kind: kind, Keys: []string{k}, Tokens: []int64{tok}, Believed: believed,
-			Replicas: h.replicas, Accepted: ok, Call: s.hist.at(sent), Return: s.hist.at(at), Client: h.id})
-		if !ok && believed {
-			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at, by: by})
+		if ok {
+			continue
 		}
-		s.mu.Unlock()
+		at := time.Now()
+		if at.Before(s.believedUntil(h)) {
+			s.mu.Lock()
+			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at, by: by})
+			s.mu.Unlock()
+		}
 	}
 }
 

@@ -61,7 +61,7 @@ type soak struct {
 	problems []string     // violations seen while running
 	refusals []refusal    // fenced writes refused while their writer believed it held the key
 	register *fencedStore // the storage the sections write to
-	hist     *history     // every lock, release and fenced write, for porcupine
+	hist     *history     // every lock returned and its release, for porcupine
 	locks    sync.WaitGroup
 
 	replicas     int                           // replicas per master
