@@ -114,14 +114,15 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 			results = append(results, CheckResult{Check: name, Node: addr, Err: err, Warning: err != nil})
 		}
 		tags := c.slotTags(ctx, addr)
+		config, configErr := readConfig(ctx, node)
 		add(CheckVersion, checkVersion(ctx, node))
 		add(CheckScripts, c.checkScripts(ctx, node, tags))
 		add(CheckPubSub, node.SPublish(ctx, c.cfg.prefix+"check:{"+tags[0]+"}", "check").Err())
-		add(CheckEviction, checkEviction(ctx, node))
-		warn(CheckClientEviction, checkClientEviction(ctx, node))
+		add(CheckEviction, or(configErr, func() error { return checkEviction(config) }))
+		warn(CheckClientEviction, or(configErr, func() error { return checkClientEviction(ctx, node, config) }))
 		add(CheckState, checkState(ctx, node, c.deployment.isCluster()))
 		add(CheckReplicas, checkReplicas(ctx, node, c.cfg.ack.Replicas))
-		warn(CheckDurability, checkDurability(ctx, node))
+		warn(CheckDurability, or(configErr, func() error { return checkDurability(config) }))
 		sent := time.Now()
 		now, err := node.Time(ctx).Result()
 		if err != nil {
@@ -209,12 +210,29 @@ func (c *Client) slotTags(ctx context.Context, addr string) [2]string {
 	return tags
 }
 
-func checkEviction(ctx context.Context, node *redis.Client) error {
-	got, err := node.ConfigGet(ctx, "maxmemory-policy").Result()
-	if err != nil {
-		return fmt.Errorf("reading it: %w", err)
+// checkedConfig are the settings the checks read, in one CONFIG GET.
+var checkedConfig = []any{"CONFIG", "GET", "maxmemory-policy", "maxmemory-clients", "appendonly"}
+
+// readConfig reads checkedConfig from node; its error is each check's that
+// needs a setting.
+func readConfig(ctx context.Context, node *redis.Client) (map[string]string, error) {
+	cmd := redis.NewMapStringStringCmd(ctx, checkedConfig...)
+	if err := node.Process(ctx, cmd); err != nil {
+		return nil, fmt.Errorf("reading it: %w", err)
 	}
-	switch policy := got["maxmemory-policy"]; {
+	return cmd.Val(), nil
+}
+
+// or is err when it is set, else check's verdict.
+func or(err error, check func() error) error {
+	if err != nil {
+		return err
+	}
+	return check()
+}
+
+func checkEviction(config map[string]string) error {
+	switch policy := config["maxmemory-policy"]; {
 	case policy == "noeviction":
 		return nil
 	case strings.HasPrefix(policy, "volatile-"):
@@ -227,12 +245,8 @@ func checkEviction(ctx context.Context, node *redis.Client) error {
 // checkClientEviction warns when the server may evict node's connections:
 // maxmemory-clients is set and a connection of node's pool (so of the
 // Client's, made with the same OnConnect) is not kept from it.
-func checkClientEviction(ctx context.Context, node *redis.Client) error {
-	got, err := node.ConfigGet(ctx, "maxmemory-clients").Result()
-	if err != nil {
-		return fmt.Errorf("reading it: %w", err)
-	}
-	limit := got["maxmemory-clients"]
+func checkClientEviction(ctx context.Context, node *redis.Client, config map[string]string) error {
+	limit := config["maxmemory-clients"]
 	if limit == "" || limit == "0" {
 		return nil
 	}
@@ -249,12 +263,8 @@ func checkClientEviction(ctx context.Context, node *redis.Client) error {
 // checkDurability warns when a restart can take node's fencing counters
 // back: without the append-only file, a restarted master holds what its
 // last snapshot had, or nothing.
-func checkDurability(ctx context.Context, node *redis.Client) error {
-	got, err := node.ConfigGet(ctx, "appendonly").Result()
-	if err != nil {
-		return fmt.Errorf("reading it: %w", err)
-	}
-	if got["appendonly"] != "no" {
+func checkDurability(config map[string]string) error {
+	if config["appendonly"] != "no" {
 		return nil
 	}
 	return errors.New("appendonly no: a master restarted before a replica takes over comes back without the fencing counters' latest values (and its replicas resync from it), so tokens repeat; set appendonly yes, or never restart a master in place")

@@ -21,9 +21,7 @@ import (
 func TestContendedClientAsksOneMasterAtATime(t *testing.T) {
 	c, prefix := newLocker(t, newClient(t))
 	keys, _ := keysOnMasters(t, sharedCluster(t), prefix, "contended", 3, 1)
-	slices.SortFunc(keys, func(a, b string) int {
-		return cmp.Compare(hashtag.Slot(prefix+a), hashtag.Slot(prefix+b))
-	})
+	inSlotOrder(prefix, keys)
 	first := keys[:1] // on the master asked first
 	waiter := newGrantee(t, prefix)
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -67,9 +65,7 @@ func TestContendedCallCountsItsLeaseFromItsFirstMaster(t *testing.T) {
 	cl := sharedCluster(t)
 	c, prefix := newLocker(t, newClient(t))
 	keys, _ := keysOnMasters(t, cl, prefix, "contended-lease", 3, 1)
-	slices.SortFunc(keys, func(a, b string) int {
-		return cmp.Compare(hashtag.Slot(prefix+a), hashtag.Slot(prefix+b))
-	})
+	inSlotOrder(prefix, keys)
 	middle, err := cl.MasterOfSlot(ctxTimeout(t, 10*time.Second), hashtag.Slot(prefix+keys[1]))
 	require.NoError(t, err)
 	waiter := peerOf(t, newClient(t), prefix, batchlock.WithLease(300*time.Millisecond))
@@ -103,4 +99,12 @@ func TestContendedCallCountsItsLeaseFromItsFirstMaster(t *testing.T) {
 		assert.Equal(t, []string{l.Owner()}, holderOf(t, c, k).Holders, "%s is held as Lock says", k)
 	}
 	require.NoError(t, l.Unlock(ctx))
+}
+
+// inSlotOrder sorts keys as batchlock takes them: by the slot of their lock
+// key under prefix.
+func inSlotOrder(prefix string, keys []string) {
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Compare(hashtag.Slot(prefix+a), hashtag.Slot(prefix+b))
+	})
 }

@@ -42,12 +42,7 @@ func TestPartitionedHolderLearnsItsLossInTime(t *testing.T) {
 			require.NoError(t, err)
 			heal, err := link.cut(master.Addr, tc.streams...)
 			require.NoError(t, err)
-			healed := false
-			defer func() {
-				if !healed {
-					heal()
-				}
-			}()
+			t.Cleanup(heal) // healing twice removes nothing more
 
 			got := make(chan time.Time, 1)
 			go func() {
@@ -72,7 +67,6 @@ func TestPartitionedHolderLearnsItsLossInTime(t *testing.T) {
 			assert.True(t, waited.After(lostAt), "the waiter held the key before the holder stopped counting on it")
 
 			heal()
-			healed = true
 			_ = l.Unlock(ctx)
 			require.Eventually(t, func() bool { return len(lockKeysUnder(t, newClient(t), prefix)) == 0 },
 				10*time.Second, 20*time.Millisecond, "nothing left once the link healed")
