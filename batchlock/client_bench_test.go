@@ -12,8 +12,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkClient -benchmem ./batchlock
 func BenchmarkClient(b *testing.B) {
-	rdb := benchServer(b)
-	c, err := New(rdb)
+	c, err := New(benchServer(b).rdb)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -409,10 +409,10 @@ func (f *fakeRedis) acquire(c *script.Call, now time.Time) []any {
 	}
 	tokens := []any{}
 	take := func(fence string, keys []string) {
+		f.fences[fence]++ // one token per slot, as acquire.lua takes
 		for _, key := range keys {
 			k := f.live(key, now)
 			if k == nil {
-				f.fences[fence]++
 				k = &fakeKey{owner: owner, fence: f.fences[fence], holds: map[string]time.Time{}}
 				f.keys[key] = k
 			}

@@ -121,8 +121,9 @@ func (l *Lock) Err() error { return l.life.Err() }
 
 // Token returns the fencing token of key in this lock, or 0 when key is not
 // one of its keys. A key's token is taken from its slot's counter when an
-// owner takes the key fresh, and only ever grows: storage that remembers the
-// largest token it has seen per key can refuse writes from a stale holder.
+// owner takes the key fresh (keys of one slot taken fresh by one call share
+// it), and only ever grows: storage that remembers the largest token it has
+// seen per key can refuse writes from a stale holder.
 // Reentrant locks of one owner share the token of the ownership they joined.
 func (l *Lock) Token(key string) int64 {
 	l.mu.Lock()

@@ -1,7 +1,12 @@
 package batchlock
 
 import (
+	"cmp"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,45 +15,55 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The scripts' own cost, on one redis-server, against the fenced floor: the
-// least a lock with per-key leases and per-slot fencing tokens does (an INCR
-// of the slot's counter and a SET PX per key, then a DEL per key). Each
-// iteration locks and releases n fresh keys of one slot with one call each
-// way, as a batch does on each master; the server's CPU and its in-command
-// time per iteration are reported beside the client's ns/op.
+// The scripts' own cost, on one redis-server, against the lock floor (the
+// least a real lock does: per slot an INCR, SET NX PX of an owned value per
+// key, an owner-checked delete) and the fenced floor (an INCRBY per slot, a
+// SET PX per key, a DEL per key), whose scripts are the bench's
+// (bench/floor). Each iteration locks and releases n fresh keys of one slot
+// with one call each way, as a batch does on each master; the server's CPU
+// and its in-command time per iteration are reported beside the client's
+// ns/op:
 //
 //	go test -run '^$' -bench BenchmarkScript ./batchlock
-
-var (
-	fencedFloorLock = redis.NewScript(`#!lua flags=allow-cross-slot-keys
-local n = redis.call('INCRBY', ARGV[2], #ARGV - 2)
-for i = 3, #ARGV do
-  redis.call('SET', ARGV[i], n - #ARGV + i, 'PX', ARGV[1])
-end
-return n`)
-	fencedFloorUnlock = redis.NewScript(`#!lua flags=allow-cross-slot-keys
-for i = 1, #ARGV do
-  redis.call('DEL', ARGV[i])
-end
-return #ARGV`)
-)
+//
+// With BATCHLOCK_BENCH_CALLGRIND=1 the benchmark starts its own
+// redis-server under valgrind's callgrind and reports the instructions the
+// server ran per iteration (instr/op): a count that, unlike times, repeats
+// from run to run on a busy machine.
+//
+//	BATCHLOCK_BENCH_CALLGRIND=1 go test -run '^$' -bench BenchmarkScript -benchtime 200x ./batchlock
 
 func BenchmarkScript(b *testing.B) {
-	rdb := benchServer(b)
+	srv := benchServer(b)
+	rdb := srv.rdb
+	lockFloorLock, lockFloorUnlock := floorScript(b, "owned_lock.lua"), floorScript(b, "owned_unlock.lua")
+	fencedFloorLock, fencedFloorUnlock := floorScript(b, "fenced_lock.lua"), floorScript(b, "unlock.lua")
+	// Ids as long as a Client's own: "host:pid:" and 8 random bytes in hex
+	// for the owner, "h:" and 8 random bytes for a hold.
+	const owner = "worker-7:12345:0123456789abcdef"
 	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("lock-floor/keys=%d", n), func(b *testing.B) {
+			srv.measure(b, n, func(i int, keys []string) {
+				route := keys[:1]
+				args := append([]any{10000, owner, "fence:{a}", len(keys)}, anysOf(keys)...)
+				mustRun(b, lockFloorLock.Run(b.Context(), rdb, route, args...))
+				mustRun(b, lockFloorUnlock.Run(b.Context(), rdb, route, append([]any{owner}, anysOf(keys)...)...))
+			})
+		})
 		b.Run(fmt.Sprintf("fenced-floor/keys=%d", n), func(b *testing.B) {
-			measureServer(b, rdb, n, func(i int, keys []string) {
-				args := append([]any{10000, "fence:{a}"}, anysOf(keys)...)
-				mustRun(b, fencedFloorLock.Run(b.Context(), rdb, nil, args...))
-				mustRun(b, fencedFloorUnlock.Run(b.Context(), rdb, nil, anysOf(keys)...))
+			srv.measure(b, n, func(i int, keys []string) {
+				route := keys[:1]
+				args := append([]any{10000, "fence:{a}", len(keys)}, anysOf(keys)...)
+				mustRun(b, fencedFloorLock.Run(b.Context(), rdb, route, args...))
+				mustRun(b, fencedFloorUnlock.Run(b.Context(), rdb, route, anysOf(keys)...))
 			})
 		})
 		b.Run(fmt.Sprintf("batchlock/keys=%d", n), func(b *testing.B) {
-			measureServer(b, rdb, n, func(i int, keys []string) {
-				hold := "h:" + strconv.Itoa(i)
-				args := []any{"0123456789abcdef0123456789abcdef", hold, 10000, modeWait, "cancel:{a}:" + hold, 3000, "fence:{a}", len(keys)}
+			srv.measure(b, n, func(i int, keys []string) {
+				hold := fmt.Sprintf("h:%016x", i)
+				args := []any{owner, hold, 10000, modeWait, "cancel:{a}:" + hold, 3000, "fence:{a}", len(keys)}
 				mustRun(b, acquireScript.Run(b.Context(), rdb, nil, append(args, anysOf(keys)...)...))
-				rel := []any{"0123456789abcdef0123456789abcdef", hold, 10000, 0, len(keys)}
+				rel := []any{owner, hold, 10000, 0, len(keys)}
 				mustRun(b, releaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
 			})
 		})
@@ -62,27 +77,62 @@ func BenchmarkScript(b *testing.B) {
 				mustRun(b, rdb.Do(b.Context(), "SET", held[j], "1 - h:a= alice", "PX", 600000))
 			}
 			args := append([]any{"bob", "h:b", 10000, modeTry, "cancel:{a}:h:b", 3000, "fence:{a}", n}, held...)
-			measureServer(b, rdb, n, func(int, []string) {
+			srv.measure(b, n, func(int, []string) {
 				mustRun(b, acquireScript.Run(b.Context(), rdb, nil, args...))
 			})
 		})
 	}
 }
 
-// benchServer is the script tests' server, for benchmarks.
-func benchServer(b *testing.B) *redis.Client {
-	scriptServer.once.Do(startScriptServer)
-	if scriptServer.err != nil {
-		b.Skipf("no redis-server: %v", scriptServer.err)
+// floorScript is one of the bench's floor scripts (bench/floor), read from
+// this repository.
+func floorScript(b *testing.B, name string) *redis.Script {
+	src, err := os.ReadFile(filepath.Join("..", "bench", "floor", name))
+	if err != nil {
+		b.Fatalf("the bench's floor script: %v", err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: scriptServer.addr})
-	b.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	return redis.NewScript(string(src))
 }
 
-// measureServer runs op b.N times on keys of one slot, fresh each time, and
-// reports the server's CPU (user+sys) and in-command time (EVALSHA) per op.
-func measureServer(b *testing.B, rdb *redis.Client, n int, op func(i int, keys []string)) {
+// benchTarget is the redis-server a script benchmark measures: the script
+// tests' own, or, with BATCHLOCK_BENCH_CALLGRIND=1, one of the benchmark's
+// own under callgrind (pid set, its dumps written to dumps).
+type benchTarget struct {
+	rdb   *redis.Client
+	pid   int
+	dumps string
+}
+
+// benchServer is the redis-server of the script benchmarks.
+func benchServer(b *testing.B) *benchTarget {
+	if os.Getenv("BATCHLOCK_BENCH_CALLGRIND") == "" {
+		scriptServer.once.Do(startScriptServer)
+		if scriptServer.err != nil {
+			b.Skipf("no redis-server: %v", scriptServer.err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: scriptServer.addr})
+		b.Cleanup(func() { _ = rdb.Close() })
+		return &benchTarget{rdb: rdb}
+	}
+	dir := b.TempDir()
+	dumps := filepath.Join(dir, "callgrind.out")
+	addr, cmd, err := startRedisServerUnder([]string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + dumps})
+	if err != nil {
+		b.Fatalf("redis-server under callgrind: %v", err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute})
+	b.Cleanup(func() { _ = rdb.Close() })
+	return &benchTarget{rdb: rdb, pid: cmd.Process.Pid, dumps: dumps}
+}
+
+// measure runs op b.N times on keys of one slot, fresh each time, and
+// reports the server's CPU (user+sys) and in-command time (EVALSHA) per op,
+// and under callgrind the instructions it ran per op.
+func (t *benchTarget) measure(b *testing.B, n int, op func(i int, keys []string)) {
 	ctx := b.Context()
 	keys := make([][]string, 64)
 	for i := range keys {
@@ -91,22 +141,66 @@ func measureServer(b *testing.B, rdb *redis.Client, n int, op func(i int, keys [
 		}
 	}
 	op(0, keys[0]) // loads the scripts
-	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+	if err := t.rdb.ConfigResetStat(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
-	cpu0 := serverCPU(b, rdb)
+	t.instructions(b) // starts the count
+	cpu0 := serverCPU(b, t.rdb)
 	b.ResetTimer()
 	for i := range b.N {
 		op(i, keys[i%len(keys)])
 	}
 	b.StopTimer()
-	cpu := serverCPU(b, rdb) - cpu0
-	stats, err := rdb.Info(ctx, "commandstats").Result()
+	cpu := serverCPU(b, t.rdb) - cpu0
+	stats, err := t.rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(commandUsec(stats, "evalsha"))/float64(b.N), "cmd-µs/op")
+	if t.pid != 0 {
+		b.ReportMetric(float64(t.instructions(b))/float64(b.N), "instr/op")
+	}
+}
+
+// instructions dumps the counts of the server under callgrind and returns
+// how many instructions it ran since the last dump (0 when not under
+// callgrind). The two INFO calls of measure fall in the count: a few
+// thousand instructions, against hundreds of thousands per op.
+func (t *benchTarget) instructions(b *testing.B) int64 {
+	if t.pid == 0 {
+		return 0
+	}
+	before, _ := filepath.Glob(t.dumps + ".*")
+	if out, err := exec.Command("callgrind_control", "--dump", strconv.Itoa(t.pid)).CombinedOutput(); err != nil {
+		b.Fatalf("callgrind_control --dump: %v: %s", err, out)
+	}
+	after, _ := filepath.Glob(t.dumps + ".*")
+	if len(after) != len(before)+1 {
+		b.Fatalf("callgrind wrote %d dumps, want one", len(after)-len(before))
+	}
+	newest := slices.MaxFunc(after, func(x, y string) int { return cmp.Compare(dumpNumber(x), dumpNumber(y)) })
+	text, err := os.ReadFile(newest)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(text)) {
+		if v, ok := strings.CutPrefix(line, "summary: "); ok {
+			count, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				b.Fatalf("callgrind's summary %q: %v", v, err)
+			}
+			return count
+		}
+	}
+	b.Fatalf("no summary in callgrind's dump %s", newest)
+	return 0
+}
+
+// dumpNumber is the number callgrind puts after a dump's file name.
+func dumpNumber(path string) int {
+	n, _ := strconv.Atoi(path[strings.LastIndexByte(path, '.')+1:])
+	return n
 }
 
 func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,6 +68,13 @@ func startScriptServer() {
 // startRedisServer starts a redis-server on a free loopback port with args
 // added, and waits until it answers.
 func startRedisServer(args ...string) (string, *exec.Cmd, error) {
+	return startRedisServerUnder(nil, args...)
+}
+
+// startRedisServerUnder is startRedisServer with the server run by the
+// command wrapper (valgrind, say), which gets the server's path and
+// arguments after its own.
+func startRedisServerUnder(wrapper []string, args ...string) (string, *exec.Cmd, error) {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", nil, err
@@ -77,7 +85,8 @@ func startRedisServer(args ...string) (string, *exec.Cmd, error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	cmd := exec.Command(path, append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
+	argv := slices.Concat(wrapper, []string{path, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"})
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	cmd.Dir = os.TempDir()
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
@@ -85,7 +94,7 @@ func startRedisServer(args ...string) (string, *exec.Cmd, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := rdb.Ping(ctx).Err()
 		cancel()

@@ -693,6 +693,19 @@ func (r Report) Markdown(svgName string) string {
 		}
 	}
 	p("\n### batchlock against the floors, in Redis\n\n")
+	r.floorsInRedis(p)
+
+	r.whereTimeGoes(p)
+
+	p("\n## Regenerate\n\n```sh\n%s\n```\n\n", r.Command)
+	p("It starts a throwaway six-node cluster (`localcluster.Start`: `BATCHLOCK_CLUSTER_ADDRS`, else docker, else `redis-server` on PATH), or uses `--addrs` for a running one, and rewrites this page and `%s`. ", svgName)
+	p("Latency and hand-off samples are interleaved between libraries (round-robin, the order rotating every round) so that machine noise hits all alike; every library uses its own cluster client with `localcluster`'s settings and locks keys of its own, with a %v TTL. See `bench/README.md`.\n", TTL)
+	return b.String()
+}
+
+// floorsInRedis is the table of batchlock's cost in Redis against the
+// floors'.
+func (r Report) floorsInRedis(p func(string, ...any)) {
 	p("The masters' process CPU and commandstats µs per lock and unlock of N keys, and batchlock's ratio to each floor with the keys laid out alike; the targets are set on the fenced floor's and the lock floor's process CPU, keys spread.\n\n")
 	p("| N | keys | process CPU µs: batchlock / lock floor / fenced floor / floor | vs the lock floor | vs the fenced floor | vs the floor | commandstats µs: batchlock / lock floor / fenced floor / floor | vs the lock floor | vs the fenced floor | vs the floor |\n|---:|---|---|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, n := range r.costSizes() {
@@ -707,12 +720,6 @@ func (r Report) Markdown(svgName string) string {
 		}
 	}
 
-	r.whereTimeGoes(p)
-
-	p("\n## Regenerate\n\n```sh\n%s\n```\n\n", r.Command)
-	p("It starts a throwaway six-node cluster (`localcluster.Start`: `BATCHLOCK_CLUSTER_ADDRS`, else docker, else `redis-server` on PATH), or uses `--addrs` for a running one, and rewrites this page and `%s`. ", svgName)
-	p("Latency and hand-off samples are interleaved between libraries (round-robin, the order rotating every round) so that machine noise hits all alike; every library uses its own cluster client with `localcluster`'s settings and locks keys of its own, with a %v TTL. See `bench/README.md`.\n", TTL)
-	return b.String()
 }
 
 // perLock is server time per lock and unlock, in µs: commandstats and
@@ -909,17 +916,36 @@ func (r Report) OrdersMarkdown() string {
 	}
 	r.contention(p)
 	p("\n")
+	var targets []Target
 	for _, t := range r.Targets() {
-		if !strings.Contains(t.Goal, "contention") && !strings.Contains(t.Goal, "hand-off") {
-			continue
+		if strings.Contains(t.Goal, "contention") || strings.Contains(t.Goal, "hand-off") {
+			targets = append(targets, t)
 		}
+	}
+	writeTargets(&b, targets)
+	return b.String()
+}
+
+// FloorsMarkdown is batchlock's cost in Redis and its targets against the
+// lock floor and the fenced floor alone.
+func (r Report) FloorsMarkdown() string {
+	var b strings.Builder
+	r.floorsInRedis(func(format string, args ...any) { fmt.Fprintf(&b, format, args...) })
+	b.WriteString("\n")
+	targets := append(r.floorTargets(NameLockFloor, "the lock floor", LockFloorTarget), r.floorTargets(NameFencedFloor, "the fenced floor", FloorTarget)...)
+	writeTargets(&b, targets)
+	return b.String()
+}
+
+// writeTargets lists targets, each met or missed with what was found.
+func writeTargets(b *strings.Builder, targets []Target) {
+	for _, t := range targets {
 		mark := "missed"
 		if t.Reached {
 			mark = "met"
 		}
-		p("- %s: **%s**: %s\n", t.Goal, mark, t.Found)
+		fmt.Fprintf(b, "- %s: **%s**: %s\n", t.Goal, mark, t.Found)
 	}
-	return b.String()
 }
 
 // BatchMarkdown is the batch workload's section and targets alone.
@@ -928,12 +954,6 @@ func (r Report) BatchMarkdown() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	r.batches(p)
 	p("\n")
-	for _, t := range r.batchTargets() {
-		mark := "missed"
-		if t.Reached {
-			mark = "met"
-		}
-		p("- %s: **%s**: %s\n", t.Goal, mark, t.Found)
-	}
+	writeTargets(&b, r.batchTargets())
 	return b.String()
 }

@@ -18,9 +18,10 @@
 -- n of its lock keys, with "s" after the mode their modes (one letter per
 -- key: "s" shared, "x" exclusive), then those n lock keys.
 --
--- A key taken afresh gets the next token of its slot's counter; a key the
--- owner already holds (one granted to this hold by a release too) keeps its
--- token, gains the hold, and its lease is never shortened. A key asked for shared is held by any number of owners at
+-- The keys of a slot taken afresh share the next token of its slot's
+-- counter; a key the owner already holds (one granted to this hold by a
+-- release too) keeps its token, gains the hold, and its lease is never
+-- shortened. A key asked for shared is held by any number of owners at
 -- once, who share its token; a reader joins unless another owner holds it
 -- exclusively or a writer waits for it ahead of the reader, and an owner
 -- that holds a key shared always joins it again. A key the owner holds
@@ -64,7 +65,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
   local quick = mode == 'first' or fresh
 
   -- Every key taken afresh by this call gets the same value but for its
-  -- token, its hold expiring with the key (see layout.lua).
+  -- slot's token, its hold expiring with the key (see layout.lua).
   local rest = ' - ' .. hold .. '= ' .. owner
 
   -- created are the keys this call took afresh, to undo.
@@ -270,11 +271,14 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     if some then
       modes, first = ARGV[i + 2], i + 3
     end
-    local base = 0
+    local base, value = 0, nil
     if clear then
-      -- A token per key, some of them unused (keys joined or refused): gaps
-      -- do not matter, a key's tokens only have to grow.
-      base = redis.pcall('INCRBY', fence, n)
+      -- One token for the slot's keys taken afresh (some slots take none:
+      -- gaps do not matter, a key's tokens only have to grow), so that
+      -- they share one value, made once: a value per key costs more than
+      -- the rest of taking it. INCRBY rather than INCR keeps the commands a
+      -- locking user needs to one.
+      base = redis.pcall('INCRBY', fence, 1)
       if type(base) == 'table' then
         undo()
         if layout().moved(base) then
@@ -282,7 +286,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
         return base
       end
-      base = base - n
+      value = base .. rest
     end
     for j = 0, n - 1 do
       local key = ARGV[first + j]
@@ -291,10 +295,10 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       if not clear then
         token, left, s = slow().verdict(key, shared)
       elseif shared then
-        token, left, s = slow().take(key, base + j + 1, true)
+        token, left, s = slow().take(key, base, true)
       else
-        token = base + j + 1
-        local r = redis.pcall('SET', key, string.format('%d', token) .. rest, 'NX', 'PX', lease)
+        token = base
+        local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
         if not r and fresh then
           -- The owner holds nothing: a key there is another owner's.
           token, left = false, 0

@@ -52,16 +52,17 @@ while i <= #ARGV do
     end
   end
   -- The usual value: "<token>" then this, the key as an acquire took it
-  -- afresh for this hold, nobody waiting (found by plain comparison: a
-  -- pattern costs more than the rest of the release).
+  -- afresh for this hold, nobody waiting. A value ending so is that one,
+  -- since only the token comes before its last three fields; its tail is
+  -- compared, not matched with a pattern, which costs more than the rest
+  -- of the release.
   local fresh = ' - ' .. hold .. '= ' .. owner
   for j = first + m, first + m + n - 1 do
     local key = ARGV[j]
     -- Read before writing: in a slot being migrated a key this script
     -- deleted is no longer local, and writing it again would fail half-way.
     local v = redis.pcall('GET', key)
-    local at = type(v) == 'string' and string.find(v, ' ', 1, true)
-    if at and at == #v - #fresh + 1 and string.find(v, fresh, at, true) then
+    if type(v) == 'string' and string.sub(v, -#fresh) == fresh then
       redis.call('DEL', key)
     elseif v then
       local L = layout()

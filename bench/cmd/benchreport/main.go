@@ -4,12 +4,14 @@
 //
 // Usage, from bench/:
 //
-//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick] [--only batch|orders [--uniform]]
+//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick] [--only batch|floors|orders [--uniform]]
 //
 // --only batch runs the batch workload alone and prints its section and
 // targets, writing nothing: to measure a change to TryEach quickly. --only
-// orders does the same for the hand-off and the contention workload, with
-// --uniform on baskets of every size alike.
+// floors does the same for batchlock and the three floors' latency and cost
+// at the sizes of the floor targets (keys spread), --only orders for the
+// hand-off and the contention workload, with --uniform on baskets of every
+// size alike.
 //
 // Without --addrs it starts a throwaway six-node cluster with
 // localcluster.Start and removes it at the end.
@@ -25,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,7 +43,7 @@ func main() {
 	out := flag.String("out", filepath.Join("..", "docs"), "directory to write bench.md and bench-latency.svg to")
 	backend := flag.String("backend", "", "docker or process: how to run the throwaway cluster (default: localcluster's choice, docker when a daemon answers)")
 	quick := flag.Bool("quick", false, "a tenth of the samples and short contention turns: to try the program, not for numbers")
-	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing; orders: the hand-off and the contention workload")
+	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing; floors: batchlock and the floors at the floor targets' sizes; orders: the hand-off and the contention workload")
 	uniform := flag.Bool("uniform", false, "with --only orders: basket sizes alike in 1..40 rather than small baskets most likely")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
@@ -60,8 +63,8 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	if *only != "" && *only != "batch" && *only != "orders" {
-		log.Printf("benchreport: --only %q: the sections that run alone are batch and orders", *only)
+	if *only != "" && *only != "batch" && *only != "floors" && *only != "orders" {
+		log.Printf("benchreport: --only %q: the sections that run alone are batch, floors and orders", *only)
 		os.Exit(2)
 	}
 	if *uniform && *only != "orders" {
@@ -146,6 +149,15 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		return nil
 	}
 
+	if only == "floors" {
+		if r.Latency, r.Cost, err = runFloors(ctx, cl, suite, latencyPlans, costPlans); err != nil {
+			return err
+		}
+		r.Took = time.Since(started)
+		fmt.Println(r.FloorsMarkdown())
+		return nil
+	}
+
 	for _, plan := range latencyPlans {
 		step := time.Now()
 		res, err := bench.RunLatency(ctx, suite.Lockers, plan)
@@ -191,6 +203,38 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	}
 	r.Took = time.Since(started)
 	return write(r, out)
+}
+
+// runFloors runs the latency and the cost workloads of batchlock and the
+// three floors, keys spread, at the sizes of the floor targets.
+func runFloors(ctx context.Context, cl *localcluster.Cluster, suite *bench.Suite, latencyPlans []bench.LatencyPlan, costPlans []bench.CostPlan) ([]bench.LatencyResult, []bench.CostResult, error) {
+	var lockers []bench.Locker
+	for _, l := range suite.Lockers {
+		if slices.Contains([]string{bench.NameBatchlock, bench.NameLockFloor, bench.NameFencedFloor, bench.NameFloor}, l.Name()) {
+			lockers = append(lockers, l)
+		}
+	}
+	var latency []bench.LatencyResult
+	for _, plan := range latencyPlans {
+		if slices.Contains(bench.TargetSizes, plan.Keys) {
+			res, err := bench.RunLatency(ctx, lockers, plan)
+			if err != nil {
+				return nil, nil, err
+			}
+			latency = append(latency, res...)
+		}
+	}
+	var cost []bench.CostResult
+	for _, plan := range costPlans {
+		if slices.Contains(bench.TargetSizes, plan.Keys) {
+			res, err := bench.RunCost(ctx, cl, lockers, plan)
+			if err != nil {
+				return nil, nil, err
+			}
+			cost = append(cost, res...)
+		}
+	}
+	return latency, cost, nil
 }
 
 func scaledLatency(plans []bench.LatencyPlan) []bench.LatencyPlan {
