@@ -72,6 +72,7 @@ type breach struct {
 	key            string
 	earlier, later int
 	what           string
+	overlap        bool // two owners inside at once, not a token's fault
 }
 
 // breaches finds, key by key, two owners inside a section at once (unless
@@ -116,8 +117,8 @@ func breaches(sections []section) (out []breach, overlapped int) {
 					readers = true
 					continue
 				}
-				out = append(out, breach{key: k, earlier: o, later: i, what: fmt.Sprintf("key %s: %s held it from %s while %s held it until %s",
-					k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000"))})
+				out = append(out, breach{key: k, earlier: o, later: i, overlap: true, what: fmt.Sprintf("key %s: %s held it from %s while %s held it until %s (%v later)",
+					k, s.Owner, s.Start.Format("15:04:05.000000"), p.Owner, p.End.Format("15:04:05.000000"), p.End.Sub(s.Start))})
 				break
 			}
 			if readers {

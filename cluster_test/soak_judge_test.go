@@ -18,7 +18,9 @@ import (
 // The one exception the documentation states: a failover can lose a lock
 // taken without WithReplicas (and the slot's counter with it). A breach
 // whose earlier section held such a lock, on a master that lost its role
-// during or before the later section, is counted apart.
+// during or before the later section, is counted apart. So is an overlap
+// that the host's wall clock made, by moving forward as far between the
+// two sections' starts (see wallClock), which the contract rules out.
 
 // excusable is how far before a section's start a failover can still have
 // lost its lock: its acquire reached the master before the call returned.
@@ -40,6 +42,13 @@ func (s *soak) judge() (violations []string, excused, overlapped int) {
 		if b.key != "" && s.lostToFailover(earlier.replicas, earlier.Start, later.Start, b.key) {
 			excused++
 			continue
+		}
+		if b.overlap {
+			over := earlier.End.Sub(later.Start)
+			if step := s.clock.forwardBetween(earlier.Start, later.Start); step >= over {
+				s.clockExcused[b.key] = append(s.clockExcused[b.key], fmt.Sprintf("%s: the wall clock moved %v forward in between", b.what, step))
+				continue
+			}
 		}
 		violations = append(violations, b.what)
 	}
@@ -111,6 +120,8 @@ func TestSoakJudge(t *testing.T) {
 		losses     []holderLoss
 		violations []string
 		excused    int
+		clock      []clockSample // the wall clock's moves after t0
+		clockMade  int           // overlaps excused as the wall clock's
 	}{
 		{name: "holder lost while its master slept", losses: []holderLoss{loss}, faults: []faultEvent{sleep}},
 		{name: "holder lost while another master slept", losses: []holderLoss{loss}, faults: []faultEvent{sleepElsewhere},
@@ -130,6 +141,21 @@ func TestSoakJudge(t *testing.T) {
 		{name: "failover of another slot excuses nothing",
 			sections: []soakSection{sec("a", 0, 100, 1, false), sec("b", 90, 120, 2, false)},
 			faults:   []faultEvent{elsewhere}, violations: []string{"key sku:1: b held it"}},
+		{name: "overlap the wall clock made, moving forward as far in between",
+			sections: []soakSection{sec("a", 0, 100, 1, true), sec("b", 90, 120, 2, true)},
+			clock:    []clockSample{{at: at(50), lead: 15 * time.Millisecond}}, clockMade: 1},
+		{name: "overlap longer than the wall clock's move",
+			sections: []soakSection{sec("a", 0, 100, 1, true), sec("b", 90, 120, 2, true)},
+			clock:    []clockSample{{at: at(50), lead: 5 * time.Millisecond}}, violations: []string{"key sku:1: b held it"}},
+		{name: "the wall clock moving forward after the later start excuses nothing",
+			sections: []soakSection{sec("a", 0, 100, 1, true), sec("b", 90, 120, 2, true)},
+			clock:    []clockSample{{at: at(200), lead: 50 * time.Millisecond}}, violations: []string{"key sku:1: b held it"}},
+		{name: "the wall clock moving back excuses nothing",
+			sections: []soakSection{sec("a", 0, 100, 1, true), sec("b", 90, 120, 2, true)},
+			clock:    []clockSample{{at: at(50), lead: -50 * time.Millisecond}}, violations: []string{"key sku:1: b held it"}},
+		{name: "the wall clock's move excuses no token given twice",
+			sections: []soakSection{sec("a", 0, 10, 5, true), sec("b", 20, 30, 5, true)},
+			clock:    []clockSample{{at: at(15), lead: 50 * time.Millisecond}}, violations: []string{"token 5 given to both a and b"}},
 		{name: "token backwards", sections: []soakSection{sec("a", 0, 10, 5, true), sec("b", 20, 30, 3, true)},
 			violations: []string{"token went backwards from 5 (a) to 3 (b)"}},
 		{name: "token backwards after a failover", sections: []soakSection{sec("a", 0, 10, 5, false), sec("b", 70, 80, 3, true)},
@@ -148,13 +174,15 @@ func TestSoakJudge(t *testing.T) {
 			violations: []string{"write of a with token 4 refused"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &soak{t: t, prefix: prefix, sections: tc.sections, faults: tc.faults, refusals: tc.refusals, holderLosses: tc.losses}
+			s := &soak{t: t, prefix: prefix, sections: tc.sections, faults: tc.faults, refusals: tc.refusals, holderLosses: tc.losses,
+				clock: &wallClock{origin: t0, moves: append([]clockSample{{at: t0}}, tc.clock...)}, clockExcused: map[string][]string{}}
 			violations, excused, _ := s.judge()
 			require.Len(t, violations, len(tc.violations), "violations: %q", violations)
 			for i, want := range tc.violations {
 				assert.Contains(t, violations[i], want)
 			}
 			assert.Equal(t, tc.excused, excused, "excused")
+			assert.Len(t, s.clockExcused[key], tc.clockMade, "overlaps excused as the wall clock's")
 		})
 	}
 }
