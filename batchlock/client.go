@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
 )
@@ -27,7 +28,7 @@ type Client struct {
 
 	watchdog *watchdog
 	waiters  *waiters
-	gates    *gates
+	gates    *gates.Table
 
 	// fences are the names of the slots' fencing counters, by slot, made
 	// on first use.
@@ -78,7 +79,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.runner = d.runner()
 	c.watchdog = newWatchdog(c)
 	c.waiters = newWaiters(c)
-	c.gates = newGates()
+	c.gates = gates.New()
 	c.closing, c.stopCalls = context.WithCancelCause(context.Background())
 	return c, nil
 }
@@ -199,7 +200,7 @@ func (c *Client) Stats() Stats {
 		LocalWaits:   c.localWaits.Load(),
 		Held:         c.heldCount(),
 		Waiting:      int(c.taking.Load()),
-		Gated:        c.gates.count(),
+		Gated:        c.gates.Count(),
 	}
 }
 

@@ -18,12 +18,12 @@ import (
 // when a call meets a redirection (go-redis) or fails (batchlock, before it
 // tries again), not on a timer more often than go-redis's minute: a reload
 // on a timer runs in the background, and one cut short by the cluster
-// client's Close prints "Unexpected conn[N] state changed by hook to CLOSED"
-// (TestNoStrayLogLines). A program's own commands on the same client follow
-// go-redis's rules: after a master dies they reach its replacement once the
-// map is read again, by a failed batchlock call or by ReloadState on their
-// own errors. Its OnConnect is NoEvictOnConnect. Each call returns a fresh
-// copy, to change at will.
+// client's Close prints "Unexpected conn[N] state changed by hook to CLOSED".
+// A program's own commands on the same client follow go-redis's rules:
+// after a master dies they reach its replacement once the map is read
+// again, by a failed batchlock call or by ReloadState on their own errors.
+// Its OnConnect is NoEvictOnConnect. Each call returns a fresh copy, to
+// change at will.
 func ClusterOptions(addrs ...string) *redis.ClusterOptions {
 	return &redis.ClusterOptions{
 		Addrs:                 addrs,

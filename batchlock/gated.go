@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
+	"github.com/batchlock/batchlock/internal/gates"
 )
 
-// A lock's gates (see gates.go) are kept in step with its keys in Redis: a
+// A lock's gates (see internal/gates) are kept in step with its keys in Redis: a
 // call first takes the gate of each of its keys in the global order, but
 // once Redis refuses it at a key, it gives back the gates of every key after
 // that one while it waits, and takes them again, in order, before the
@@ -32,13 +33,13 @@ func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
 	for _, g := range l.groups {
 		for i, key := range g.keys {
 			shared := g.shared(i)
-			switch c.gates.enter(ctx, key, l.owner, shared, wait, func() { c.waitingAtGate(l, key) }) {
-			case gatePass:
+			switch c.gates.Enter(ctx, key, l.owner, shared, wait, func() { c.waitingAtGate(l, key) }) {
+			case gates.Pass:
 				l.addGated(key, shared)
-			case gateUpgrade:
+			case gates.Upgrade:
 				l.leaveGates()
 				return c.upgradeAtGate(key)
-			case gateWait:
+			case gates.Wait:
 				if wait {
 					l.leaveGates()
 					return c.gateWaitEnded(ctx, key)
@@ -68,11 +69,11 @@ func (c *Client) regate(ctx context.Context, l *Lock, wt *waiting, end int) (int
 	gi, ki := l.locate(len(l.gated))
 	for gi < end {
 		key, shared := l.groups[gi].keys[ki], l.groups[gi].shared(ki)
-		v, w := c.gates.ask(key, l.owner, shared, gi == wt.held && ki == 0)
+		v, w := c.gates.Ask(key, l.owner, shared, gi == wt.held && ki == 0)
 		switch {
-		case v == gatePass:
+		case v == gates.Pass:
 			l.addGated(key, shared)
-		case v == gateUpgrade:
+		case v == gates.Upgrade:
 			c.rollback(ctx, l, wt.reached(l))
 			return 0, c.upgradeAtGate(key)
 		case w == nil && ki > 0:
@@ -97,8 +98,8 @@ func (c *Client) regate(ctx context.Context, l *Lock, wt *waiting, end int) (int
 // waitAtGate waits for w, l's place at a gate, to be let in, while the
 // groups l holds in Redis are renewed a third of a lease after their oldest
 // lease started. It holds no place when it returns an error.
-func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gateWaiter) error {
-	w.notify(func() { c.waitingAtGate(l, w.key) })
+func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.Waiter) error {
+	w.Notify(func() { c.waitingAtGate(l, w.Key()) })
 	retries := 0
 	retryAt := time.Time{}
 	for {
@@ -114,16 +115,16 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gateWa
 		}
 		t := time.NewTimer(time.Until(next))
 		select {
-		case <-w.granted:
+		case <-w.Granted():
 			t.Stop()
-			if w.verdict == gateUpgrade {
-				return c.upgradeAtGate(w.key)
+			if w.Verdict() == gates.Upgrade {
+				return c.upgradeAtGate(w.Key())
 			}
 			return nil
 		case <-ctx.Done():
 			t.Stop()
-			w.abandon()
-			return c.gateWaitEnded(ctx, w.key)
+			w.Abandon()
+			return c.gateWaitEnded(ctx, w.Key())
 		case <-t.C:
 		}
 		if wt.held == 0 {
@@ -131,8 +132,8 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gateWa
 		}
 		renewed, err := c.renewHeld(ctx, l, wt)
 		if err != nil {
-			w.abandon()
-			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.userKey(w.key), err)
+			w.Abandon()
+			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.userKey(w.Key()), err)
 		}
 		if renewed {
 			retries, retryAt = 0, time.Time{}
@@ -168,20 +169,7 @@ func (c *Client) upgradeAtGate(key string) error {
 func (c *Client) gateHolders(lockKeys []string) map[string][]string {
 	out := make(map[string][]string, len(lockKeys))
 	for _, key := range lockKeys {
-		sh := c.gates.shard(key)
-		sh.mu.Lock()
-		var owners []string
-		if gt := sh.keys[key]; gt != nil {
-			if gt.owner != "" {
-				owners = []string{gt.owner}
-			}
-			for owner := range gt.readers {
-				owners = append(owners, owner)
-			}
-		}
-		sh.mu.Unlock()
-		if len(owners) > 0 {
-			slices.Sort(owners)
+		if owners := c.gates.Holders(key); len(owners) > 0 {
 			out[c.userKey(key)] = owners
 		}
 	}
@@ -206,7 +194,7 @@ func (l *Lock) leaveGatesAfter(n int) {
 	}
 	l.mu.Unlock()
 	for i := len(after) - 1; i >= 0; i-- {
-		l.c.gates.leave(after[i].key, l.owner, after[i].shared)
+		l.c.gates.Leave(after[i].key, l.owner, after[i].shared)
 	}
 }
 
@@ -217,7 +205,7 @@ func (l *Lock) leaveGates() {
 	l.gated = nil
 	l.mu.Unlock()
 	for _, g := range gated {
-		l.c.gates.leave(g.key, l.owner, g.shared)
+		l.c.gates.Leave(g.key, l.owner, g.shared)
 	}
 }
 

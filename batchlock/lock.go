@@ -28,7 +28,7 @@ type Lock struct {
 	lease    time.Duration
 	renew    bool // kept alive by the watchdog, rather than a fixed TTL
 	ack      script.Ack
-	// gated are the keys whose gates the lock holds (see gates.go), given
+	// gated are the keys whose gates the lock holds (see internal/gates), given
 	// back when it ends; guarded by mu.
 	gated []gatedKey
 

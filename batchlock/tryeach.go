@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
 )
@@ -228,10 +229,10 @@ func (t *eachCall) enterGates(l *Lock) ([]string, error) {
 	var busy []string
 	for _, g := range l.groups {
 		for k, key := range g.keys {
-			switch v, _ := t.c.gates.ask(key, l.owner, g.shared(k), false); v {
-			case gatePass:
+			switch v, _ := t.c.gates.Ask(key, l.owner, g.shared(k), false); v {
+			case gates.Pass:
 				l.addGated(key, g.shared(k))
-			case gateUpgrade:
+			case gates.Upgrade:
 				l.leaveGates()
 				return nil, t.c.upgradeAtGate(key)
 			default:

@@ -142,13 +142,23 @@ func TestCheckReportsEachProblem(t *testing.T) {
 	})
 }
 
-// batchlock check prints one line per check and exits 0 on a healthy
+// batchlock check prints one line per check, under its node (the masters
+// by address, then the clocks, then the client), and exits 0 on a healthy
 // cluster, 1 when a master cannot give the replicas asked for.
 func TestCommandCheck(t *testing.T) {
 	bin := buildCommand(t)
 	addrs := strings.Join(sharedCluster(t).Addrs(), ",")
 	code, out, errOut := command(t, bin, "check", "--addrs", addrs, "--replicas", "1")
 	require.Equal(t, 0, code, errOut)
+	var groups []string
+	for line := range strings.Lines(out) {
+		if !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "all ") {
+			groups = append(groups, strings.TrimSpace(line))
+		}
+	}
+	require.Len(t, groups, 5, "three masters, the clocks and the client, each once: %q", out)
+	assert.True(t, slices.IsSorted(groups[:3]), "masters by address: %q", groups)
+	assert.Equal(t, []string{"masters", "this command's client"}, groups[3:])
 	assert.Contains(t, out, "ok    "+batchlock.CheckEviction)
 	assert.Contains(t, out, "ok    "+batchlock.CheckClientOpts)
 	assert.Contains(t, out, "WARN  "+batchlock.CheckDurability)

@@ -19,7 +19,7 @@
 // batchlock.WithMaxHold caps a lock here as there, per lock or for every lock
 // through WithClientOptions: at the cap every deployment's part ends and
 // releases its keys, and the lock is lost with a cause that wraps both
-// ErrLockLost and ErrMaxHold (TestRedlockMaxHold).
+// ErrLockLost and ErrMaxHold.
 //
 // # What is guaranteed
 //

@@ -50,7 +50,11 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 	}
 	defer closeAll()
 	failed, warned := 0, 0
+	// Preflight's order is stable (the masters by address, each with its
+	// checks in one order, then the clocks, then the client), so the
+	// results are printed under their node as they come.
 	results := locks.Preflight(ctx)
+	group := ""
 	for _, r := range results {
 		where := "this command's client"
 		if r.Node != "" {
@@ -58,15 +62,19 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 		} else if r.Check == batchlock.CheckClocks {
 			where = "masters"
 		}
+		if where != group {
+			group = where
+			fmt.Fprintf(e.stdout, "%s\n", where)
+		}
 		switch {
 		case r.Err != nil && r.Warning:
 			warned++
-			fmt.Fprintf(e.stdout, "WARN  %-20s %-22s %v\n", r.Check, where, r.Err)
+			fmt.Fprintf(e.stdout, "  WARN  %-20s %v\n", r.Check, r.Err)
 		case r.Err != nil:
 			failed++
-			fmt.Fprintf(e.stdout, "FAIL  %-20s %-22s %v\n", r.Check, where, r.Err)
+			fmt.Fprintf(e.stdout, "  FAIL  %-20s %v\n", r.Check, r.Err)
 		default:
-			fmt.Fprintf(e.stdout, "ok    %-20s %s\n", r.Check, where)
+			fmt.Fprintf(e.stdout, "  ok    %s\n", r.Check)
 		}
 	}
 	if failed > 0 {

@@ -29,14 +29,8 @@ func TestInProcessWaitSendsNothing(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	require.Eventually(t, func() bool {
-		key := bySlot(basket[2:])[0]
-		sh := c.gates.shard(key)
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		gt := sh.keys[key]
-		return gt != nil && len(gt.queue) == 1
-	}, 5*time.Second, time.Millisecond, "the second lock waits at a gate")
+	require.Eventually(t, func() bool { return c.gates.Queued(bySlot(basket[2:])[0]) == 1 },
+		5*time.Second, time.Millisecond, "the second lock waits at a gate")
 	assert.Equal(t, sent, f.acquires(), "nothing is sent while it waits in the process")
 
 	require.NoError(t, first.Unlock(t.Context()))
@@ -98,12 +92,7 @@ func TestGatesFollowTheKeysRules(t *testing.T) {
 		assert.NoError(t, err)
 		writer <- l
 	}()
-	require.Eventually(t, func() bool {
-		sh := c.gates.shard(DefaultPrefix + key[0])
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		return len(sh.keys[DefaultPrefix+key[0]].queue) == 1
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.gates.Queued(DefaultPrefix+key[0]) == 1 }, 5*time.Second, time.Millisecond)
 	_, err = c.TryLock(ctx, nil, WithShared(key...), WithOwner("r3"))
 	require.ErrorIs(t, err, ErrNotObtained, "a later reader does not overtake the waiting writer")
 	again, err := c.TryLock(ctx, nil, WithShared(key...), WithOwner("r1"))
@@ -238,17 +227,6 @@ func TestHandOffCostsOneMoreCall(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 }
 
-// queuedAt is the number of calls waiting at key's gate.
-func queuedAt(c *Client, key string) int {
-	sh := c.gates.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if gt := sh.keys[key]; gt != nil {
-		return len(gt.queue)
-	}
-	return 0
-}
-
 // A call that reaches the head of a gate's queue asking to upgrade a key its
 // owner now reads is answered with ErrUpgrade at once, and the waiters
 // behind it go on: it may not wait there, as it would wait for itself.
@@ -274,17 +252,17 @@ func TestUpgradeAtTheHeadOfTheQueueIsRefused(t *testing.T) {
 		return out
 	}
 	writer := lockAs("b")
-	require.Eventually(t, func() bool { return queuedAt(c, gateKey) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.gates.Queued(gateKey) == 1 }, 5*time.Second, time.Millisecond)
 	oReads := make(chan result, 1)
 	go func() {
 		l, err := c.Lock(ctx, nil, WithShared(key...), WithOwner("o"))
 		oReads <- result{l, err}
 	}()
-	require.Eventually(t, func() bool { return queuedAt(c, gateKey) == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.gates.Queued(gateKey) == 2 }, 5*time.Second, time.Millisecond)
 	oWrites := lockAs("o")
-	require.Eventually(t, func() bool { return queuedAt(c, gateKey) == 3 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.gates.Queued(gateKey) == 3 }, 5*time.Second, time.Millisecond)
 	after := lockAs("c")
-	require.Eventually(t, func() bool { return queuedAt(c, gateKey) == 4 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.gates.Queued(gateKey) == 4 }, 5*time.Second, time.Millisecond)
 
 	require.NoError(t, reader.Unlock(ctx))
 	w := <-writer

@@ -1,21 +1,15 @@
-package batchlock
+package gates
 
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"sync"
 )
 
-// gates settle conflicts among the locks of one Client in the process, the
-// first of the two levels of locking: a call takes the gate of each of its
-// keys, in the global order, before it sends anything for them to Redis, so
-// that Redis sees at most one contender per key from this Client, and a call
-// whose keys another lock of the Client holds waits here for them instead
-// of sending calls that Redis would refuse. A key's gate follows the rules
-// of the key in Redis: an owner's locks pass it together (reentrancy), any
-// number of owners pass it shared, one exclusively, and a waiting writer is
-// not overtaken by later readers; it is let go the moment its lock ends.
-type gates struct {
+// Table is the gates of one process's locks, one per key, made on first use
+// and forgotten once nobody holds or waits for it.
+type Table struct {
 	seed   maphash.Seed
 	shards [gateShards]gateShard
 }
@@ -32,93 +26,93 @@ type gate struct {
 	owner   string         // the owner holding it exclusively; "" if none
 	holds   int            // its holds when exclusive
 	readers map[string]int // holds by owner when held shared
-	queue   []*gateWaiter  // in arrival order
+	queue   []*Waiter      // in arrival order
 }
 
-// gateWaiter is a call waiting at a gate.
-type gateWaiter struct {
+// Waiter is a call waiting at a gate.
+type Waiter struct {
 	sh      *gateShard
 	key     string
 	gt      *gate
 	owner   string
 	shared  bool
 	granted chan struct{} // closed once the gate answered: verdict says how
-	verdict verdict       // gatePass, or gateUpgrade once it asks to upgrade
+	verdict Verdict       // Pass, or Upgrade once it asks to upgrade
 }
 
-func newGates() *gates {
-	g := &gates{seed: maphash.MakeSeed()}
+func New() *Table {
+	g := &Table{seed: maphash.MakeSeed()}
 	for i := range g.shards {
 		g.shards[i].keys = make(map[string]*gate)
 	}
 	return g
 }
 
-func (g *gates) shard(key string) *gateShard {
+func (g *Table) shard(key string) *gateShard {
 	return &g.shards[maphash.String(g.seed, key)%gateShards]
 }
 
-// verdict is what a gate says to an owner asking for it.
-type verdict int
+// Verdict is what a gate says to an owner asking for it.
+type Verdict int
 
 const (
-	gatePass    verdict = iota // it may go through now
-	gateWait                   // another owner holds it, or a writer waits ahead
-	gateUpgrade                // it holds the key shared and asks for it exclusively
+	Pass    Verdict = iota // it may go through now
+	Wait                   // another owner holds it, or a writer waits ahead
+	Upgrade                // it holds the key shared and asks for it exclusively
 )
 
 // judge says what the gate says to owner asking for it, shared or not;
 // queued waiters ahead count (none when the caller is at the head).
-func (gt *gate) judge(owner string, shared bool, ahead []*gateWaiter) verdict {
+func (gt *gate) judge(owner string, shared bool, ahead []*Waiter) Verdict {
 	switch {
 	case gt.owner == owner:
-		return gatePass // an owner's locks share its holds
+		return Pass // an owner's locks share its holds
 	case gt.owner != "":
-		return gateWait
+		return Wait
 	case len(gt.readers) == 0:
 		if len(ahead) > 0 {
-			return gateWait
+			return Wait
 		}
-		return gatePass
+		return Pass
 	case gt.readers[owner] > 0 && !shared:
-		return gateUpgrade
+		return Upgrade
 	case gt.readers[owner] > 0:
-		return gatePass // readers of an owner share its holds, writers queued or not
+		return Pass // readers of an owner share its holds, writers queued or not
 	case !shared:
-		return gateWait
+		return Wait
 	}
 	for _, w := range ahead {
 		if !w.shared {
-			return gateWait // a writer waits ahead: readers queue behind it
+			return Wait // a writer waits ahead: readers queue behind it
 		}
 	}
-	return gatePass
+	return Pass
 }
 
-// enter gives owner's hold the gate of key, and reports gatePass, or how it
-// could not: gateUpgrade at once, or gateWait when it may not wait (TryLock)
+// Enter gives owner's hold the gate of key, and reports Pass, or how it
+// could not: Upgrade at once, or Wait when it may not wait (TryLock)
 // or after ctx ended (then it holds nothing). waiting is called before it
 // waits.
-func (g *gates) enter(ctx context.Context, key, owner string, shared, mayWait bool, waiting func()) verdict {
-	v, w := g.ask(key, owner, shared, mayWait)
+func (g *Table) Enter(ctx context.Context, key, owner string, shared, mayWait bool, waiting func()) Verdict {
+	v, w := g.Ask(key, owner, shared, mayWait)
 	if w == nil {
 		return v
 	}
-	w.notify(waiting)
+	w.Notify(waiting)
 	select {
 	case <-w.granted:
 		return w.verdict
 	case <-ctx.Done():
 	}
-	w.abandon()
-	return gateWait
+	w.Abandon()
+	return Wait
 }
 
-// ask gives owner's hold the gate of key if it may go through now
-// (gatePass); otherwise it reports gateUpgrade, or gateWait, with, when
+// Ask gives owner's hold the gate of key if it may go through now
+// (Pass); otherwise it reports Upgrade, or Wait, with, when
 // mayWait, a place in the gate's queue: the caller waits for its granted,
 // or abandons it.
-func (g *gates) ask(key, owner string, shared, mayWait bool) (verdict, *gateWaiter) {
+func (g *Table) Ask(key, owner string, shared, mayWait bool) (Verdict, *Waiter) {
 	sh := g.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -128,42 +122,42 @@ func (g *gates) ask(key, owner string, shared, mayWait bool) (verdict, *gateWait
 		sh.keys[key] = gt
 	}
 	switch v := gt.judge(owner, shared, gt.queue); {
-	case v == gatePass:
+	case v == Pass:
 		gt.admit(owner, shared)
-		return gatePass, nil
-	case v == gateUpgrade || !mayWait:
+		return Pass, nil
+	case v == Upgrade || !mayWait:
 		if gt.free() {
 			delete(sh.keys, key)
 		}
 		return v, nil
 	}
-	w := &gateWaiter{sh: sh, key: key, gt: gt, owner: owner, shared: shared, granted: make(chan struct{})}
+	w := &Waiter{sh: sh, key: key, gt: gt, owner: owner, shared: shared, granted: make(chan struct{})}
 	gt.queue = append(gt.queue, w)
-	return gateWait, w
+	return Wait, w
 }
 
-// notify calls waiting for w, queued; a panic in it (an observer's) takes w
+// Notify calls waiting for w, queued; a panic in it (an observer's) takes w
 // out of the queue before it goes on, or the gate would be held by nobody
 // once w's turn came.
-func (w *gateWaiter) notify(waiting func()) {
+func (w *Waiter) Notify(waiting func()) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.abandon()
+			w.Abandon()
 			panic(r)
 		}
 	}()
 	waiting()
 }
 
-// abandon takes w out of its gate's queue, or gives back the gate if it
+// Abandon takes w out of its gate's queue, or gives back the gate if it
 // was let in meanwhile.
-func (w *gateWaiter) abandon() {
+func (w *Waiter) Abandon() {
 	sh, gt := w.sh, w.gt
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	select {
 	case <-w.granted:
-		if w.verdict == gatePass {
+		if w.verdict == Pass {
 			sh.leave(w.key, gt, w.owner, w.shared)
 		}
 	default:
@@ -178,8 +172,8 @@ func (w *gateWaiter) abandon() {
 	}
 }
 
-// count returns the number of gates held or waited for.
-func (g *gates) count() int {
+// Count returns the number of gates held or waited for.
+func (g *Table) Count() int {
 	n := 0
 	for i := range g.shards {
 		sh := &g.shards[i]
@@ -190,8 +184,8 @@ func (g *gates) count() int {
 	return n
 }
 
-// leave gives back one hold of owner on the gate of key.
-func (g *gates) leave(key, owner string, shared bool) {
+// Leave gives back one hold of owner on the gate of key.
+func (g *Table) Leave(key, owner string, shared bool) {
 	sh := g.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -242,11 +236,11 @@ func (sh *gateShard) admitQueued(key string, gt *gate) {
 	for len(gt.queue) > 0 {
 		w := gt.queue[0]
 		v := gt.judge(w.owner, w.shared, nil)
-		if v == gateWait {
+		if v == Wait {
 			break
 		}
 		gt.queue = gt.queue[1:]
-		if v == gatePass {
+		if v == Pass {
 			gt.admit(w.owner, w.shared)
 		}
 		w.verdict = v
@@ -255,4 +249,45 @@ func (sh *gateShard) admitQueued(key string, gt *gate) {
 	if gt.free() {
 		delete(sh.keys, key)
 	}
+}
+
+// Granted is closed once the gate answered w: Verdict says how.
+func (w *Waiter) Granted() <-chan struct{} { return w.granted }
+
+// Verdict is the gate's answer to w, once Granted is closed: Pass, or
+// Upgrade when w asks exclusively for a key its owner holds shared.
+func (w *Waiter) Verdict() Verdict { return w.verdict }
+
+// Key is the key w waits for.
+func (w *Waiter) Key() string { return w.key }
+
+// Holders returns the owners holding the gate of key now, sorted.
+func (g *Table) Holders(key string) []string {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	gt := sh.keys[key]
+	if gt == nil {
+		return nil
+	}
+	var owners []string
+	if gt.owner != "" {
+		owners = []string{gt.owner}
+	}
+	for owner := range gt.readers {
+		owners = append(owners, owner)
+	}
+	slices.Sort(owners)
+	return owners
+}
+
+// Queued returns the number of calls waiting at the gate of key.
+func (g *Table) Queued(key string) int {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if gt := sh.keys[key]; gt != nil {
+		return len(gt.queue)
+	}
+	return 0
 }
