@@ -13,10 +13,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/script"
 )
 
 // The scripts, run against one redis-server: each case sets lock keys to a

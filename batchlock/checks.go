@@ -1,0 +1,183 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+func checkVersion(ctx context.Context, node *redis.Client) error {
+	info, err := node.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	version := infoField(info, "redis_version")
+	major, _, _ := strings.Cut(version, ".")
+	if n, err := strconv.Atoi(major); err != nil || n < 7 {
+		return fmt.Errorf("redis_version %q: batchlock needs 7.0 or newer (script flags, sharded pub/sub)", version)
+	}
+	return nil
+}
+
+// checkScripts runs, with no key declared as batchlock's scripts do, a
+// script that reads a key in each of two slots the node serves.
+func (c *Client) checkScripts(ctx context.Context, node *redis.Client, tags [2]string) error {
+	keys := []any{c.cfg.prefix + "check:{" + tags[0] + "}", c.cfg.prefix + "check:{" + tags[1] + "}"}
+	n, err := node.Eval(ctx, shebang+"return redis.call('EXISTS', ARGV[1]) + redis.call('EXISTS', ARGV[2])", nil, keys...).Int()
+	if err != nil {
+		return err
+	}
+	if n != 0 {
+		return fmt.Errorf("the check keys %v exist", keys)
+	}
+	return nil
+}
+
+// slotTags returns the hash tags of two slots that the master at addr
+// serves, found in one pass over the slots; on one node, of slots 0 and 1.
+func (c *Client) slotTags(ctx context.Context, addr string) [2]string {
+	tags := [2]string{hashtag.ForSlot(0), hashtag.ForSlot(1)}
+	if !c.deployment.isCluster() {
+		return tags
+	}
+	found := 0
+	for slot := 0; slot < hashtag.SlotCount && found < len(tags); slot++ {
+		tag := hashtag.ForSlot(slot)
+		if node, err := c.deployment.masterOf(ctx, "{"+tag+"}"); err == nil && node.Options().Addr == addr {
+			tags[found] = tag
+			found++
+		}
+	}
+	return tags
+}
+
+// checkedConfig are the settings the checks read, in one CONFIG GET.
+var checkedConfig = []any{"CONFIG", "GET", "maxmemory-policy", "maxmemory-clients", "appendonly"}
+
+// readConfig reads checkedConfig from node; its error is each check's that
+// needs a setting.
+func readConfig(ctx context.Context, node *redis.Client) (map[string]string, error) {
+	cmd := redis.NewMapStringStringCmd(ctx, checkedConfig...)
+	if err := node.Process(ctx, cmd); err != nil {
+		return nil, fmt.Errorf("reading it: %w", err)
+	}
+	return cmd.Val(), nil
+}
+
+// or is err when it is set, else check's verdict.
+func or(err error, check func() error) error {
+	if err != nil {
+		return err
+	}
+	return check()
+}
+
+func checkEviction(config map[string]string) error {
+	switch policy := config["maxmemory-policy"]; {
+	case policy == "noeviction":
+		return nil
+	case strings.HasPrefix(policy, "volatile-"):
+		return fmt.Errorf("%q evicts lock keys, which have a TTL: set noeviction", policy)
+	default:
+		return fmt.Errorf("%q evicts lock keys and fencing counters (tokens restart): set noeviction", policy)
+	}
+}
+
+// checkClientEviction warns when the server may evict node's connections:
+// maxmemory-clients is set and a connection of node's pool (so of the
+// Client's, made with the same OnConnect) is not kept from it.
+func checkClientEviction(ctx context.Context, node *redis.Client, config map[string]string) error {
+	limit := config["maxmemory-clients"]
+	if limit == "" || limit == "0" {
+		return nil
+	}
+	info, err := node.ClientInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if info.Flags&redis.ClientNoEvict != 0 {
+		return nil
+	}
+	return fmt.Errorf("maxmemory-clients %s may evict the connections waiters listen on: set OnConnect to batchlock.NoEvictOnConnect (ClusterOptions does)", limit)
+}
+
+// checkDurability warns when a restart can take node's fencing counters
+// back: without the append-only file, a restarted master holds what its
+// last snapshot had, or nothing.
+func checkDurability(config map[string]string) error {
+	if config["appendonly"] != "no" {
+		return nil
+	}
+	return errors.New("appendonly no: a master restarted before a replica takes over comes back without the fencing counters' latest values (and its replicas resync from it), so tokens repeat; set appendonly yes, or never restart a master in place")
+}
+
+// checkState checks, on a cluster, that the cluster state is ok, and on a
+// single node that it is not a cluster node (every lock would fail on it).
+func checkState(ctx context.Context, node *redis.Client, cluster bool) error {
+	if !cluster {
+		info, err := node.Info(ctx, "cluster").Result()
+		if err != nil {
+			return err
+		}
+		if infoField(info, "cluster_enabled") == "1" {
+			return fmt.Errorf("cluster_enabled:1 behind a *redis.Client: every lock would fail; %w", script.ErrClusterNode)
+		}
+		return nil
+	}
+	info, err := node.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if state := infoField(info, "cluster_state"); state != "ok" {
+		return fmt.Errorf("cluster_state:%s", state)
+	}
+	return nil
+}
+
+// checkReplicas counts the replicas online of the master node against
+// want, the Client's WithReplicas default.
+func checkReplicas(ctx context.Context, node *redis.Client, want int) error {
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	online := 0
+	for line := range strings.SplitSeq(info, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			online++
+		}
+	}
+	if online < want {
+		return fmt.Errorf("%d online, WithReplicas asks for %d: every lock on this master would fail with ErrNoReplicas", online, want)
+	}
+	return nil
+}
+
+func (c *Client) checkClientOptions() error {
+	retries, timeouts := c.deployment.settings()
+	var errs []error
+	if retries > 0 {
+		errs = append(errs, fmt.Errorf("MaxRetries %d: go-redis's retries stack on batchlock's own; leave it unset on a ClusterClient, -1 on a Client", retries))
+	}
+	if !timeouts {
+		errs = append(errs, errors.New("ContextTimeoutEnabled is off: a call waits for its reply past its context (see ClusterOptions)"))
+	}
+	return errors.Join(errs...)
+}
+
+// infoField returns the value of name in an INFO reply.
+func infoField(info, name string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}

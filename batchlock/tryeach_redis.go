@@ -1,0 +1,280 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+// eachPart is one group of one basket, as the call's parts list them.
+type eachPart struct {
+	lock, group int
+}
+
+// acquire tries the admitted baskets, one call per master for all of
+// them, and returns, per basket, which of its groups it now holds. A basket
+// refused on any master is refused.
+func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
+	c := t.c
+	var parts []script.Part
+	var of []eachPart
+	var lockOf []int // the basket of parts[j]
+	held := make([][]bool, len(t.locks))
+	var first *Lock // an admitted basket: its lease and acknowledgement are every basket's
+	for i, l := range t.locks {
+		if t.refused[i] {
+			continue
+		}
+		if first == nil {
+			first = l
+		}
+		held[i] = make([]bool, len(l.groups))
+		for gi, g := range l.groups {
+			parts = append(parts, script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)})
+			of = append(of, eachPart{i, gi})
+			lockOf = append(lockOf, i)
+		}
+	}
+	if len(parts) == 0 {
+		return held, nil
+	}
+	refused := map[int]*ConflictError{}
+	leaseMs := lease.Millis(first.lease)
+	results := c.route(ctx, script.Batch{
+		Step:   "batchlock: try each",
+		Sent:   &c.sent.acquires,
+		Script: tryEachScript,
+		Parts:  parts,
+		Ack:    first.ack,
+		Args: func(at []int) []any {
+			return t.args(parts, of, lockOf, at, leaseMs)
+		},
+		Read: func(cl *script.Call, at []int) ([]int, error) {
+			return t.read(cl, of, lockOf, at, held, refused, first.ack)
+		},
+	})
+	marked := map[string]bool{}
+	var err error
+	for j, r := range results {
+		if r.Unknown {
+			if mark := c.cancelMark(parts[j].Slot, t.hold); !marked[mark] {
+				marked[mark] = true
+				t.marks = append(t.marks, mark)
+			}
+		}
+		if r.Err != nil && err == nil {
+			err = r.Err
+		}
+	}
+	for i, l := range t.locks {
+		if t.sent[i] {
+			l.marks = t.marks
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, conflict := range refused {
+		t.refuse(i, conflict)
+	}
+	return held, nil
+}
+
+// args are the arguments of tryeach.lua for the parts at (ascending): the
+// parts of one basket are consecutive.
+func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, leaseMs int64) []any {
+	shared := false
+	n := 3
+	for _, j := range at {
+		g := t.locks[of[j].lock].groups[of[j].group]
+		shared = shared || g.modes != nil
+		n += 3 + len(g.keys)
+	}
+	mode := modeFirst
+	if t.fresh {
+		mode = modeFresh
+	}
+	if shared {
+		mode += "s"
+	}
+	args := make([]any, 0, n)
+	args = append(args, leaseMs, mode, t.c.cancelMark(parts[at[0]].Slot, t.hold))
+	for _, seg := range segmentsBy(lockOf, at) {
+		l := t.locks[lockOf[seg[0]]]
+		args = append(args, escapeOwner(l.owner), l.hold, 0)
+		count := len(args) - 1
+		for _, j := range seg {
+			args = appendGroup(args, l.groups[of[j].group], shared)
+		}
+		args[count] = len(args) - count - 1
+	}
+	return args
+}
+
+// read records what one call of tryeach.lua did: the groups it took, the
+// baskets it refused (with their conflicts); it returns the parts of the
+// baskets that found a slot elsewhere (which changed nothing of them).
+func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
+	held [][]bool, refused map[int]*ConflictError, ack script.Ack) ([]int, error) {
+	c := t.c
+	vals, _ := cl.Reply.Slice()
+	if len(vals) == 1 {
+		switch vals[0] {
+		case int64(acquireElsewhere):
+			return at, nil
+		case int64(acquireCancelled):
+			return nil, script.Describe(context.Background(), "batchlock: try each", cl, errors.New("a rollback overtook it"))
+		}
+	}
+	segs := segmentsBy(lockOf, at)
+	if len(vals) != len(segs) {
+		return nil, script.Describe(context.Background(), "batchlock: try each", cl, fmt.Errorf("unexpected reply %v", vals))
+	}
+	var again []int
+	tookSome := false
+	for n, seg := range segs {
+		i := lockOf[seg[0]]
+		l := t.locks[i]
+		list, _ := vals[n].([]any)
+		r, err := decodeAcquire(list)
+		if err != nil {
+			return nil, script.Describe(context.Background(), "batchlock: try each", cl, err)
+		}
+		switch r.status {
+		case acquireGranted:
+			tookSome = true
+			tokens := r.tokens
+			for _, j := range seg {
+				g := l.groups[of[j].group]
+				l.setTokens(g.keys, tokens)
+				tokens = tokens[min(len(g.keys), len(tokens)):]
+				held[i][of[j].group] = true
+			}
+		case acquireRefused:
+			conflict := refused[i]
+			if conflict == nil {
+				conflict = &ConflictError{Holders: map[string][]string{}}
+				refused[i] = conflict
+			}
+			var out acquireOutcome
+			out.addHolders(r.conflicts, r.holders)
+			conflict.Keys = append(conflict.Keys, c.userKeys(r.conflicts)...)
+			for key, owners := range c.userHolders(out.holders) {
+				conflict.Holders[key] = owners
+			}
+		case acquireElsewhere:
+			again = append(again, seg...)
+		case acquireUpgrade:
+			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.userKey(r.key))
+		default:
+			return nil, script.Describe(context.Background(), "batchlock: try each", cl, fmt.Errorf("unexpected reply %v", list))
+		}
+	}
+	if tookSome && !ack.Acknowledged(cl) {
+		return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, ack))
+	}
+	return again, nil
+}
+
+// giveBack releases what the baskets refused on some master took on the
+// others, one call per master for all of them.
+func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
+	var back []releasing
+	for i, groups := range held {
+		if !t.refused[i] {
+			continue
+		}
+		var taken []group
+		for gi, h := range groups {
+			if h {
+				taken = append(taken, t.locks[i].groups[gi])
+			}
+		}
+		if len(taken) > 0 {
+			back = append(back, releasing{l: t.locks[i], groups: taken})
+		}
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	if err := t.c.releaseAsideAll(ctx, back); err != nil {
+		return fmt.Errorf("%w: could not give back what refused baskets took: %w", ErrNotObtained, err)
+	}
+	return nil
+}
+
+// keep keeps the baskets taken whole, whose leases started when the call
+// was sent: unless the call's caller gave up or the Client is closing, and
+// only with enough of their lease left (see lease.Enough).
+func (t *eachCall) keep(ctx context.Context, sent time.Time) error {
+	c := t.c
+	switch {
+	case c.closing.Err() != nil:
+		return ErrClosed
+	case context.Cause(ctx) != nil:
+		return context.Cause(ctx)
+	}
+	for i, l := range t.locks {
+		if t.refused[i] {
+			continue
+		}
+		l.confirm(sent.Add(l.lease))
+		if left := time.Until(l.ValidUntil()); !lease.Enough(left, l.lease) {
+			return fmt.Errorf("%w: the lease ran out while the baskets were taken: %v of %v left",
+				ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)
+		}
+	}
+	for i, l := range t.locks {
+		if !t.refused[i] {
+			c.watchdog.add(l)
+			c.hold(l)
+		}
+	}
+	return nil
+}
+
+// fail rolls back every basket sent to Redis (what it may have taken, and
+// the cancel marks of calls of unknown outcome) and lets go of their gates;
+// the call failed with err.
+func (t *eachCall) fail(ctx context.Context, start time.Time, err error) {
+	_ = t.c.releaseAsideAll(ctx, t.sentShares())
+	err = onePrefix(err)
+	for i, l := range t.locks {
+		// A basket after the one whose admission failed has no lock yet.
+		if l != nil && !t.refused[i] {
+			t.refused[i] = true
+			l.leaveGates()
+			l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
+		}
+	}
+}
+
+// sentShares is what to release of the baskets sent to Redis: every group,
+// and the call's cancel marks, set once for all of them.
+func (t *eachCall) sentShares() []releasing {
+	var back []releasing
+	marks := t.marks
+	for i, l := range t.locks {
+		if t.sent[i] {
+			back = append(back, releasing{l: l, groups: l.groups, marks: marks})
+			marks = nil
+		}
+	}
+	return back
+}
+
+// abandon ends every basket's lock, which a call that panicked may have
+// taken, and rolls them back.
+func (t *eachCall) abandon(ctx context.Context) {
+	for _, l := range t.locks {
+		if l != nil {
+			t.c.watchdog.remove(l)
+			l.finish(fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
+		}
+	}
+	_ = t.c.releaseAsideAll(ctx, t.sentShares())
+}
