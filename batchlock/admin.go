@@ -79,10 +79,10 @@ func (c *Client) heldOn(ctx context.Context, node *redis.Client, pattern string)
 		batch = batch[:0]
 		return err
 	}
-	iter := node.ScanType(ctx, 0, escapeGlob(c.cfg.prefix)+pattern, scanBatch, "string").Iterator()
+	iter := node.ScanType(ctx, 0, c.names.pattern(pattern), scanBatch, "string").Iterator()
 	for iter.Next(ctx) {
 		// The fencing counters and the cancel marks are strings too.
-		if reserved(iter.Val()[len(c.cfg.prefix):]) {
+		if reserved(c.names.userKey(iter.Val())) {
 			continue
 		}
 		if batch = append(batch, iter.Val()); len(batch) == scanBatch {
@@ -131,7 +131,7 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err 
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, err
 		}
-		lockKeys[i] = c.cfg.prefix + k
+		lockKeys[i] = c.names.lockKey(k)
 	}
 	out, err := c.readLocks(ctx, c.rdb, lockKeys)
 	if err != nil {
@@ -160,7 +160,7 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 	}
 	out := make([]HeldKey, len(lockKeys))
 	for i, k := range lockKeys {
-		out[i].Key = k[len(c.cfg.prefix):]
+		out[i].Key = c.names.userKey(k)
 		if s, ok := parseLock(values[i].Val(), now.Val()); ok {
 			out[i] = HeldKey{Key: out[i].Key, Owner: s.firstHolder(), Shared: s.shared, Holders: s.holders,
 				Holds: s.holds, Waiting: s.waiting, Lease: max(leases[i].Val(), 0), Token: s.token}
@@ -216,7 +216,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released,
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, err
 		}
-		lockKeys[i] = c.cfg.prefix + k
+		lockKeys[i] = c.names.lockKey(k)
 		out[i].Key = k
 	}
 	parts := make([]script.Part, len(lockKeys))

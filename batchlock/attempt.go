@@ -103,7 +103,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	marked := map[string]bool{}
 	for i, r := range results {
 		if r.Unknown {
-			if mark := l.c.cancelMark(groups[i].slot, l.hold); !marked[mark] {
+			if mark := l.c.names.cancelMark(groups[i].slot, l.hold); !marked[mark] {
 				marked[mark] = true
 				out.marks = append(out.marks, mark)
 			}
@@ -137,7 +137,7 @@ func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, 
 	}
 	first := groups[at[0]]
 	args := make([]any, 0, n)
-	args = append(args, escapeOwner(l.owner), l.hold, leaseMs, mode, l.c.cancelMark(first.slot, l.hold), placeMs)
+	args = append(args, escapeOwner(l.owner), l.hold, leaseMs, mode, l.c.names.cancelMark(first.slot, l.hold), placeMs)
 	for _, i := range at {
 		args = appendGroup(args, groups[i], shared)
 	}
@@ -210,7 +210,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 		return at, nil
 	case acquireUpgrade:
 		// Nothing was changed, and waiting would not help.
-		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, strings.TrimPrefix(r.key, c.cfg.prefix))
+		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.userKey(r.key))
 	case acquireCancelled:
 		// A rollback overtook this acquire: the groups may or may not be
 		// held.

@@ -29,7 +29,7 @@ func checkVersion(ctx context.Context, node *redis.Client) error {
 // checkScripts runs, with no key declared as batchlock's scripts do, a
 // script that reads a key in each of two slots the node serves.
 func (c *Client) checkScripts(ctx context.Context, node *redis.Client, tags [2]string) error {
-	keys := []any{c.cfg.prefix + "check:{" + tags[0] + "}", c.cfg.prefix + "check:{" + tags[1] + "}"}
+	keys := []any{c.names.checkKey(tags[0]), c.names.checkKey(tags[1])}
 	n, err := node.Eval(ctx, shebang+"return redis.call('EXISTS', ARGV[1]) + redis.call('EXISTS', ARGV[2])", nil, keys...).Int()
 	if err != nil {
 		return err

@@ -30,6 +30,8 @@ type Client struct {
 	waiters  *waiters
 	gates    *gates.Table
 
+	// names makes every key name under the prefix.
+	names keyspace
 	// fences are the names of the slots' fencing counters, by slot, made
 	// on first use.
 	fences []atomic.Pointer[string]
@@ -75,6 +77,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := c.cfg.validate(); err != nil {
 		return nil, err
 	}
+	c.names = keyspace(c.cfg.prefix)
 	c.fences = make([]atomic.Pointer[string], d.slots())
 	c.runner = d.runner()
 	c.watchdog = newWatchdog(c)

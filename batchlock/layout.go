@@ -53,6 +53,41 @@ const (
 	cancelName = "cancel:{"
 )
 
+// keyspace is a Client's prefix, and the one place names are made from it
+// or user keys read back from lock keys: no caller slices the prefix.
+type keyspace string
+
+// lockKey is the lock key of a user key.
+func (p keyspace) lockKey(key string) string { return string(p) + key }
+
+// userKey is the user key of a lock key.
+func (p keyspace) userKey(lockKey string) string { return lockKey[len(p):] }
+
+// userKeys are the user keys of lock keys.
+func (p keyspace) userKeys(lockKeys []string) []string {
+	out := make([]string, len(lockKeys))
+	for i, k := range lockKeys {
+		out[i] = p.userKey(k)
+	}
+	return out
+}
+
+// fence is the fencing counter of slot.
+func (p keyspace) fence(slot int) string {
+	return string(p) + fenceName + hashtag.ForSlot(slot) + "}"
+}
+
+// cancelMark is the key that marks hold cancelled in slot.
+func (p keyspace) cancelMark(slot int, hold string) string {
+	return string(p) + cancelName + hashtag.ForSlot(slot) + "}:" + hold
+}
+
+// pattern is a SCAN pattern of the lock keys whose user keys match glob.
+func (p keyspace) pattern(glob string) string { return escapeGlob(string(p)) + glob }
+
+// checkKey is a key of the slot of tag that Check writes to and reads.
+func (p keyspace) checkKey(tag string) string { return string(p) + "check:{" + tag + "}" }
+
 // reserved reports whether a user key would collide with a reserved name.
 func reserved(key string) bool {
 	return strings.HasPrefix(key, fenceName) || strings.HasPrefix(key, cancelName)
@@ -64,14 +99,9 @@ func (c *Client) fenceKey(slot int) string {
 	if name := c.fences[slot].Load(); name != nil {
 		return *name
 	}
-	name := c.cfg.prefix + fenceName + hashtag.ForSlot(slot) + "}"
+	name := c.names.fence(slot)
 	c.fences[slot].Store(&name)
 	return name
-}
-
-// cancelMark is the key that marks hold cancelled in slot.
-func (c *Client) cancelMark(slot int, hold string) string {
-	return c.cfg.prefix + cancelName + hashtag.ForSlot(slot) + "}:" + hold
 }
 
 // newHold returns a fresh hold field.

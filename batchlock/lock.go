@@ -126,7 +126,7 @@ func (l *Lock) Err() error { return l.life.Err() }
 func (l *Lock) Token(key string) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tokens[l.c.cfg.prefix+key]
+	return l.tokens[l.c.names.lockKey(key)]
 }
 
 // ValidUntil returns the time until which the lock's lease is known to run,
@@ -225,7 +225,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	start := time.Now()
 	lost, err := l.c.extend(ctx, l, l.groups, ttl)
 	if len(lost) > 0 {
-		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.userKeys(lost)[0])
+		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.names.userKeys(lost)[0])
 		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, notHeld))
 		return errors.Join(notHeld, err)
 	}

@@ -35,7 +35,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, nil, err
 		}
-		lockKeys = append(lockKeys, c.cfg.prefix+k)
+		lockKeys = append(lockKeys, c.names.lockKey(k))
 	}
 	var exclusive map[string]bool // only needed with shared keys
 	if len(shared) > 0 {
@@ -48,7 +48,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 		if err := c.checkKey(k, "shared key", i); err != nil {
 			return nil, nil, err
 		}
-		lockKeys = append(lockKeys, c.cfg.prefix+k)
+		lockKeys = append(lockKeys, c.names.lockKey(k))
 	}
 
 	var slots []hashtag.Group
@@ -76,7 +76,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 			groups = append(groups, g)
 		}
 		for _, k := range s.Keys {
-			userKeys = append(userKeys, k[len(c.cfg.prefix):])
+			userKeys = append(userKeys, c.names.userKey(k))
 		}
 	}
 	return userKeys, groups, nil

@@ -44,7 +44,7 @@ func TestPlanGroupsBySlotInGlobalOrder(t *testing.T) {
 		}
 		assert.Equal(t, "batchlock:fence:{"+hashtag.ForSlot(g.slot)+"}", g.fenceKey)
 		assert.Equal(t, hashtag.Slot(g.fenceKey), g.slot)
-		assert.Equal(t, hashtag.Slot(c.cancelMark(g.slot, "h:0")), g.slot)
+		assert.Equal(t, hashtag.Slot(c.names.cancelMark(g.slot, "h:0")), g.slot)
 		for _, k := range g.keys {
 			assert.Equal(t, g.slot, hashtag.Slot(k))
 		}
@@ -142,7 +142,7 @@ func TestPlanMarksSharedKeys(t *testing.T) {
 		for _, g := range groups {
 			require.Len(t, g.modes, len(g.keys))
 			for i, k := range g.keys {
-				modes[k[len(c.cfg.prefix):]] = g.modes[i]
+				modes[c.names.userKey(k)] = g.modes[i]
 			}
 		}
 		assert.Equal(t, map[string]byte{"a": 's', "b": 'x', "{t}1": 'x', "{t}2": 's'}, modes, "cluster %v", cluster)

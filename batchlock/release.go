@@ -286,15 +286,3 @@ func firstError(results []script.Result) error {
 	}
 	return nil
 }
-
-// userKeys strips the prefix from lock keys.
-func (c *Client) userKeys(lockKeys []string) []string {
-	out := make([]string, len(lockKeys))
-	for i, k := range lockKeys {
-		out[i] = k[len(c.cfg.prefix):]
-	}
-	return out
-}
-
-// userKey strips the prefix from a lock key.
-func (c *Client) userKey(lockKey string) string { return lockKey[len(c.cfg.prefix):] }

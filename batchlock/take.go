@@ -68,7 +68,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		}
 
 		c.noteRefusal(start)
-		conflict := &ConflictError{Keys: c.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
+		conflict := &ConflictError{Keys: c.names.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
 		l.blockers, l.blockerHolders = conflict.Keys, conflict.Holders
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		wt.placedAt, wt.refusedToken = start, outcome.blockerToken
@@ -152,7 +152,7 @@ func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start t
 		if lost, err := c.extend(ctx, l, restart, l.lease); err != nil || len(lost) > 0 {
 			c.rollback(ctx, l, l.groups)
 			if err == nil {
-				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
+				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.userKeys(lost)[0])
 			}
 			return fmt.Errorf("%w: could not restart the lease: %w", ErrNotObtained, err)
 		}
@@ -178,7 +178,7 @@ func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start t
 func (c *Client) userHolders(holders map[string][]string) map[string][]string {
 	out := make(map[string][]string, len(holders))
 	for key, owners := range holders {
-		out[key[len(c.cfg.prefix):]] = owners
+		out[c.names.userKey(key)] = owners
 	}
 	return out
 }

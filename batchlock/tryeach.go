@@ -208,7 +208,7 @@ func (t *eachCall) admit() error {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, &ConflictError{Keys: c.userKeys(gated), Holders: c.gateHolders(gated)})
+			t.refuse(i, &ConflictError{Keys: c.names.userKeys(gated), Holders: c.gateHolders(gated)})
 			continue
 		}
 		t.sent[i] = true

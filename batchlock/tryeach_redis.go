@@ -61,7 +61,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	var err error
 	for j, r := range results {
 		if r.Unknown {
-			if mark := c.cancelMark(parts[j].Slot, t.hold); !marked[mark] {
+			if mark := c.names.cancelMark(parts[j].Slot, t.hold); !marked[mark] {
 				marked[mark] = true
 				t.marks = append(t.marks, mark)
 			}
@@ -102,7 +102,7 @@ func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, le
 		mode += "s"
 	}
 	args := make([]any, 0, n)
-	args = append(args, leaseMs, mode, t.c.cancelMark(parts[at[0]].Slot, t.hold))
+	args = append(args, leaseMs, mode, t.c.names.cancelMark(parts[at[0]].Slot, t.hold))
 	for _, seg := range segmentsBy(lockOf, at) {
 		l := t.locks[lockOf[seg[0]]]
 		args = append(args, escapeOwner(l.owner), l.hold, 0)
@@ -162,14 +162,14 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 			}
 			var out acquireOutcome
 			out.addHolders(r.conflicts, r.holders)
-			conflict.Keys = append(conflict.Keys, c.userKeys(r.conflicts)...)
+			conflict.Keys = append(conflict.Keys, c.names.userKeys(r.conflicts)...)
 			for key, owners := range c.userHolders(out.holders) {
 				conflict.Holders[key] = owners
 			}
 		case acquireElsewhere:
 			again = append(again, seg...)
 		case acquireUpgrade:
-			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.userKey(r.key))
+			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.userKey(r.key))
 		default:
 			return nil, script.Describe(context.Background(), "batchlock: try each", cl, fmt.Errorf("unexpected reply %v", list))
 		}

@@ -22,7 +22,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 	blockers := outcome.groupConflicts
 	if !slices.Equal(blockers, wt.queuedFor) {
 		wt.queuedFor = blockers
-		l.emit(Event{Kind: EventQueued, Conflict: c.userKeys(blockers)})
+		l.emit(Event{Kind: EventQueued, Conflict: c.names.userKeys(blockers)})
 	}
 	if !wt.sub.covers(blockers) {
 		wt.sub.close()
@@ -33,7 +33,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		switch found, g := c.recheck(ctx, l, l.groups[wt.held], blockers); found {
 		case handedOver:
 			wt.refusedAlone = false
-			l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(blockers)})
+			l.emit(Event{Kind: EventHandedOff, Conflict: c.names.userKeys(blockers)})
 			wt.takeGranted(l, g)
 			return nil
 		case mayBeFree:
@@ -50,7 +50,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		// The key waited for is ours: the next attempt takes all the rest,
 		// and the key too unless it is taken as granted.
 		wt.refusedAlone = false
-		l.emit(Event{Kind: EventHandedOff, Conflict: c.userKeys(wt.queuedFor)})
+		l.emit(Event{Kind: EventHandedOff, Conflict: c.names.userKeys(wt.queuedFor)})
 		wt.takeGranted(l, g)
 	}
 	wt.attempt++
@@ -225,7 +225,7 @@ func (c *Client) renewHeld(ctx context.Context, l *Lock, wt *waiting) (bool, err
 	cancel()
 	switch {
 	case len(lost) > 0:
-		return false, fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.userKeys(lost)[0])
+		return false, fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.userKeys(lost)[0])
 	case err == nil:
 		wt.since, wt.granted, wt.grantUntil = start, nil, time.Time{}
 		return true, nil

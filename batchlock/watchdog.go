@@ -208,7 +208,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack script
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
 			if wd.watching(l) {
-				l.letGo(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.userKeys(e.lost)[0]))
+				l.letGo(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.names.userKeys(e.lost)[0]))
 			}
 			wd.remove(l)
 		case e.err == nil:
