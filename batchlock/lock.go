@@ -216,8 +216,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
-	if ttl < time.Millisecond {
-		return invalid("ttl %v must be at least 1ms", ttl)
+	if err := validateTTL(ttl); err != nil {
+		return err
 	}
 	if err := l.Err(); err != nil {
 		return err

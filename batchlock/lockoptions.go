@@ -32,8 +32,10 @@ func lockConfigOf(opts []LockOption) (lockConfig, error) {
 }
 
 func (c *lockConfig) validate() error {
-	if c.ttlSet && c.ttl < time.Millisecond {
-		return invalid("ttl %v must be at least 1ms", c.ttl)
+	if c.ttlSet {
+		if err := validateTTL(c.ttl); err != nil {
+			return err
+		}
 	}
 	if c.ownerSet && c.owner == "" {
 		return invalid("owner must not be empty")
@@ -45,6 +47,14 @@ func (c *lockConfig) validate() error {
 		return invalid("wait %v must be > 0", c.wait)
 	}
 	return validateAck(c.ack)
+}
+
+// validateTTL checks a fixed lease, WithTTL's or Extend's.
+func validateTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return invalid("ttl %v must be at least 1ms", ttl)
+	}
+	return nil
 }
 
 type lockOptionFunc func(*lockConfig)
