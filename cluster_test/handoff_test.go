@@ -203,3 +203,48 @@ func TestHandOffInASlotBeingMigrated(t *testing.T) {
 	}
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
+
+// Defect 8: wake-ups survive a dropped pub/sub connection, also when the
+// Client listens to channels of several slots of one master.
+func TestWakeUpsSurvivePubSubReconnect(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
+	ctx := ctxTimeout(t, 60*time.Second)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	keys := keysOn(t, masters[1], prefix, "wake", 2)
+	a, b := keys[0], keys[1]
+	require.NotEqual(t, hashtag.Slot(prefix+a), hashtag.Slot(prefix+b))
+	holder, err := c.TryLock(ctx, []string{a, b}, batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+
+	waiter := peerOf(t, rdb, prefix, batchlock.WithPollInterval(time.Minute))
+	got := make(chan error, 2)
+	for _, k := range []string{a, b} {
+		go func() {
+			l, err := waiter.Lock(ctx, []string{k})
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+	}
+	subscribed := func() bool {
+		return shardSubscribers(ctx, rdb, prefix+a) > 0 && shardSubscribers(ctx, rdb, prefix+b) > 0
+	}
+	require.Eventually(t, subscribed, 10*time.Second, 5*time.Millisecond)
+	_, err = cl.Do(ctx, masters[1].Addr, "CLIENT", "KILL", "TYPE", "pubsub")
+	require.NoError(t, err)
+	require.Eventually(t, subscribed, 5*time.Second, 5*time.Millisecond, "the waiters listen again after the reconnect")
+
+	require.NoError(t, holder.Unlock(ctx))
+	for range 2 {
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a waiter was not woken after the reconnect (it polls once a minute)")
+		}
+	}
+}

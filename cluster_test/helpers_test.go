@@ -16,6 +16,10 @@ import (
 
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/localcluster"
+
+	"strconv"
+
+	"github.com/batchlock/batchlock/hashtag"
 )
 
 // testPrefix returns a prefix no other test uses, so tests can share a cluster.
@@ -186,4 +190,64 @@ func halfMigrate(ctx context.Context, t *testing.T, cl *localcluster.Cluster, sl
 	}
 	t.Cleanup(stable)
 	return stable
+}
+
+// commander sends a command to one node: a Cluster or Singles.
+type commander interface {
+	Do(ctx context.Context, addr string, args ...any) (any, error)
+}
+
+// sleepNode makes the node at addr run DEBUG SLEEP for d and returns once the
+// node is seen busy; the channel yields the command's error when it answers
+// again.
+func sleepNode(t *testing.T, cl commander, addr string, d time.Duration) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), d+10*time.Second)
+		defer cancel()
+		_, err := cl.Do(ctx, addr, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		_, err := cl.Do(ctx, addr, "PING")
+		return err != nil
+	}, 5*time.Second, time.Millisecond, "%s did not start sleeping", addr)
+	return done
+}
+
+// retryWindow is batchlock's documented bound on retrying a call whose
+// context has no deadline.
+const retryWindow = 10 * time.Second
+
+// keysOnMasters returns n keys on each of the first count masters, and the
+// masters.
+func keysOnMasters(t *testing.T, cl *localcluster.Cluster, prefix, tag string, count, n int) ([]string, []localcluster.Node) {
+	t.Helper()
+	masters, err := cl.Masters(ctxTimeout(t, 10*time.Second))
+	require.NoError(t, err)
+	var keys []string
+	for i := range count {
+		keys = append(keys, keysOn(t, masters[i], prefix, fmt.Sprintf("%s%d", tag, i), n)...)
+	}
+	return keys, masters
+}
+
+// keysInOneSlotOn returns n keys that share a hash tag served by master.
+func keysInOneSlotOn(t *testing.T, master localcluster.Node, name string, n int) []string {
+	t.Helper()
+	for i := range 10000 {
+		tag := fmt.Sprintf("%s-%d", name, i)
+		if master.ServesSlot(hashtag.Slot(tag)) {
+			keys := make([]string, n)
+			for j := range keys {
+				keys[j] = fmt.Sprintf("{%s}:%d", tag, j)
+			}
+			return keys
+		}
+	}
+	t.Fatalf("no tag on %s", master.Addr)
+	return nil
 }

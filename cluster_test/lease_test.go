@@ -377,3 +377,112 @@ func TestForceUnlockEndsTheHolder(t *testing.T) {
 		})
 	}
 }
+
+// Defect 1: a reply that comes after the lease it grants has run out must not
+// make a lock. Keys on two masters, one of them asleep for longer than the
+// lease: the call fails, and nothing stays held.
+func TestNoLockIsReturnedPastItsLease(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	for _, tc := range []struct {
+		name  string
+		lease batchlock.Option
+		opts  []batchlock.LockOption
+		wait  bool
+	}{
+		{"TryLock WithTTL", nil, []batchlock.LockOption{batchlock.WithTTL(100 * time.Millisecond)}, false},
+		{"Lock WithTTL", nil, []batchlock.LockOption{batchlock.WithTTL(100 * time.Millisecond)}, true},
+		{"TryLock renewed", batchlock.WithLease(300 * time.Millisecond), nil, false},
+		{"Lock renewed", batchlock.WithLease(300 * time.Millisecond), nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []batchlock.Option
+			if tc.lease != nil {
+				opts = append(opts, tc.lease)
+			}
+			c, prefix := newLocker(t, rdb, opts...)
+			other, err := batchlock.New(rdb, append(opts, batchlock.WithPrefix(prefix))...)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = other.Close() })
+			ctx := ctxTimeout(t, 30*time.Second)
+			keys, masters := keysOnMasters(t, cl, prefix, "late", 2, 2)
+			warm, err := c.TryLock(ctx, keys)
+			require.NoError(t, err)
+			require.NoError(t, warm.Unlock(ctx))
+
+			woke := sleepNode(t, cl, masters[1].Addr, 400*time.Millisecond)
+			var l *batchlock.Lock
+			if tc.wait {
+				l, err = c.Lock(ctx, keys, tc.opts...)
+			} else {
+				l, err = c.TryLock(ctx, keys, tc.opts...)
+			}
+			require.NoError(t, <-woke)
+			if err == nil {
+				// Another owner can take the fast master's keys while this
+				// lock still says it holds them.
+				_, stolen := other.TryLock(ctx, keys[:2], batchlock.WithTTL(time.Minute))
+				t.Fatalf("a lock was returned after its lease ran out (Err %v; another owner's TryLock: %v)", l.Err(), stolen)
+			}
+			require.ErrorIs(t, err, batchlock.ErrNotObtained)
+			assert.ErrorContains(t, err, "lease")
+			require.Eventually(t, func() bool { return len(lockKeysUnder(t, rdb, prefix)) == 0 }, 10*time.Second, 10*time.Millisecond,
+				"the late lock is rolled back")
+			l, err = other.TryLock(ctx, keys)
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		})
+	}
+}
+
+// Defect 6: a reentrant hold with a short lease stops keeping the key once
+// its lease ends, though its handle was never unlocked.
+func TestExpiredNestedHoldDoesNotKeepTheKey(t *testing.T) {
+	rdb := newClient(t)
+	c, _ := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(6, "nested-ttl")
+	outer, err := c.Lock(ctx, keys)
+	require.NoError(t, err)
+	const ttl = 200 * time.Millisecond
+	inner, err := c.Lock(ctx, keys[:3], batchlock.WithOwner(outer.Owner()), batchlock.WithTTL(ttl))
+	require.NoError(t, err)
+	taken := time.Now()
+	select {
+	case <-inner.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the inner lease did not end")
+	}
+	require.NoError(t, outer.Unlock(ctx))
+	// Kept by the outer lock's release, the inner hold would last the
+	// outer lock's lease (30 s).
+	var l *batchlock.Lock
+	eventuallyPastServerLease(t, taken, ttl, func() bool {
+		l, err = c.TryLock(ctx, keys)
+		return err == nil
+	}, "the keys are free once the outer lock is released")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// Extend reports keys lost on one master even when another master's part of
+// the call fails.
+func TestExtendReportsLossDespiteAnotherMastersError(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys, masters := keysOnMasters(t, cl, prefix, "extend-lost", 2, 2)
+	l, err := c.TryLock(ctx, keys, batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, prefix+keys[0]).Err())
+
+	woke := sleepNode(t, cl, masters[1].Addr, 500*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = l.Extend(short, time.Minute)
+	cancel()
+	require.NoError(t, <-woke)
+	require.ErrorIs(t, err, batchlock.ErrNotHeld, "the deleted key is reported")
+	<-l.Done()
+	assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+	_ = l.Unlock(ctx)
+}

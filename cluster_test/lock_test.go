@@ -439,3 +439,37 @@ func TestAdminHeldAndForceUnlock(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, held)
 }
+
+// Close while a call is on its way: the call fails with ErrClosed rather
+// than return a lock already reported lost, and leaves nothing held.
+func TestCloseDuringLock(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	prefix := testPrefix(t)
+	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
+	require.NoError(t, err)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys, masters := keysOnMasters(t, cl, prefix, "close-during", 2, 2)
+	warm, err := c.TryLock(ctx, keys)
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx))
+	// A cluster client's first keyed command fetches COMMAND from a random
+	// node, which may be the one about to sleep: done before.
+	require.NoError(t, rdb.Exists(ctx, prefix+keys[0]).Err())
+
+	woke := sleepNode(t, cl, masters[1].Addr, 300*time.Millisecond)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, keys)
+		if err == nil {
+			err = fmt.Errorf("got a lock (Err %v)", l.Err())
+		}
+		got <- err
+	}()
+	// The call is on its way once the awake master holds its keys.
+	require.Eventually(t, func() bool { return rdb.Exists(ctx, prefix+keys[0]).Val() == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, c.Close())
+	require.NoError(t, <-woke)
+	require.ErrorIs(t, <-got, batchlock.ErrClosed)
+	require.Eventually(t, func() bool { return len(lockKeysUnder(t, rdb, prefix)) == 0 }, 10*time.Second, 10*time.Millisecond)
+}

@@ -11,6 +11,8 @@ import (
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/localcluster"
+
+	"fmt"
 )
 
 // moveHalfway starts moving the slot of the lock keys given to another
@@ -120,4 +122,52 @@ func TestMovedKeyBlocksNoOtherKey(t *testing.T) {
 			assert.Empty(t, h.Owner, "%s is still held", h.Key)
 		}
 	})
+}
+
+// Defect 9: a slot marked MIGRATING and IMPORTING refuses multi-key scripts
+// (TRYAGAIN). Calls end within their context, or within the documented
+// bound without a deadline, saying which slot; a held lock can still be
+// released; once the slot is stable, locking works again.
+func TestSlotInMigrationBoundsCalls(t *testing.T) {
+	cl := newCluster(t)
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	keys := []string{"{mig}:1", "{mig}:2", "{mig}:3"}
+	slot := hashtag.Slot(prefix + keys[0])
+	held, err := c.TryLock(ctx, keys[:1], batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+	stable := halfMigrate(ctx, t, cl, slot)
+
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	began := time.Now()
+	_, err = c.TryLock(short, keys[1:])
+	cancel()
+	took := time.Since(began)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, fmt.Sprintf("slot %d", slot))
+	assert.Less(t, took, 3*time.Second, "the call ends with its context")
+
+	began = time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(t.Context(), keys[1:])
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.ErrorContains(t, err, fmt.Sprintf("slot %d", slot))
+		assert.Less(t, time.Since(began), retryWindow+3*time.Second, "without a deadline the call ends within the retry window")
+	case <-time.After(retryWindow + 30*time.Second):
+		t.Fatal("a call without a deadline did not end")
+	}
+
+	require.NoError(t, held.Unlock(ctx), "a lock whose keys did not move is released")
+	stable()
+	l, err := c.TryLock(ctx, keys)
+	require.NoError(t, err, "locking works again once the slot is stable")
+	require.NoError(t, l.Unlock(ctx))
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }

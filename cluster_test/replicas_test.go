@@ -145,3 +145,105 @@ func TestReplicasOfTwoAndTheLaggingOnePromoted(t *testing.T) {
 		})
 	}
 }
+
+// Defect 2: with WithReplicas, Extend lengthens a lease only once replicas
+// acknowledge it. The replica is frozen, so Extend must fail and leave the
+// validity as it was; the master dies and the replica takes over with the
+// lease it had: the next owner gets the key only after the first one's
+// validity has ended.
+func TestExtendWithReplicasNeedsAcknowledgement(t *testing.T) {
+	cl := newCluster(t)
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	master := masters[0]
+	keys := keysOn(t, master, prefix, "ext-ack", 4)
+	replica, err := cl.ReplicaOf(ctx, master.Addr)
+	require.NoError(t, err)
+
+	l, err := c.TryLock(ctx, keys, batchlock.WithTTL(3*time.Second), batchlock.WithReplicas(1, 300*time.Millisecond))
+	require.NoError(t, err)
+	waitReplicated(ctx, t, cl, master.Addr, replica.Addr)
+	before := l.ValidUntil()
+
+	require.NoError(t, cl.Freeze(ctx, replica.Addr))
+	_, err = cl.Do(ctx, master.Addr, "CLIENT", "KILL", "TYPE", "replica")
+	require.NoError(t, err)
+	err = l.Extend(ctx, 30*time.Second)
+	require.ErrorIs(t, err, batchlock.ErrNoReplicas, "an unacknowledged extension is refused")
+	assert.Equal(t, before, l.ValidUntil(), "and lengthens nothing")
+
+	require.NoError(t, cl.Kill(ctx, master.Addr))
+	require.NoError(t, cl.Thaw(ctx, replica.Addr))
+	promoted, err := cl.Failover(ctx, master.Addr, localcluster.Takeover())
+	require.NoError(t, err)
+	require.Equal(t, replica.Addr, promoted)
+
+	other, _ := newLocker(t, rdb, batchlock.WithPrefix(prefix))
+	var taken time.Time
+	require.Eventually(t, func() bool {
+		l2, err := other.TryLock(ctx, keys, batchlock.WithTTL(time.Minute))
+		if err != nil {
+			return false
+		}
+		taken = time.Now()
+		_ = l2.Unlock(ctx)
+		return true
+	}, 30*time.Second, 20*time.Millisecond)
+	assert.False(t, taken.Before(l.ValidUntil()), "a second owner got the keys %v before the first one's validity ended",
+		l.ValidUntil().Sub(taken))
+	require.NoError(t, cl.Restart(ctx, master.Addr))
+	require.NoError(t, cl.WaitReady(ctx))
+}
+
+// Defect 2, the lease restart after a wait: a waiting WithTTL Lock that gets
+// its last key after more than a tenth of its TTL restarts the leases of the
+// keys it held meanwhile; with WithReplicas that restart needs
+// acknowledgement like the acquire.
+func TestLeaseRestartWithReplicasNeedsAcknowledgement(t *testing.T) {
+	cl := newCluster(t)
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	keys, masters := keysOnMasters(t, cl, prefix, "restart-ack", 2, 2)
+	// The held key sorts after the first master's keys: the waiter takes
+	// those, then waits.
+	blocked := keys[3]
+	require.Greater(t, hashtag.Slot(prefix+blocked), hashtag.Slot(prefix+keys[0]))
+	holder, err := c.TryLock(ctx, []string{blocked}, batchlock.WithTTL(time.Minute))
+	require.NoError(t, err)
+
+	waiter := peerOf(t, rdb, prefix)
+	const ttl = 5 * time.Second
+	asked := time.Now()
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, keys, batchlock.WithTTL(ttl), batchlock.WithReplicas(1, 300*time.Millisecond))
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return shardSubscribers(ctx, rdb, prefix+blocked) > 0 }, 10*time.Second, 5*time.Millisecond)
+	replica, err := cl.ReplicaOf(ctx, masters[0].Addr)
+	require.NoError(t, err)
+	require.NoError(t, cl.Freeze(ctx, replica.Addr))
+	t.Cleanup(func() { _ = cl.Thaw(context.Background(), replica.Addr) })
+	// A wait of more than a tenth of the TTL: the leases restart once the
+	// batch is held.
+	require.Eventually(t, func() bool { return time.Since(asked) > ttl/10+50*time.Millisecond }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, holder.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, batchlock.ErrNoReplicas, "the restarted lease of the first master's keys was not acknowledged")
+		require.ErrorIs(t, err, batchlock.ErrNotObtained)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting Lock did not return")
+	}
+	require.NoError(t, cl.Thaw(ctx, replica.Addr))
+	require.Eventually(t, func() bool { return len(lockKeysUnder(t, rdb, prefix)) == 0 }, 10*time.Second, 10*time.Millisecond)
+}
