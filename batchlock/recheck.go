@@ -26,9 +26,10 @@ const (
 // an attempt (a script call) that would find the same. It says stillHeld
 // only when that is certain: every key is held by other owners (not l's)
 // and l still has its place in the key's queue, so that the release will
-// hand the key to it or tell it. For a key l asks shared and does not hold,
-// whose grant depends on the queue too, and on any read that fails it says mayBeFree,
-// and the waiter tries again as it would without the read. Holds' and
+// hand the key to it or tell it. For a key l asks shared that readers hold,
+// which l may join or not as the queue says, and on any read that fails it
+// says mayBeFree, and the waiter tries again as it would without the read;
+// a key a writer holds keeps a reader waiting as it keeps a writer. Holds' and
 // places' ends are judged by this host's clock: a master whose clock is
 // behind makes it say mayBeFree (an attempt that is refused), one ahead
 // stillHeld until the blocker's lease, which bounds every pause. A key
@@ -69,7 +70,7 @@ func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []strin
 			return mayBeFree, grant{}
 		case slices.Contains(holdsIn(value), l.hold):
 			handed, token = handed+1, s.token
-		case shared || s.owner == l.owner || slices.Contains(s.holders, l.owner) || !placeIn(value, l.hold, now):
+		case shared && s.shared || s.owner == l.owner || slices.Contains(s.holders, l.owner) || !placeIn(value, l.hold, now):
 			return mayBeFree, grant{} // l may join it; or l lost its place
 		}
 	}

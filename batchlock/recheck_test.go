@@ -75,7 +75,9 @@ func TestRecheckReadsTheKey(t *testing.T) {
 		{"granted to us", "9 - h:me=" + later + "g me", handedOver, false},
 		{"its holds ended", "7 h:me@" + later + "=me=fence:{x} h:x=" + earlier + " other", mayBeFree, false},
 		{"not a lock value", "garbage", mayBeFree, false},
-		{"asked shared, held by a writer, our place kept", "7 h:me@" + later + "s=me=fence:{x} h:x=" + later + " other", mayBeFree, true},
+		{"asked shared, held by a writer, our place kept", "7 h:me@" + later + "s=me=fence:{x} h:x=" + later + " other", stillHeld, true},
+		{"asked shared, held by a writer, our place lapsed", "7 h:me@" + earlier + "s=me=fence:{x} h:x=" + later + " other", mayBeFree, true},
+		{"asked shared, held by readers, our place kept", "7 h:me@" + later + "s=me=fence:{x} h:x=" + later + "=other *", mayBeFree, true},
 		{"asked shared, granted to us and another reader", "9 - h:me=" + later + "g=me,h:r=" + later + "g=r *", handedOver, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
