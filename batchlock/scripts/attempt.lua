@@ -286,7 +286,9 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
         return base
       end
-      value = base .. rest
+      -- %d: Lua's own number to text turns 10^14 and more into
+      -- "1e+14", which no reader of the value parses.
+      value = string.format('%d', base) .. rest
     end
     for j = 0, n - 1 do
       local key = ARGV[first + j]
