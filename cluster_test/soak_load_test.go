@@ -25,6 +25,10 @@ type soakSection struct {
 	section
 	replicas bool
 	lease    time.Duration
+	// granted is when the lease the section counted on last was granted
+	// or lengthened (see leaseGranted): a wall clock step before it was
+	// absorbed by Redis, which set the key's expiry after it.
+	granted time.Time
 }
 
 // holding is what a worker knows of a lock it holds.
@@ -35,6 +39,7 @@ type holding struct {
 	shared   map[string]bool // its keys held shared
 	replicas bool
 	lease    time.Duration
+	called   time.Time // when the call that handed it out was made
 	start    time.Time
 	doneAt   chan time.Time // receives when Done closed
 }
@@ -339,7 +344,7 @@ func (s *soak) outcome(kind string, err error) {
 // when Done closes, and whether it was handed out with enough of its lease
 // left. The history gets its acquire.
 func (s *soak) watch(l *batchlock.Lock, shared map[string]bool, lease time.Duration, replicas bool, called time.Time) *holding {
-	h := &holding{l: l, shared: shared, lease: lease, replicas: replicas, start: time.Now(), doneAt: make(chan time.Time, 1)}
+	h := &holding{l: l, shared: shared, lease: lease, replicas: replicas, called: called, start: time.Now(), doneAt: make(chan time.Time, 1)}
 	keys := l.Keys()
 	op := historyOp{Kind: opAcquire, Owner: l.Owner(), Keys: keys, Tokens: make([]int64, len(keys)), Shared: make([]bool, len(keys)),
 		Replicas: replicas, Call: s.hist.at(called), Return: s.hist.at(h.start)}
@@ -453,7 +458,8 @@ func (s *soak) writeAll(h *holding, tokens map[string]int64) {
 		at := time.Now()
 		if at.Before(s.believedUntil(h)) {
 			s.mu.Lock()
-			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at, by: by})
+			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at, by: by,
+				until: s.believedUntil(h), granted: leaseGranted(h)})
 			s.mu.Unlock()
 		}
 	}
@@ -510,7 +516,7 @@ func (s *soak) record(h *holding, tokens map[string]int64) {
 	h.release = len(s.hist.Ops)
 	s.sections = append(s.sections, soakSection{
 		section:  section{Owner: h.l.Owner(), Keys: h.l.Keys(), Tokens: tokens, Shared: h.shared, Start: h.start, End: end},
-		replicas: h.replicas, lease: h.lease,
+		replicas: h.replicas, lease: h.lease, granted: leaseGranted(h),
 	})
 	s.mu.Unlock()
 }
@@ -613,4 +619,19 @@ type refusal struct {
 	start    time.Time
 	at       time.Time
 	by       storeWrite // the write of the larger token
+	until    time.Time  // until when the refused writer counted on its lock
+	granted  time.Time  // when the lease it counted on was granted (leaseGranted)
+}
+
+// leaseGranted is when the lease h's lock counts on now was last granted
+// or lengthened: its validity less its lease (validity counts from before
+// the request that set it was sent), and no earlier than the call that
+// handed the lock out. (An Extend with a ttl other than the lease is
+// placed as if it were the lease.)
+func leaseGranted(h *holding) time.Time {
+	at := h.l.ValidUntil().Add(-h.lease)
+	if at.Before(h.called) {
+		return h.called
+	}
+	return at
 }

@@ -16,7 +16,8 @@ import (
 // run at the same rate), and no fault of the soak's makes it, but the host
 // may. The soak samples the clock throughout, says how far it moved, and
 // excuses an overlap of two owners only where the wall clock moved forward
-// by at least the overlap between the two sections' starts.
+// by at least the overlap after the earlier lease was granted or last
+// lengthened and before the later holder began (clockMadeOverlap).
 type wallClock struct {
 	origin time.Time
 
