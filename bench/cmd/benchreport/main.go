@@ -9,7 +9,8 @@
 // --only batch runs the batch workload alone and prints its section and
 // targets, writing nothing: to measure a change to TryEach quickly. --only
 // floors does the same for batchlock and the three floors' latency and cost
-// at the sizes of the floor targets (keys spread), --only orders for the
+// at the sizes of the floor targets (keys spread), and times the lock and the
+// unlock of batchlock and the lock floor apart; --only orders for the
 // hand-off and the contention workload, with --uniform on baskets of every
 // size alike.
 //
@@ -155,7 +156,7 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		}
 		r.Took = time.Since(started)
 		fmt.Println(r.FloorsMarkdown())
-		return nil
+		return printPhases(ctx, suite)
 	}
 
 	for _, plan := range latencyPlans {
@@ -235,6 +236,45 @@ func runFloors(ctx context.Context, cl *localcluster.Cluster, suite *bench.Suite
 		}
 	}
 	return latency, cost, nil
+}
+
+// printPhases times the lock and the unlock of a batch apart, for
+// batchlock and the lock floor, interleaved, and prints their medians:
+// where batchlock's distance from the lock floor in latency lies.
+func printPhases(ctx context.Context, suite *bench.Suite) error {
+	var lockers []bench.Locker
+	for _, l := range suite.Lockers {
+		if l.Name() == bench.NameBatchlock || l.Name() == bench.NameLockFloor {
+			lockers = append(lockers, l)
+		}
+	}
+	fmt.Println("\n| N | library | lock p50 ms | unlock p50 ms |\n|---:|---|---:|---:|")
+	for _, plan := range []struct{ keys, iterations int }{{100, 600}, {1000, 120}} {
+		lock, unlock := make([][]time.Duration, len(lockers)), make([][]time.Duration, len(lockers))
+		for round := range plan.iterations + 20 {
+			for j := range lockers {
+				i := (j + round) % len(lockers)
+				keys := bench.Keys("bench:"+lockers[i].Name(), plan.keys)
+				start := time.Now()
+				h, err := lockers[i].Lock(ctx, keys)
+				if err != nil {
+					return err
+				}
+				taken := time.Now()
+				if err := h.Unlock(ctx); err != nil {
+					return err
+				}
+				if round >= 20 { // the first rounds warm up
+					lock[i] = append(lock[i], taken.Sub(start))
+					unlock[i] = append(unlock[i], time.Since(taken))
+				}
+			}
+		}
+		for i, l := range lockers {
+			fmt.Printf("| %d | %s | %s | %s |\n", plan.keys, l.Name(), bench.Millis(bench.Summarize(lock[i]).Median), bench.Millis(bench.Summarize(unlock[i]).Median))
+		}
+	}
+	return nil
 }
 
 func scaledLatency(plans []bench.LatencyPlan) []bench.LatencyPlan {
