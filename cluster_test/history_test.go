@@ -235,10 +235,11 @@ var registerModel = porcupine.Model{
 
 // verdict is the checker's finding over a history.
 type verdict struct {
-	keys, groups int      // partitions checked
-	illegal      []string // "mutex sku:1", "register sku:1", "mutex {order-3}:line:0+…"
-	unknown      int      // partitions the checker could not decide in time
-	files        []string // visualizations written of illegal partitions
+	keys, groups int        // partitions checked
+	illegal      []string   // "mutex sku:1", "register sku:1", "mutex {order-3}:line:0+…"
+	illegalKeys  [][]string // the keys of each partition of illegal
+	unknown      int        // partitions the checker could not decide in time
+	files        []string   // visualizations written of illegal partitions
 }
 
 func (v verdict) String() string {
@@ -270,7 +271,8 @@ func (h *history) check(groups [][]string, dir string) verdict {
 			}
 		}
 	}
-	run := func(name string, model porcupine.Model, ops []porcupine.Operation) {
+	run := func(model string, keys []string, m porcupine.Model, ops []porcupine.Operation) {
+		name := model + " " + strings.Join(keys, "+")
 		// The visualization draws a lane per client: number them densely.
 		lanes := map[int]int{}
 		for i := range ops {
@@ -281,13 +283,13 @@ func (h *history) check(groups [][]string, dir string) verdict {
 			}
 			ops[i].ClientId = lane
 		}
-		res, info := porcupine.CheckOperationsVerbose(model, ops, checkTimeout)
+		res, info := porcupine.CheckOperationsVerbose(m, ops, checkTimeout)
 		switch res {
 		case porcupine.Illegal:
-			v.illegal = append(v.illegal, name)
+			v.illegal, v.illegalKeys = append(v.illegal, name), append(v.illegalKeys, keys)
 			if dir != "" && len(v.files) < 5 {
 				file := filepath.Join(dir, "porcupine-"+strings.NewReplacer("/", "_", " ", "-", "{", "", "}", "", "+", "_").Replace(name)+".html")
-				if porcupine.VisualizePath(model, info, file) == nil {
+				if porcupine.VisualizePath(m, info, file) == nil {
 					v.files = append(v.files, file)
 				}
 			}
@@ -297,10 +299,10 @@ func (h *history) check(groups [][]string, dir string) verdict {
 	}
 	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		v.keys++
-		run("mutex "+key, mutexModel([]string{key}), byKey[key])
+		run("mutex", []string{key}, mutexModel([]string{key}), byKey[key])
 	}
 	for _, key := range slices.Sorted(maps.Keys(registers)) {
-		run("register "+key, registerModel, registers[key])
+		run("register", []string{key}, registerModel, registers[key])
 	}
 	for _, keys := range groups {
 		var ops []porcupine.Operation
@@ -311,7 +313,7 @@ func (h *history) check(groups [][]string, dir string) verdict {
 		}
 		if len(ops) > 0 {
 			v.groups++
-			run("mutex "+strings.Join(keys, "+"), mutexModel(keys), ops)
+			run("mutex", keys, mutexModel(keys), ops)
 		}
 	}
 	return v

@@ -132,17 +132,6 @@ func (s *soak) holdOn(ctx context.Context, c *batchlock.Client, lease time.Durat
 	}
 }
 
-// cutOff are the faults on the link of one Client of the load (see
-// soak.link), which stop its rollbacks from reaching the master; the long
-// holders' Clients do not go through it.
-var cutOff = map[string]bool{
-	"a Client cut off from a master":        true,
-	"a Client's requests to a master lost":  true,
-	"a Client's replies from a master lost": true,
-	"a Client's link to a master slow":      true,
-	"a Client's link to a master throttled": true,
-}
-
 // judgeHolders returns a violation per loss that no stopping fault
 // explains: one on a master that served one of its keys, overlapping the
 // lease before the loss.
@@ -227,10 +216,15 @@ func (s *soak) checkRolledBack(owner string, keys []string, start time.Time) {
 }
 
 // judgeRollbacks returns a leftover per failed call whose keys stayed held
-// with no stopping fault to explain it.
+// with no stopping fault, nor a fault on its Client's link (the long
+// holders' Clients do not go through it), to explain it.
 func (s *soak) judgeRollbacks() (leftovers []string, excused int) {
+	explains := s.linkFaults()
+	for kind := range stopping {
+		explains[kind] = true
+	}
 	for _, fc := range s.failedCalls {
-		if s.stoppedBetween(stopping, fc.start, fc.checked, fc.held) || s.stoppedBetween(cutOff, fc.start, fc.checked, fc.held) {
+		if s.stoppedBetween(explains, fc.start, fc.checked, fc.held) {
 			excused++
 			continue
 		}

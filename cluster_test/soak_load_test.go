@@ -455,11 +455,11 @@ func (s *soak) writeAll(h *holding, tokens map[string]int64) {
 		if ok {
 			continue
 		}
-		at := time.Now()
-		if at.Before(s.believedUntil(h)) {
+		at, until := time.Now(), s.believedUntil(h)
+		if at.Before(until) {
 			s.mu.Lock()
 			s.refusals = append(s.refusals, refusal{key: k, token: tok, owner: h.l.Owner(), replicas: h.replicas, start: h.start, at: at, by: by,
-				until: s.believedUntil(h), granted: leaseGranted(h)})
+				until: until, granted: leaseGranted(h)})
 			s.mu.Unlock()
 		}
 	}

@@ -33,30 +33,31 @@ type nemesisFault struct {
 	name   string
 	weight int
 	inject func(ctx context.Context, rng *rand.Rand, master, replica localcluster.Node) (masterLost bool, err error)
+	link   bool // on the link of the soak's proxied Client (onLink)
 }
 
 func (s *soak) faultKinds() []nemesisFault {
 	cl := s.cl
 	return []nemesisFault{
-		{"master DEBUG SLEEP", 3, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "master DEBUG SLEEP", weight: 3, inject: func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			d := time.Duration(10+rng.IntN(490)) * time.Millisecond
 			_, err := cl.Do(ctx, m.Addr, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
 			return false, err
 		}},
-		{"master frozen briefly", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "master frozen briefly", weight: 2, inject: func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			return false, s.frozenFor(ctx, m.Addr, time.Duration(100+rng.IntN(1100))*time.Millisecond)
 		}},
-		{"replica frozen", 2, func(ctx context.Context, rng *rand.Rand, _, r localcluster.Node) (bool, error) {
+		{name: "replica frozen", weight: 2, inject: func(ctx context.Context, rng *rand.Rand, _, r localcluster.Node) (bool, error) {
 			return false, s.frozenFor(ctx, r.Addr, time.Duration(200+rng.IntN(2800))*time.Millisecond)
 		}},
-		{"master frozen until failed over", 1, func(ctx context.Context, _ *rand.Rand, m, r localcluster.Node) (bool, error) {
+		{name: "master frozen until failed over", weight: 1, inject: func(ctx context.Context, _ *rand.Rand, m, r localcluster.Node) (bool, error) {
 			if err := cl.Freeze(ctx, m.Addr); err != nil {
 				return false, err
 			}
 			err := s.waitPromoted(ctx, m)
 			return true, joinErr(err, cl.Thaw(ctx, m.Addr))
 		}},
-		{"master killed and restarted", 1, func(ctx context.Context, _ *rand.Rand, m, r localcluster.Node) (bool, error) {
+		{name: "master killed and restarted", weight: 1, inject: func(ctx context.Context, _ *rand.Rand, m, r localcluster.Node) (bool, error) {
 			if err := cl.Kill(ctx, m.Addr); err != nil {
 				return false, err
 			}
@@ -65,28 +66,28 @@ func (s *soak) faultKinds() []nemesisFault {
 			err := s.waitPromoted(ctx, m)
 			return true, joinErr(err, cl.Restart(ctx, m.Addr))
 		}},
-		{"replica killed and restarted", 1, func(ctx context.Context, _ *rand.Rand, _, r localcluster.Node) (bool, error) {
+		{name: "replica killed and restarted", weight: 1, inject: func(ctx context.Context, _ *rand.Rand, _, r localcluster.Node) (bool, error) {
 			if err := cl.Kill(ctx, r.Addr); err != nil {
 				return false, err
 			}
 			return false, cl.Restart(ctx, r.Addr)
 		}},
-		{"failover FORCE", 1, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "failover FORCE", weight: 1, inject: func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			_, err := cl.Failover(ctx, m.Addr)
 			return true, err
 		}},
-		{"failover TAKEOVER", 1, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "failover TAKEOVER", weight: 1, inject: func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			_, err := cl.Failover(ctx, m.Addr, localcluster.Takeover())
 			return true, err
 		}},
-		{"slot migrated", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "slot migrated", weight: 2, inject: func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			slot, to, err := s.slotToMove(ctx, rng)
 			if err != nil {
 				return false, err
 			}
 			return false, cl.MigrateSlot(ctx, slot, to.Addr)
 		}},
-		{"slot left half-migrated", 2, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+		{name: "slot left half-migrated", weight: 2, inject: func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
 			slot, to, err := s.slotToMove(ctx, rng)
 			if err != nil {
 				return false, err
@@ -104,54 +105,67 @@ func (s *soak) faultKinds() []nemesisFault {
 			time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond) // the half-done state is the fault
 			return false, cl.MigrateSlot(ctx, slot, to.Addr)
 		}},
-		{"slot migrated key by key", 3, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+		{name: "slot migrated key by key", weight: 3, inject: func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
 			return false, s.migrateKeyByKey(ctx, rng)
 		}},
-		{"normal connections killed", 2, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "normal connections killed", weight: 2, inject: func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "normal")
 			return false, err
 		}},
-		{"pub/sub connections killed", 2, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "pub/sub connections killed", weight: 2, inject: func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "pubsub")
 			return false, err
 		}},
-		{"replica link cut", 2, func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
+		{name: "replica link cut", weight: 2, inject: func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "replica")
 			return false, err
 		}},
-		{"waiter process killed, or frozen past its grant", 3, func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+		{name: "waiter process killed, or frozen past its grant", weight: 3, inject: func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
 			return false, s.killWaiter(rng)
 		}},
-		{"a Client cut off from a master", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
-			return false, s.linkFault(rng, func() (func(), error) { return s.link.cut(m.Addr, upstream, downstream) })
-		}},
-		{"a Client's requests to a master lost", 1, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
-			return false, s.linkFault(rng, func() (func(), error) { return s.link.cut(m.Addr, upstream) })
-		}},
-		{"a Client's replies from a master lost", 1, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
-			return false, s.linkFault(rng, func() (func(), error) { return s.link.cut(m.Addr, downstream) })
-		}},
-		{"a Client's link to a master slow", 2, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
-			latency := 20 + rng.IntN(400)
-			return false, s.linkFault(rng, func() (func(), error) { return s.link.slow(m.Addr, "latency", latency) })
-		}},
-		{"a Client's link to a master throttled", 1, func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
-			rate := 5 + rng.IntN(100) // KB/s
-			return false, s.linkFault(rng, func() (func(), error) { return s.link.slow(m.Addr, "bandwidth", rate) })
-		}},
+		s.onLink("a Client cut off from a master", 2, func(_ *rand.Rand, m localcluster.Node) (func(), error) {
+			return s.link.cut(m.Addr, upstream, downstream)
+		}),
+		s.onLink("a Client's requests to a master lost", 1, func(_ *rand.Rand, m localcluster.Node) (func(), error) {
+			return s.link.cut(m.Addr, upstream)
+		}),
+		s.onLink("a Client's replies from a master lost", 1, func(_ *rand.Rand, m localcluster.Node) (func(), error) {
+			return s.link.cut(m.Addr, downstream)
+		}),
+		s.onLink("a Client's link to a master slow", 2, func(rng *rand.Rand, m localcluster.Node) (func(), error) {
+			return s.link.slow(m.Addr, "latency", 20+rng.IntN(400))
+		}),
+		s.onLink("a Client's link to a master throttled", 1, func(rng *rand.Rand, m localcluster.Node) (func(), error) {
+			return s.link.slow(m.Addr, "bandwidth", 5+rng.IntN(100)) // KB/s
+		}),
 	}
 }
 
-// linkFault makes a fault on the link of the soak's proxied Client (see
-// soak.link) and heals it after a while.
-func (s *soak) linkFault(rng *rand.Rand, inject func() (heal func(), err error)) error {
-	heal, err := inject()
-	if err != nil {
-		return err
+// onLink is a fault on the link of the soak's proxied Client (soak.link)
+// to a master, made by inject and healed after a while.
+func (s *soak) onLink(name string, weight int, inject func(rng *rand.Rand, master localcluster.Node) (heal func(), err error)) nemesisFault {
+	return nemesisFault{name: name, weight: weight, link: true,
+		inject: func(_ context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			heal, err := inject(rng, m)
+			if err != nil {
+				return false, err
+			}
+			time.Sleep(time.Duration(300+rng.IntN(2700)) * time.Millisecond)
+			heal()
+			return false, nil
+		}}
+}
+
+// linkFaults are the names of the faults on the link of the soak's proxied
+// Client (onLink).
+func (s *soak) linkFaults() map[string]bool {
+	names := map[string]bool{}
+	for _, f := range s.faultKinds() {
+		if f.link {
+			names[f.name] = true
+		}
 	}
-	time.Sleep(time.Duration(300+rng.IntN(2700)) * time.Millisecond)
-	heal()
-	return nil
+	return names
 }
 
 // killWaiter starts a process that locks a few hot keys (or promotions),

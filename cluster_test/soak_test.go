@@ -190,8 +190,8 @@ func (s *soak) checkHistory() []string {
 	}
 	s.say("%v", v)
 	var out []string
-	for _, p := range v.illegal {
-		if s.clockMade(p) {
+	for i, p := range v.illegal {
+		if s.clockMade(v.illegalKeys[i]) {
 			s.say("%s: not linearizable, as the wall clock made it (see above)", p)
 			continue
 		}
@@ -203,16 +203,10 @@ func (s *soak) checkHistory() []string {
 	return out
 }
 
-// clockMade reports whether the partition porcupine names (see verdict)
-// holds a key where the judge found an overlap that the wall clock made.
-func (s *soak) clockMade(partition string) bool {
-	_, keys, _ := strings.Cut(partition, " ")
-	for key := range strings.SplitSeq(keys, "+") {
-		if len(s.clockExcused[key]) > 0 {
-			return true
-		}
-	}
-	return false
+// clockMade reports whether keys, a partition porcupine found illegal,
+// hold one where the judge found an overlap that the wall clock made.
+func (s *soak) clockMade(keys []string) bool {
+	return slices.ContainsFunc(keys, func(key string) bool { return len(s.clockExcused[key]) > 0 })
 }
 
 func randomSeed() uint64 {

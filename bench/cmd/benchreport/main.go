@@ -209,12 +209,7 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 // runFloors runs the latency and the cost workloads of batchlock and the
 // three floors, keys spread, at the sizes of the floor targets.
 func runFloors(ctx context.Context, cl *localcluster.Cluster, suite *bench.Suite, latencyPlans []bench.LatencyPlan, costPlans []bench.CostPlan) ([]bench.LatencyResult, []bench.CostResult, error) {
-	var lockers []bench.Locker
-	for _, l := range suite.Lockers {
-		if slices.Contains([]string{bench.NameBatchlock, bench.NameLockFloor, bench.NameFencedFloor, bench.NameFloor}, l.Name()) {
-			lockers = append(lockers, l)
-		}
-	}
+	lockers := lockersNamed(suite, bench.NameBatchlock, bench.NameLockFloor, bench.NameFencedFloor, bench.NameFloor)
 	var latency []bench.LatencyResult
 	for _, plan := range latencyPlans {
 		if slices.Contains(bench.TargetSizes, plan.Keys) {
@@ -242,21 +237,19 @@ func runFloors(ctx context.Context, cl *localcluster.Cluster, suite *bench.Suite
 // batchlock and the lock floor, interleaved, and prints their medians:
 // where batchlock's distance from the lock floor in latency lies.
 func printPhases(ctx context.Context, suite *bench.Suite) error {
-	var lockers []bench.Locker
-	for _, l := range suite.Lockers {
-		if l.Name() == bench.NameBatchlock || l.Name() == bench.NameLockFloor {
-			lockers = append(lockers, l)
-		}
-	}
+	lockers := lockersNamed(suite, bench.NameBatchlock, bench.NameLockFloor)
 	fmt.Println("\n| N | library | lock p50 ms | unlock p50 ms |\n|---:|---|---:|---:|")
 	for _, plan := range []struct{ keys, iterations int }{{100, 600}, {1000, 120}} {
 		lock, unlock := make([][]time.Duration, len(lockers)), make([][]time.Duration, len(lockers))
+		keys := make([][]string, len(lockers))
+		for i, l := range lockers {
+			keys[i] = bench.Keys("bench:"+l.Name(), plan.keys)
+		}
 		for round := range plan.iterations + 20 {
 			for j := range lockers {
 				i := (j + round) % len(lockers)
-				keys := bench.Keys("bench:"+lockers[i].Name(), plan.keys)
 				start := time.Now()
-				h, err := lockers[i].Lock(ctx, keys)
+				h, err := lockers[i].Lock(ctx, keys[i])
 				if err != nil {
 					return err
 				}
@@ -275,6 +268,17 @@ func printPhases(ctx context.Context, suite *bench.Suite) error {
 		}
 	}
 	return nil
+}
+
+// lockersNamed are the suite's lockers of those names, in the suite's order.
+func lockersNamed(suite *bench.Suite, names ...string) []bench.Locker {
+	var out []bench.Locker
+	for _, l := range suite.Lockers {
+		if slices.Contains(names, l.Name()) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func scaledLatency(plans []bench.LatencyPlan) []bench.LatencyPlan {
