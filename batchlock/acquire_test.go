@@ -17,9 +17,10 @@ import (
 
 	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
-// The acquisition loop against fakeRedis: what a call takes, gives back,
+// The acquisition loop against wiretest.Fake: what a call takes, gives back,
 // rolls back and waits for.
 
 var basket = []string{"sku:1", "sku:2", "sku:3", "sku:4", "sku:5", "sku:6"}
@@ -44,10 +45,10 @@ func lockKeys(keys []string) []string {
 // slotsServedWith counts the slots of keys (lock keys) that the fake master
 // of key serves.
 func slotsServedWith(key string, keys []string) int {
-	want, _ := fakeMaster(context.Background(), key)
+	want, _ := wiretest.FakeMaster(context.Background(), key)
 	slots := map[int]bool{}
 	for _, k := range keys {
-		if m, _ := fakeMaster(context.Background(), k); m == want {
+		if m, _ := wiretest.FakeMaster(context.Background(), k); m == want {
 			slots[hashtag.Slot(k)] = true
 		}
 	}
@@ -85,7 +86,7 @@ func TestTryLock(t *testing.T) {
 	middle := order[3]
 	for _, tc := range []struct {
 		name    string
-		setup   func(f *fakeRedis)
+		setup   func(f *wiretest.Fake)
 		opts    []LockOption
 		ctx     time.Duration // the call's timeout; 0: none
 		wantErr []error
@@ -96,40 +97,40 @@ func TestTryLock(t *testing.T) {
 	}{
 		{name: "free keys are all taken", wantHeld: ownedBy("me", order...)},
 		{name: "a key held by another owner: conflict, nothing kept",
-			setup:    func(f *fakeRedis) { f.hold("other", time.Minute, middle) },
+			setup:    func(f *wiretest.Fake) { f.Hold("other", time.Minute, middle) },
 			wantErr:  []error{ErrNotObtained},
 			errText:  strings.TrimPrefix(middle, DefaultPrefix),
 			wantHeld: ownedBy("other", middle)},
 		{name: "the owner's own key is joined",
-			setup:    func(f *fakeRedis) { f.hold("me", time.Minute, middle) },
+			setup:    func(f *wiretest.Fake) { f.Hold("me", time.Minute, middle) },
 			wantHeld: ownedBy("me", order...)},
 		{name: "a transient error is retried",
-			setup: func(f *fakeRedis) {
-				f.fault = failOn("acquire", middle, 2, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot"))
+			setup: func(f *wiretest.Fake) {
+				f.Fault = failOn("acquire", middle, 2, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot"))
 			},
 			wantHeld: ownedBy("me", order...)},
 		{name: "a lost reply leaves the groups of its call unknown: released, each marked cancelled",
-			setup:     func(f *fakeRedis) { f.fault = failOn("acquire", middle, -1, true, redisErr("ERR reply lost")) },
+			setup:     func(f *wiretest.Fake) { f.Fault = failOn("acquire", middle, -1, true, redisErr("ERR reply lost")) },
 			wantErr:   []error{},
 			errText:   "reply lost",
 			wantHeld:  map[string]string{},
 			wantMarks: slotsServedWith(middle, order)},
 		{name: "a slot in migration until the context ends: named, nothing marked",
-			setup: func(f *fakeRedis) {
-				f.fault = failOn("acquire", middle, -1, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot"))
+			setup: func(f *wiretest.Fake) {
+				f.Fault = failOn("acquire", middle, -1, false, redisErr("TRYAGAIN Multiple keys request during rehashing of slot"))
 			},
 			ctx:      80 * time.Millisecond,
 			wantErr:  []error{context.DeadlineExceeded},
 			errText:  "is being migrated",
 			wantHeld: map[string]string{}},
 		{name: "replies past half the lease: rolled back",
-			setup:    func(f *fakeRedis) { f.delay = 60 * time.Millisecond },
+			setup:    func(f *wiretest.Fake) { f.Delay = 60 * time.Millisecond },
 			opts:     []LockOption{WithTTL(100 * time.Millisecond)},
 			wantErr:  []error{ErrNotObtained},
 			errText:  "lease ran out",
 			wantHeld: map[string]string{}},
 		{name: "too few replicas: rolled back",
-			setup:    func(f *fakeRedis) { f.acks = 0 },
+			setup:    func(f *wiretest.Fake) { f.Acks = 0 },
 			opts:     []LockOption{WithReplicas(1, time.Millisecond)},
 			wantErr:  []error{ErrNotObtained, ErrNoReplicas},
 			wantHeld: map[string]string{}},
@@ -161,9 +162,9 @@ func TestTryLock(t *testing.T) {
 				assert.ErrorContains(t, err, tc.errText)
 			}
 			// A rollback whose context ended goes on in the background.
-			require.Eventually(t, func() bool { return len(f.held()) == len(tc.wantHeld) }, time.Second, time.Millisecond)
-			assert.Equal(t, tc.wantHeld, f.held())
-			assert.Len(t, f.cancelMarks(), tc.wantMarks)
+			require.Eventually(t, func() bool { return len(f.Held()) == len(tc.wantHeld) }, time.Second, time.Millisecond)
+			assert.Equal(t, tc.wantHeld, f.Held())
+			assert.Len(t, f.CancelMarks(), tc.wantMarks)
 		})
 	}
 }
@@ -184,20 +185,20 @@ func (redisErr) RedisError()     {}
 func TestTryLockConflictListsKeysAndReleasesGrantedGroups(t *testing.T) {
 	c, f := newFaked(t)
 	order := bySlot(basket)
-	f.hold("other", time.Minute, order[1], order[4])
+	f.Hold("other", time.Minute, order[1], order[4])
 	_, err := c.TryLock(t.Context(), basket)
 	var conflict *ConflictError
 	require.ErrorAs(t, err, &conflict)
 	assert.ElementsMatch(t, []string{order[1][len(DefaultPrefix):], order[4][len(DefaultPrefix):]}, conflict.Keys)
-	assert.Equal(t, ownedBy("other", order[1], order[4]), f.held(), "what other masters granted is given back")
-	assert.NotEmpty(t, f.calls("release"))
+	assert.Equal(t, ownedBy("other", order[1], order[4]), f.Held(), "what other masters granted is given back")
+	assert.NotEmpty(t, f.Calls("release"))
 }
 
 // masters counts the fake masters that serve keys.
 func masters(keys []string) int {
 	seen := map[string]bool{}
 	for _, k := range keys {
-		m, _ := fakeMaster(context.Background(), k)
+		m, _ := wiretest.FakeMaster(context.Background(), k)
 		seen[m] = true
 	}
 	return len(seen)
@@ -205,7 +206,7 @@ func masters(keys []string) int {
 
 // newCountingConflicts returns a faked Client that counts the conflicts its
 // calls meet, for tests to know when a call waits.
-func newCountingConflicts(t *testing.T) (*Client, *fakeRedis, *atomic.Int64) {
+func newCountingConflicts(t *testing.T) (*Client, *wiretest.Fake, *atomic.Int64) {
 	var conflicts atomic.Int64
 	c, f := newFaked(t, WithObserver(func(e Event) {
 		if e.Kind == EventConflict {
@@ -217,7 +218,7 @@ func newCountingConflicts(t *testing.T) (*Client, *fakeRedis, *atomic.Int64) {
 
 // newCountingRenewals returns a faked Client with the watchdog lease given,
 // and the count of its renewals.
-func newCountingRenewals(t *testing.T, lease time.Duration) (*Client, *fakeRedis, *atomic.Int64) {
+func newCountingRenewals(t *testing.T, lease time.Duration) (*Client, *wiretest.Fake, *atomic.Int64) {
 	var renewed atomic.Int64
 	c, f := newFaked(t, WithLease(lease), WithObserver(func(e Event) {
 		if e.Kind == EventRenewed {
@@ -234,7 +235,7 @@ func newCountingRenewals(t *testing.T, lease time.Duration) (*Client, *fakeRedis
 func TestLockWaitsInOrder(t *testing.T) {
 	c, f, conflicts := newCountingConflicts(t)
 	order := bySlot(basket)
-	f.hold("other", time.Minute, order[3])
+	f.Hold("other", time.Minute, order[3])
 
 	const ttl = 3 * time.Second
 	asked := time.Now()
@@ -246,7 +247,7 @@ func TestLockWaitsInOrder(t *testing.T) {
 		got <- err
 	}()
 	require.Eventually(t, func() bool { return conflicts.Load() >= 3 }, 5*time.Second, time.Millisecond)
-	held := f.held()
+	held := f.Held()
 	for i, k := range order {
 		switch {
 		case i < 3:
@@ -257,21 +258,21 @@ func TestLockWaitsInOrder(t *testing.T) {
 	}
 	// The first attempt asks for every group, one call per master; the next
 	// ones for the refused group alone.
-	for _, k := range f.calls("acquire")[masters(order):] {
+	for _, k := range f.Calls("acquire")[masters(order):] {
 		assert.Equal(t, order[3], k, "while it waits, a Lock asks for the refused group alone")
 	}
-	extendsBefore := len(f.calls("extend"))
+	extendsBefore := len(f.Calls("extend"))
 
 	// Free the key once the wait took more than a tenth of the TTL (and
 	// less than a third, when the held groups would be renewed meanwhile).
 	require.Eventually(t, func() bool { return time.Since(asked) > ttl/10+20*time.Millisecond }, ttl, time.Millisecond)
-	f.free(order[3])
+	f.Free(order[3])
 	require.NoError(t, <-got)
-	assert.Equal(t, ownedBy("me", order...), f.held())
-	assert.Len(t, f.calls("extend")[extendsBefore:], masters(order), "every group's lease restarts, one call per master")
+	assert.Equal(t, ownedBy("me", order...), f.Held())
+	assert.Len(t, f.Calls("extend")[extendsBefore:], masters(order), "every group's lease restarts, one call per master")
 	assert.WithinDuration(t, time.Now().Add(ttl), l.ValidUntil(), ttl/10)
 	require.NoError(t, l.Unlock(t.Context()))
-	assert.Empty(t, f.held())
+	assert.Empty(t, f.Held())
 }
 
 func TestLockWaitEnds(t *testing.T) {
@@ -286,7 +287,7 @@ func TestLockWaitEnds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, f, conflicts := newCountingConflicts(t)
-			f.hold("other", time.Minute, order[4])
+			f.Hold("other", time.Minute, order[4])
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			got := make(chan error, 1)
@@ -299,8 +300,8 @@ func TestLockWaitEnds(t *testing.T) {
 			err := <-got
 			assert.ErrorIs(t, err, ErrNotObtained)
 			assert.ErrorIs(t, err, tc.want)
-			require.Eventually(t, func() bool { return len(f.held()) == 1 }, time.Second, time.Millisecond)
-			assert.Equal(t, ownedBy("other", order[4]), f.held(), "what the waiter held is released")
+			require.Eventually(t, func() bool { return len(f.Held()) == 1 }, time.Second, time.Millisecond)
+			assert.Equal(t, ownedBy("other", order[4]), f.Held(), "what the waiter held is released")
 		})
 	}
 }
@@ -308,35 +309,35 @@ func TestLockWaitEnds(t *testing.T) {
 func TestLockRestartNeedsAcknowledgement(t *testing.T) {
 	c, f, conflicts := newCountingConflicts(t)
 	order := bySlot(basket)
-	f.hold("other", time.Minute, order[2])
+	f.Hold("other", time.Minute, order[2])
 	got := make(chan error, 1)
 	go func() {
 		_, err := c.Lock(t.Context(), basket, WithReplicas(1, time.Millisecond))
 		got <- err
 	}()
 	require.Eventually(t, func() bool { return conflicts.Load() >= 1 }, 5*time.Second, time.Millisecond)
-	f.with(func() { f.acks = 0 })
-	f.free(order[2])
+	f.With(func() { f.Acks = 0 })
+	f.Free(order[2])
 	err := <-got
 	assert.ErrorIs(t, err, ErrNotObtained)
 	assert.ErrorIs(t, err, ErrNoReplicas)
-	assert.Empty(t, f.held())
+	assert.Empty(t, f.Held())
 }
 
 func TestExtend(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		before    func(f *fakeRedis)
+		before    func(f *wiretest.Fake)
 		want      []error
 		lengthens bool
 		lost      bool
 	}{
 		{name: "lengthens the lease", lengthens: true},
-		{name: "a key gone: lost", before: func(f *fakeRedis) { f.free(DefaultPrefix + basket[2]) }, want: []error{ErrNotHeld}, lost: true},
-		{name: "unacknowledged: lengthens nothing", before: func(f *fakeRedis) { f.with(func() { f.acks = 0 }) }, want: []error{ErrNoReplicas}},
+		{name: "a key gone: lost", before: func(f *wiretest.Fake) { f.Free(DefaultPrefix + basket[2]) }, want: []error{ErrNotHeld}, lost: true},
+		{name: "unacknowledged: lengthens nothing", before: func(f *wiretest.Fake) { f.With(func() { f.Acks = 0 }) }, want: []error{ErrNoReplicas}},
 		{name: "a master that fails: lengthens nothing",
-			before: func(f *fakeRedis) {
-				f.with(func() { f.fault = failOn("extend", DefaultPrefix+basket[0], -1, false, redisErr("ERR down")) })
+			before: func(f *wiretest.Fake) {
+				f.With(func() { f.Fault = failOn("extend", DefaultPrefix+basket[0], -1, false, redisErr("ERR down")) })
 			},
 			want: []error{}},
 	} {
@@ -379,21 +380,21 @@ func TestUnlock(t *testing.T) {
 	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
 	require.NoError(t, err)
 
-	f.with(func() { f.fault = failOn("release", DefaultPrefix+basket[1], 1, false, io.ErrClosedPipe) })
+	f.With(func() { f.Fault = failOn("release", DefaultPrefix+basket[1], 1, false, io.ErrClosedPipe) })
 	err = l.Unlock(t.Context())
 	require.ErrorIs(t, err, io.ErrClosedPipe, "the release of one group failed")
 	assert.NoError(t, l.Err(), "the lock is not released yet")
-	failed, _ := fakeMaster(t.Context(), DefaultPrefix+basket[1])
+	failed, _ := wiretest.FakeMaster(t.Context(), DefaultPrefix+basket[1])
 	for _, k := range lockKeys(basket) {
-		m, _ := fakeMaster(t.Context(), k)
-		_, held := f.held()[k]
+		m, _ := wiretest.FakeMaster(t.Context(), k)
+		_, held := f.Held()[k]
 		assert.Equal(t, m == failed, held, "%s: the keys of the failed master's call are still held, the others released", k)
 	}
 
 	ended, cancel := context.WithCancel(t.Context())
 	cancel()
 	require.NoError(t, l.Unlock(ended), "tried again, with an ended context: released")
-	assert.Empty(t, f.held())
+	assert.Empty(t, f.Held())
 	assert.ErrorIs(t, l.Err(), ErrNotHeld)
 	<-l.Done()
 	assert.ErrorIs(t, context.Cause(l.Context()), ErrNotHeld)
@@ -404,12 +405,12 @@ func TestUnlockReportsKeysTakenByAnother(t *testing.T) {
 	c, f := newFaked(t)
 	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
 	require.NoError(t, err)
-	f.free(DefaultPrefix + basket[0])
-	f.hold("other", time.Minute, DefaultPrefix+basket[0])
+	f.Free(DefaultPrefix + basket[0])
+	f.Hold("other", time.Minute, DefaultPrefix+basket[0])
 	err = l.Unlock(t.Context())
 	assert.ErrorIs(t, err, ErrNotHeld)
 	assert.ErrorContains(t, err, "held by another owner")
-	assert.Equal(t, ownedBy("other", DefaultPrefix+basket[0]), f.held(), "the other keys are released all the same")
+	assert.Equal(t, ownedBy("other", DefaultPrefix+basket[0]), f.Held(), "the other keys are released all the same")
 }
 
 func TestFixedLeaseEndsTheLock(t *testing.T) {
@@ -419,7 +420,7 @@ func TestFixedLeaseEndsTheLock(t *testing.T) {
 	<-l.Done()
 	assert.ErrorIs(t, l.Err(), ErrLockLost)
 	assert.False(t, time.Now().Before(l.ValidUntil()), "Done closes when the validity ends, not before")
-	require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(f.Held()) == 0 }, time.Second, time.Millisecond)
 }
 
 func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
@@ -431,9 +432,9 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return renewed.Load() >= 8 }, 5*time.Second, time.Millisecond, "renewed over several leases")
 	assert.NoError(t, l.Err())
-	assert.Len(t, f.held(), len(basket)+1)
+	assert.Len(t, f.Held(), len(basket)+1)
 
-	f.free(DefaultPrefix + basket[3])
+	f.Free(DefaultPrefix + basket[3])
 	select {
 	case <-l.Done():
 	case <-time.After(5 * time.Second):
@@ -441,7 +442,7 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	}
 	assert.ErrorIs(t, l.Err(), ErrLockLost)
 	assert.NoError(t, plain.Err(), "a loss ends only the lock it belongs to")
-	require.Eventually(t, func() bool { return len(f.held()) == 1 }, time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return len(f.Held()) == 1 }, time.Second, time.Millisecond,
 		"the lost lock's other keys are let go at once, not at the end of their lease")
 	unlocked := l.Unlock(t.Context())
 	assert.ErrorIs(t, unlocked, ErrNotHeld)
@@ -451,7 +452,7 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	<-plain.Done()
 	assert.ErrorIs(t, plain.Err(), ErrLockLost)
 	assert.ErrorIs(t, plain.Err(), ErrClosed)
-	assert.Empty(t, f.held(), "Close released the lock it held")
+	assert.Empty(t, f.Held(), "Close released the lock it held")
 	_, err = c.TryLock(t.Context(), basket)
 	assert.ErrorIs(t, err, ErrClosed)
 	unlocked = plain.Unlock(t.Context())
@@ -472,10 +473,10 @@ func TestCloseReleasesEveryLockHeld(t *testing.T) {
 	require.NoError(t, err)
 	nested, err := c.Lock(ContextWithOwner(ctx, fixed.Owner()), basket[2:3])
 	require.NoError(t, err)
-	require.Len(t, f.held(), 4)
+	require.Len(t, f.Held(), 4)
 
 	require.NoError(t, c.Close())
-	assert.Empty(t, f.held(), "nothing the Client held outlives it")
+	assert.Empty(t, f.Held(), "nothing the Client held outlives it")
 	for _, l := range []*Lock{renewed, fixed, nested} {
 		<-l.Done()
 		assert.ErrorIs(t, l.Err(), ErrClosed)
@@ -486,12 +487,12 @@ func TestCloseReleasesEveryLockHeld(t *testing.T) {
 	c, f = newFaked(t)
 	l, err := c.Lock(ctx, basket, WithTTL(time.Hour))
 	require.NoError(t, err)
-	f.with(func() { f.fault = failOn("release", DefaultPrefix+basket[1], 100, false, io.ErrClosedPipe) })
+	f.With(func() { f.Fault = failOn("release", DefaultPrefix+basket[1], 100, false, io.ErrClosedPipe) })
 	err = c.Close()
 	require.ErrorIs(t, err, io.ErrClosedPipe, "the failed release is Close's error")
 	assert.ErrorContains(t, err, "close: releasing")
 	assert.ErrorIs(t, l.Err(), ErrClosed)
-	assert.Contains(t, f.held(), DefaultPrefix+basket[1], "left to its lease")
+	assert.Contains(t, f.Held(), DefaultPrefix+basket[1], "left to its lease")
 }
 
 func TestDo(t *testing.T) {
@@ -509,10 +510,10 @@ func TestDo(t *testing.T) {
 		return boom
 	})
 	assert.ErrorIs(t, err, boom)
-	assert.Empty(t, f.held(), "Do unlocks")
+	assert.Empty(t, f.Held(), "Do unlocks")
 
 	err = c.Do(t.Context(), basket, func(ctx context.Context) error {
-		f.free(DefaultPrefix + basket[5])
+		f.Free(DefaultPrefix + basket[5])
 		<-ctx.Done()
 		return context.Cause(ctx)
 	})
@@ -541,7 +542,7 @@ func TestForceUnlock(t *testing.T) {
 	}, released)
 	// Through the holder's own Client the lock ends at once, and its other
 	// key goes too, in the background.
-	require.Eventually(t, func() bool { return len(f.held()) == 0 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return len(f.Held()) == 0 }, 5*time.Second, time.Millisecond,
 		"the lock ended: its other key goes too")
 	assert.ErrorIs(t, l.Err(), ErrLockLost)
 
@@ -553,9 +554,6 @@ func TestForceUnlock(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 }
 
-// groupsIn counts the slots of an acquire call.
-func groupsIn(c *script.Call) int { return len(acquireSlots(c)) }
-
 // A call that finds a slot elsewhere changed nothing; its slots are tried
 // again one call each, and the lock is taken; a slot that stays elsewhere
 // fails the call within its context, naming the slot.
@@ -563,35 +561,35 @@ func TestSlotFoundElsewhere(t *testing.T) {
 	order := bySlot(basket)
 	t.Run("moved: tried again slot by slot", func(t *testing.T) {
 		c, f := newFaked(t)
-		f.elsewhere = func(name string, c *script.Call) bool {
-			return (name == "acquire" && groupsIn(c) > 1 || name == "release" && lockKeysIn(name, c) > 1) && slicesContains(c.Args, order[0])
+		f.Elsewhere = func(name string, c *script.Call) bool {
+			return (name == "acquire" && wiretest.SlotsIn(c) > 1 || name == "release" && wiretest.KeysIn(name, c) > 1) && slicesContains(c.Args, order[0])
 		}
 		l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
 		require.NoError(t, err)
-		assert.Equal(t, ownedBy(l.Owner(), order...), f.held())
+		assert.Equal(t, ownedBy(l.Owner(), order...), f.Held())
 		require.NoError(t, l.Unlock(t.Context()))
-		assert.Empty(t, f.held(), "the release too is tried again slot by slot")
+		assert.Empty(t, f.Held(), "the release too is tried again slot by slot")
 	})
 	t.Run("in migration until the context ends", func(t *testing.T) {
 		c, f := newFaked(t)
-		f.elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
+		f.Elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		_, err := c.Lock(ctx, basket)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.ErrorContains(t, err, fmt.Sprintf("slot %d", hashtag.Slot(order[2])))
 		assert.ErrorContains(t, err, "being migrated")
-		require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
+		require.Eventually(t, func() bool { return len(f.Held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
 	})
 	t.Run("in migration until WithWait ends", func(t *testing.T) {
 		c, f := newFaked(t)
-		f.elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
+		f.Elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
 		_, err := c.Lock(t.Context(), basket, WithWait(100*time.Millisecond))
 		require.ErrorIs(t, err, ErrNotObtained, "as the README's error switch expects of a WithWait that runs out")
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.ErrorContains(t, err, "waited 100ms")
 		assert.ErrorContains(t, err, "being migrated")
-		require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
+		require.Eventually(t, func() bool { return len(f.Held()) == 0 }, time.Second, time.Millisecond, "nothing is left held")
 	})
 }
 
@@ -607,7 +605,7 @@ func TestWatchdogRenewsEveryHoldOfASharedKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return renewed.Load() >= 12 }, 5*time.Second, time.Millisecond, "renewed over several leases")
 	require.NoError(t, inner.Unlock(t.Context()))
-	assert.Equal(t, ownedBy("order-1", lockKeys(basket)...), f.held(), "the outer lock still holds every key")
+	assert.Equal(t, ownedBy("order-1", lockKeys(basket)...), f.Held(), "the outer lock still holds every key")
 	_, err = c.TryLock(t.Context(), basket[:1], WithOwner("other"))
 	assert.ErrorIs(t, err, ErrNotObtained, "and nobody else can take the shared ones")
 	assert.NoError(t, outer.Err())
@@ -628,7 +626,7 @@ func TestBadSharedKeysSendNothing(t *testing.T) {
 	}
 	_, err := c.Lock(t.Context(), nil, WithShared())
 	assert.ErrorIs(t, err, ErrInvalid, "no keys either way")
-	assert.Empty(t, f.log, "nothing sent")
+	assert.Empty(t, f.Log(), "nothing sent")
 }
 
 // A nil context is ErrInvalid at once, for every call that sends something:
@@ -637,7 +635,7 @@ func TestNilContextIsInvalid(t *testing.T) {
 	c, f := newFaked(t)
 	l, err := c.Lock(t.Context(), basket)
 	require.NoError(t, err)
-	sent := len(f.log)
+	sent := len(f.Log())
 	var nilCtx context.Context
 	calls := map[string]func() error{
 		"Lock":        func() error { _, err := c.Lock(nilCtx, basket); return err },
@@ -657,7 +655,7 @@ func TestNilContextIsInvalid(t *testing.T) {
 			assert.Contains(t, err.Error(), "context must not be nil")
 		})
 	}
-	assert.Len(t, f.log, sent, "nothing was sent")
+	assert.Len(t, f.Log(), sent, "nothing was sent")
 	require.NoError(t, l.Unlock(t.Context()), "the lock is still held")
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()

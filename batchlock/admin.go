@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // The admin API: what operators and tools see of the locks in Redis. The
@@ -79,10 +80,10 @@ func (c *Client) heldOn(ctx context.Context, node *redis.Client, pattern string)
 		batch = batch[:0]
 		return err
 	}
-	iter := node.ScanType(ctx, 0, c.names.pattern(pattern), scanBatch, "string").Iterator()
+	iter := node.ScanType(ctx, 0, c.names.Pattern(pattern), scanBatch, "string").Iterator()
 	for iter.Next(ctx) {
 		// The fencing counters and the cancel marks are strings too.
-		if reserved(c.names.userKey(iter.Val())) {
+		if wire.Reserved(c.names.UserKey(iter.Val())) {
 			continue
 		}
 		if batch = append(batch, iter.Val()); len(batch) == scanBatch {
@@ -131,7 +132,7 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err 
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, err
 		}
-		lockKeys[i] = c.names.lockKey(k)
+		lockKeys[i] = c.names.LockKey(k)
 	}
 	out, err := c.readLocks(ctx, c.rdb, lockKeys)
 	if err != nil {
@@ -160,25 +161,13 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 	}
 	out := make([]HeldKey, len(lockKeys))
 	for i, k := range lockKeys {
-		out[i].Key = c.names.userKey(k)
-		if s, ok := parseLock(values[i].Val(), now.Val()); ok {
-			out[i] = HeldKey{Key: out[i].Key, Owner: s.firstHolder(), Shared: s.shared, Holders: s.holders,
-				Holds: s.holds, Waiting: s.waiting, Lease: max(leases[i].Val(), 0), Token: s.token}
+		out[i].Key = c.names.UserKey(k)
+		if s, ok := wire.ParseLock(values[i].Val(), now.Val()); ok {
+			out[i] = HeldKey{Key: out[i].Key, Owner: s.FirstHolder(), Shared: s.Shared, Holders: s.Holders,
+				Holds: s.Holds, Waiting: s.Waiting, Lease: max(leases[i].Val(), 0), Token: s.Token}
 		}
 	}
 	return out, nil
-}
-
-// escapeGlob makes s match itself in a SCAN MATCH pattern.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // Released is what ForceUnlock did to one key.
@@ -216,7 +205,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released,
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, err
 		}
-		lockKeys[i] = c.names.lockKey(k)
+		lockKeys[i] = c.names.LockKey(k)
 		out[i].Key = k
 	}
 	parts := make([]script.Part, len(lockKeys))
@@ -227,7 +216,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released,
 	results := c.route(ctx, script.Batch{
 		Step:   "batchlock: force unlock",
 		Sent:   &c.sent.forces,
-		Script: forceScript,
+		Script: wire.ForceScript,
 		Parts:  parts,
 		Follow: true,
 		Args: func(at []int) []any {
@@ -238,19 +227,19 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released,
 			return args
 		},
 		Read: func(cl *script.Call, at []int) ([]int, error) {
-			r, err := decodeForce(cl.Reply.Val(), len(at))
+			r, err := wire.DecodeForce(cl.Reply.Val(), len(at))
 			if err != nil {
 				return nil, script.Describe(ctx, "batchlock: force unlock", cl, err)
 			}
 			var away []int
-			for _, k := range r.elsewhere {
+			for _, k := range r.Elsewhere {
 				away = append(away, partsNamed(parts, at, []string{k})...)
 			}
 			for n, i := range at {
-				v := r.values[n]
-				if s, ok := parseLock(v, r.now); ok {
-					out[i] = Released{Key: keys[i], Held: true, Owner: s.firstHolder(), Holders: s.holders, Holds: s.holds, Token: s.token}
-					for _, h := range holdsIn(v) {
+				v := r.Values[n]
+				if s, ok := wire.ParseLock(v, r.Now); ok {
+					out[i] = Released{Key: keys[i], Held: true, Owner: s.FirstHolder(), Holders: s.Holders, Holds: s.Holds, Token: s.Token}
+					for _, h := range wire.HoldsIn(v) {
 						released[h] = true
 					}
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // acquireOutcome is what one attempt at some groups found.
@@ -39,7 +40,7 @@ func (o *acquireOutcome) addHolders(conflicts, holders []string) {
 		}
 		var owners []string
 		for id := range strings.SplitSeq(holders[i], ",") {
-			owners = append(owners, unescapeOwner(id))
+			owners = append(owners, wire.UnescapeOwner(id))
 		}
 		o.holders[key] = owners
 	}
@@ -61,26 +62,13 @@ func (o acquireOutcome) mayHold(groups []group) []group {
 	return out
 }
 
-// Modes of an acquire (ARGV[4] of acquire.lua): every key of a call or
-// none, or the keys up to the first refused one and a place in its queue,
-// for a waiter that listens for its hand-off or for one that polls.
-const (
-	modeTry  = "try"
-	modeWait = "wait"
-	modePoll = "poll"
-	// modeFirst is TryEach's: as modeTry, stopping at the first conflict;
-	// modeFresh the same for owners made by the call, which hold nothing.
-	modeFirst = "first"
-	modeFresh = "fresh"
-)
-
 // acquire makes one attempt at groups in mode: each call takes its groups in
 // order, all or none (modeTry) or up to the first refused one (waiting), and
 // the routing layer tries again, slot by slot, groups whose slot was found
 // elsewhere (a call that finds one changes nothing).
 func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode string) acquireOutcome {
 	out := acquireOutcome{refused: -1}
-	wait := mode != modeTry
+	wait := mode != wire.ModeTry
 	leaseMs, placeMs := lease.Millis(l.lease), lease.Millis(c.placeLease())
 	parts := make([]script.Part, len(groups))
 	for i, g := range groups {
@@ -89,7 +77,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	results := c.route(ctx, script.Batch{
 		Step:    "batchlock: acquire",
 		Sent:    &c.sent.acquires,
-		Script:  acquireScript,
+		Script:  wire.AcquireScript,
 		Parts:   parts,
 		Ordered: true,
 		Ack:     l.ack,
@@ -103,7 +91,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	marked := map[string]bool{}
 	for i, r := range results {
 		if r.Unknown {
-			if mark := l.c.names.cancelMark(groups[i].slot, l.hold); !marked[mark] {
+			if mark := l.c.names.CancelMark(groups[i].slot, l.hold); !marked[mark] {
 				marked[mark] = true
 				out.marks = append(out.marks, mark)
 			}
@@ -132,32 +120,14 @@ func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, 
 	}
 	if shared {
 		// Each slot says which of its keys are shared.
-		mode += "s"
+		mode += wire.SharedModes
 		n += len(at)
 	}
 	first := groups[at[0]]
-	args := make([]any, 0, n)
-	args = append(args, escapeOwner(l.owner), l.hold, leaseMs, mode, l.c.names.cancelMark(first.slot, l.hold), placeMs)
+	args := wire.AppendAcquire(make([]any, 0, n), l.owner, l.hold, leaseMs, mode, l.c.names.CancelMark(first.slot, l.hold), placeMs)
 	for _, i := range at {
-		args = appendGroup(args, groups[i], shared)
-	}
-	return args
-}
-
-// appendGroup appends g to the arguments of an attempt (see attempt.lua):
-// its fencing counter, its number of keys, with shared its keys' modes
-// (every key of a call's slots says its mode once one does), its keys.
-func appendGroup(args []any, g group, shared bool) []any {
-	args = append(args, g.fenceKey, len(g.keys))
-	if shared {
-		modes := string(g.modes)
-		if modes == "" {
-			modes = strings.Repeat("x", len(g.keys))
-		}
-		args = append(args, modes)
-	}
-	for _, k := range g.keys {
-		args = append(args, k)
+		g := groups[i]
+		args = wire.AppendSlot(args, g.fenceKey, g.keys, g.modes, shared)
 	}
 	return args
 }
@@ -167,31 +137,31 @@ func appendGroup(args []any, g group, shared bool) []any {
 // the error the reply means.
 func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call, wait bool) ([]int, error) {
 	vals, _ := cl.Reply.Slice()
-	r, err := decodeAcquire(vals)
+	r, err := wire.DecodeAcquire(vals)
 	if err != nil {
 		// The groups may or may not be held.
 		out.unknown = append(out.unknown, at...)
 		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, err)
 	}
-	switch r.status {
-	case acquireGranted:
-		c.granted(l, out, groups, at, r.tokens)
+	switch r.Status {
+	case wire.AcquireGranted:
+		c.granted(l, out, groups, at, r.Tokens)
 		if !l.ack.Acknowledged(cl) {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
-	case acquireRefused:
-		held := min(r.held, len(at)-1)
+	case wire.AcquireRefused:
+		held := min(r.Held, len(at)-1)
 		refused := at[held]
-		if held == 0 && len(r.conflicts) > 0 {
-			refused = groupOf(groups, at, r.conflicts[0])
+		if held == 0 && len(r.Conflicts) > 0 {
+			refused = groupOf(groups, at, r.Conflicts[0])
 		}
-		out.conflicts = append(out.conflicts, r.conflicts...)
-		out.addHolders(r.conflicts, r.holders)
-		c.granted(l, out, groups, at[:held], r.tokens)
+		out.conflicts = append(out.conflicts, r.Conflicts...)
+		out.addHolders(r.Conflicts, r.Holders)
+		c.granted(l, out, groups, at[:held], r.Tokens)
 		// The part keys' tokens come last, after those of the held groups.
-		part := r.part
-		if part > 0 && part <= min(len(r.tokens), len(groups[refused].keys)) {
-			l.setTokens(groups[refused].keys[:part], r.tokens[len(r.tokens)-part:])
+		part := r.Part
+		if part > 0 && part <= min(len(r.Tokens), len(groups[refused].keys)) {
+			l.setTokens(groups[refused].keys[:part], r.Tokens[len(r.Tokens)-part:])
 		}
 		if wait {
 			out.queued = append(out.queued, refused)
@@ -199,19 +169,19 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 		if out.refused < 0 || refused < out.refused {
 			out.refused = refused
 			out.partHeld = part
-			out.groupConflicts = inGroup(groups[refused], r.conflicts)
-			out.wait = r.wait
-			out.blockerToken = r.blockerToken
+			out.groupConflicts = inGroup(groups[refused], r.Conflicts)
+			out.wait = r.Wait
+			out.blockerToken = r.BlockerToken
 		}
 		if held+part > 0 && !l.ack.Acknowledged(cl) {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
 		}
-	case acquireElsewhere:
+	case wire.AcquireElsewhere:
 		return at, nil
-	case acquireUpgrade:
+	case wire.AcquireUpgrade:
 		// Nothing was changed, and waiting would not help.
-		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.userKey(r.key))
-	case acquireCancelled:
+		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.UserKey(r.Key))
+	case wire.AcquireCancelled:
 		// A rollback overtook this acquire: the groups may or may not be
 		// held.
 		out.unknown = append(out.unknown, at...)

@@ -113,7 +113,7 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 		config, configErr := readConfig(ctx, node)
 		add(CheckVersion, checkVersion(ctx, node))
 		add(CheckScripts, c.checkScripts(ctx, node, tags))
-		add(CheckPubSub, node.SPublish(ctx, c.names.checkKey(tags[0]), "check").Err())
+		add(CheckPubSub, node.SPublish(ctx, c.names.CheckKey(tags[0]), "check").Err())
 		add(CheckEviction, or(configErr, func() error { return checkEviction(config) }))
 		warn(CheckClientEviction, or(configErr, func() error { return checkClientEviction(ctx, node, config) }))
 		add(CheckState, checkState(ctx, node, c.deployment.isCluster()))

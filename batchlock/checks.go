@@ -11,6 +11,7 @@ import (
 
 	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 func checkVersion(ctx context.Context, node *redis.Client) error {
@@ -29,8 +30,8 @@ func checkVersion(ctx context.Context, node *redis.Client) error {
 // checkScripts runs, with no key declared as batchlock's scripts do, a
 // script that reads a key in each of two slots the node serves.
 func (c *Client) checkScripts(ctx context.Context, node *redis.Client, tags [2]string) error {
-	keys := []any{c.names.checkKey(tags[0]), c.names.checkKey(tags[1])}
-	n, err := node.Eval(ctx, shebang+"return redis.call('EXISTS', ARGV[1]) + redis.call('EXISTS', ARGV[2])", nil, keys...).Int()
+	keys := []any{c.names.CheckKey(tags[0]), c.names.CheckKey(tags[1])}
+	n, err := node.Eval(ctx, wire.Shebang+"return redis.call('EXISTS', ARGV[1]) + redis.call('EXISTS', ARGV[2])", nil, keys...).Int()
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // Client takes batch locks through one go-redis client. It is safe for
@@ -31,7 +32,7 @@ type Client struct {
 	gates    *gates.Table
 
 	// names makes every key name under the prefix.
-	names keyspace
+	names wire.Keyspace
 	// fences are the names of the slots' fencing counters, by slot, made
 	// on first use.
 	fences []atomic.Pointer[string]
@@ -77,7 +78,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := c.cfg.validate(); err != nil {
 		return nil, err
 	}
-	c.names = keyspace(c.cfg.prefix)
+	c.names = wire.Keyspace(c.cfg.prefix)
 	c.fences = make([]atomic.Pointer[string], d.slots())
 	c.runner = d.runner()
 	c.watchdog = newWatchdog(c)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
 // The client's own cost of a lock and unlock, on one redis-server: with
@@ -12,7 +14,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkClient -benchmem ./batchlock
 func BenchmarkClient(b *testing.B) {
-	c, err := New(benchServer(b).rdb)
+	c, err := New(wiretest.ServerClient(b))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // confirm records that the lease runs at least until t.
@@ -42,7 +43,7 @@ func (l *Lock) untilExpiry() time.Duration {
 		}
 	}
 	if !l.grantUntil.IsZero() {
-		d = min(d, time.Until(l.grantUntil)-lease.LossMargin(grantTime))
+		d = min(d, time.Until(l.grantUntil)-lease.LossMargin(wire.GrantTime))
 	}
 	return d
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // holdKeys is one lock's share of an extension: its hold, the lease and its
@@ -149,7 +150,7 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 	routed := c.route(ctx, script.Batch{
 		Step:   "batchlock: extend",
 		Sent:   &c.sent.extends,
-		Script: extendScript,
+		Script: wire.ExtendScript,
 		Parts:  sub,
 		Follow: true,
 		Ack:    ack,
@@ -157,7 +158,7 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 			args := make([]any, 0, len(in)+3*len(locks))
 			for _, seg := range segmentsBy(subLock, in) {
 				h := locks[subLock[seg[0]]]
-				args = append(args, h.hold, h.lease, len(seg))
+				args = wire.AppendExtend(args, h.hold, h.lease, len(seg))
 				for _, i := range seg {
 					args = append(args, sub[i].Route)
 				}
@@ -166,7 +167,7 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 		},
 		Read: func(cl *script.Call, in []int) ([]int, error) {
 			segs := segmentsBy(subLock, in)
-			lists, err := decodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
+			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
 			if err != nil {
 				return nil, script.Describe(ctx, "batchlock: extend", cl, err)
 			}
@@ -176,8 +177,8 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 			for n, seg := range segs {
 				i := subLock[seg[0]]
 				if lists != nil {
-					results[i].lost = append(results[i].lost, lists[n].lost...)
-					again = append(again, partsNamed(sub, seg, lists[n].elsewhere)...)
+					results[i].lost = append(results[i].lost, lists[n].Lost...)
+					again = append(again, partsNamed(sub, seg, lists[n].Elsewhere)...)
 				}
 				if !ack.Acknowledged(cl) {
 					fail(i, unacknowledged(cl, ack))

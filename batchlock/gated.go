@@ -50,7 +50,7 @@ func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
 	}
 	if len(busy) > 0 {
 		l.leaveGates()
-		conflict := &ConflictError{Keys: c.names.userKeys(busy), Holders: c.gateHolders(busy)}
+		conflict := &ConflictError{Keys: c.names.UserKeys(busy), Holders: c.gateHolders(busy)}
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		return conflict
 	}
@@ -133,7 +133,7 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.
 		renewed, err := c.renewHeld(ctx, l, wt)
 		if err != nil {
 			w.Abandon()
-			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.userKey(w.Key()), err)
+			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(w.Key()), err)
 		}
 		if renewed {
 			retries, retryAt = 0, time.Time{}
@@ -148,20 +148,20 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.
 // WithWait's error names once the wait runs out.
 func (c *Client) waitingAtGate(l *Lock, key string) {
 	c.localWaits.Add(1)
-	l.blockers = []string{c.names.userKey(key)}
+	l.blockers = []string{c.names.UserKey(key)}
 	l.blockerHolders = c.gateHolders([]string{key})
 	l.emit(Event{Kind: EventConflict, Conflict: l.blockers})
 }
 
 // gateWaitEnded is the error of a wait at the gate of key that ctx ended.
 func (c *Client) gateWaitEnded(ctx context.Context, key string) error {
-	return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.userKey(key), context.Cause(ctx))
+	return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(key), context.Cause(ctx))
 }
 
 // upgradeAtGate is the error of an owner asking exclusively for key, which
 // it holds shared.
 func (c *Client) upgradeAtGate(key string) error {
-	return fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.userKey(key))
+	return fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.UserKey(key))
 }
 
 // gateHolders returns, by key without the prefix, the owners holding the
@@ -170,7 +170,7 @@ func (c *Client) gateHolders(lockKeys []string) map[string][]string {
 	out := make(map[string][]string, len(lockKeys))
 	for _, key := range lockKeys {
 		if owners := c.gates.Holders(key); len(owners) > 0 {
-			out[c.names.userKey(key)] = owners
+			out[c.names.UserKey(key)] = owners
 		}
 	}
 	return out

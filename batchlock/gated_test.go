@@ -9,10 +9,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
-// acquires counts the acquire calls the fake has seen.
-func (f *fakeRedis) acquires() int { return len(f.calls("acquire")) }
+// acquires counts the acquire calls f was sent.
+func acquires(f *wiretest.Fake) int { return len(f.Calls("acquire")) }
 
 // A lock that waits for keys another lock of its Client holds waits in the
 // process: it sends nothing to Redis until they are released, and then
@@ -21,7 +23,7 @@ func TestInProcessWaitSendsNothing(t *testing.T) {
 	c, f := newFaked(t)
 	first, err := c.Lock(t.Context(), basket, WithOwner("first"))
 	require.NoError(t, err)
-	sent := f.acquires()
+	sent := acquires(f)
 
 	got := make(chan *Lock, 1)
 	go func() {
@@ -31,12 +33,12 @@ func TestInProcessWaitSendsNothing(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return c.gates.Queued(bySlot(basket[2:])[0]) == 1 },
 		5*time.Second, time.Millisecond, "the second lock waits at a gate")
-	assert.Equal(t, sent, f.acquires(), "nothing is sent while it waits in the process")
+	assert.Equal(t, sent, acquires(f), "nothing is sent while it waits in the process")
 
 	require.NoError(t, first.Unlock(t.Context()))
 	second := <-got
 	require.NotNil(t, second)
-	assert.Equal(t, sent+masters(basket[2:]), f.acquires(), "one acquire per master once the keys are free")
+	assert.Equal(t, sent+masters(basket[2:]), acquires(f), "one acquire per master once the keys are free")
 	require.NoError(t, second.Unlock(t.Context()))
 	assert.Zero(t, c.Stats().Gated, "no gate is kept once every lock ended")
 	stats := c.Stats()
@@ -51,12 +53,12 @@ func TestTryLockRefusedInProcess(t *testing.T) {
 	c, f := newFaked(t)
 	held, err := c.TryLock(t.Context(), basket[:3], WithOwner("first"))
 	require.NoError(t, err)
-	sent := f.acquires()
+	sent := acquires(f)
 	_, err = c.TryLock(t.Context(), basket, WithOwner("second"))
 	var conflict *ConflictError
 	require.ErrorAs(t, err, &conflict)
 	assert.ElementsMatch(t, basket[:3], conflict.Keys)
-	assert.Equal(t, sent, f.acquires())
+	assert.Equal(t, sent, acquires(f))
 	require.NoError(t, held.Unlock(t.Context()))
 	assert.Zero(t, c.Stats().Gated)
 }
@@ -67,7 +69,7 @@ func TestTryLockRefusedInProcess(t *testing.T) {
 // asks for it exclusively is refused at once with ErrUpgrade. On a real
 // server, whose scripts know shared keys (the fake does not).
 func TestGatesFollowTheKeysRules(t *testing.T) {
-	c, err := New(serverClient(t))
+	c, err := New(wiretest.ServerClient(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()
@@ -126,7 +128,7 @@ func TestGatesEndWithTheirLock(t *testing.T) {
 		opts []LockOption
 		end  func()
 	}{
-		{"lost", nil, func() { f.free(DefaultPrefix + basket[3]) }},
+		{"lost", nil, func() { f.Free(DefaultPrefix + basket[3]) }},
 		{"force-unlocked", nil, func() {
 			_, err := c.ForceUnlock(ctx, basket[0])
 			require.NoError(t, err)
@@ -180,10 +182,10 @@ func TestLeaseRestartOnlyWhenNeeded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, f := newFaked(t)
-			f.hold("other", tc.wait, bySlot(basket)[3])
+			f.Hold("other", tc.wait, bySlot(basket)[3])
 			l, err := c.Lock(t.Context(), basket, tc.opts...)
 			require.NoError(t, err)
-			assert.Equal(t, tc.restarts, len(f.calls("extend")) > 0, "extend calls: %v", f.calls("extend"))
+			assert.Equal(t, tc.restarts, len(f.Calls("extend")) > 0, "extend calls: %v", f.Calls("extend"))
 			require.NoError(t, l.Unlock(t.Context()))
 		})
 	}
@@ -195,7 +197,7 @@ func TestLeaseRestartOnlyWhenNeeded(t *testing.T) {
 // is one group; cluster_test's TestHandOffContinuesInOneCall has groups on
 // several masters.)
 func TestHandOffCostsOneMoreCall(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	holder, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = holder.Close() })

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // A grant is counted on without a call only where that is sound: the
@@ -48,7 +50,7 @@ func TestTakeGrantedOnlyWhatCanBeCountedOn(t *testing.T) {
 			}
 			assert.Equal(t, 1, wt.held)
 			assert.Equal(t, tc.g.token, l.tokens[key])
-			assert.WithinDuration(t, wt.placedAt.Add(grantTime), wt.grantUntil, 0, "counted on from the attempt that found the place")
+			assert.WithinDuration(t, wt.placedAt.Add(wire.GrantTime), wt.grantUntil, 0, "counted on from the attempt that found the place")
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // Lock is a batch of keys held by one owner. Its methods are safe for
@@ -70,7 +71,7 @@ func newLock(ctx context.Context, c *Client, owner string, keys []string, groups
 	return &Lock{
 		c:      c,
 		owner:  owner,
-		hold:   newHold(),
+		hold:   wire.NewHold(),
 		keys:   keys,
 		groups: groups,
 		lease:  lease,
@@ -126,7 +127,7 @@ func (l *Lock) Err() error { return l.life.Err() }
 func (l *Lock) Token(key string) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tokens[l.c.names.lockKey(key)]
+	return l.tokens[l.c.names.LockKey(key)]
 }
 
 // ValidUntil returns the time until which the lock's lease is known to run,
@@ -225,7 +226,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	start := time.Now()
 	lost, err := l.c.extend(ctx, l, l.groups, ttl)
 	if len(lost) > 0 {
-		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.names.userKeys(lost)[0])
+		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.names.UserKeys(lost)[0])
 		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, notHeld))
 		return errors.Join(notHeld, err)
 	}

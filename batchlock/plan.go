@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // group is one unit of acquisition: lock keys of one slot, taken by one script
@@ -35,7 +36,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, nil, err
 		}
-		lockKeys = append(lockKeys, c.names.lockKey(k))
+		lockKeys = append(lockKeys, c.names.LockKey(k))
 	}
 	var exclusive map[string]bool // only needed with shared keys
 	if len(shared) > 0 {
@@ -48,7 +49,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 		if err := c.checkKey(k, "shared key", i); err != nil {
 			return nil, nil, err
 		}
-		lockKeys = append(lockKeys, c.names.lockKey(k))
+		lockKeys = append(lockKeys, c.names.LockKey(k))
 	}
 
 	var slots []hashtag.Group
@@ -76,7 +77,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 			groups = append(groups, g)
 		}
 		for _, k := range s.Keys {
-			userKeys = append(userKeys, c.names.userKey(k))
+			userKeys = append(userKeys, c.names.UserKey(k))
 		}
 	}
 	return userKeys, groups, nil
@@ -87,8 +88,8 @@ func (c *Client) checkKey(k, what string, i int) error {
 	if k == "" {
 		return invalid("%s %d must not be empty", what, i)
 	}
-	if reserved(k) {
-		return invalid("%s %q: names starting with %q or %q are reserved", what, k, fenceName, cancelName)
+	if wire.Reserved(k) {
+		return invalid("%s %q: names starting with %q or %q are reserved", what, k, wire.FenceName, wire.CancelName)
 	}
 	return nil
 }
@@ -113,4 +114,15 @@ func (l *Lock) split(i, n int) {
 	}
 	l.groups = slices.Insert(l.groups, i+1, tail)
 	l.groups[i] = head
+}
+
+// fenceKey is the fencing counter of slot, made once per slot and kept: a
+// batch names one per slot it touches.
+func (c *Client) fenceKey(slot int) string {
+	if name := c.fences[slot].Load(); name != nil {
+		return *name
+	}
+	name := c.names.Fence(slot)
+	c.fences[slot].Store(&name)
+	return name
 }

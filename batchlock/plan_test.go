@@ -44,7 +44,7 @@ func TestPlanGroupsBySlotInGlobalOrder(t *testing.T) {
 		}
 		assert.Equal(t, "batchlock:fence:{"+hashtag.ForSlot(g.slot)+"}", g.fenceKey)
 		assert.Equal(t, hashtag.Slot(g.fenceKey), g.slot)
-		assert.Equal(t, hashtag.Slot(c.names.cancelMark(g.slot, "h:0")), g.slot)
+		assert.Equal(t, hashtag.Slot(c.names.CancelMark(g.slot, "h:0")), g.slot)
 		for _, k := range g.keys {
 			assert.Equal(t, g.slot, hashtag.Slot(k))
 		}
@@ -142,7 +142,7 @@ func TestPlanMarksSharedKeys(t *testing.T) {
 		for _, g := range groups {
 			require.Len(t, g.modes, len(g.keys))
 			for i, k := range g.keys {
-				modes[c.names.userKey(k)] = g.modes[i]
+				modes[c.names.UserKey(k)] = g.modes[i]
 			}
 		}
 		assert.Equal(t, map[string]byte{"a": 's', "b": 'x', "{t}1": 'x', "{t}2": 's'}, modes, "cluster %v", cluster)
@@ -166,38 +166,6 @@ func TestSplitKeepsModes(t *testing.T) {
 	assert.Equal(t, []byte("x"), l.groups[0].modes)
 	assert.Equal(t, []byte("sx"), l.groups[1].modes)
 	assert.Equal(t, []string{"batchlock:{t}2", "batchlock:{t}3"}, l.groups[1].keys)
-}
-
-func TestOwnerEscaping(t *testing.T) {
-	for _, owner := range []string{"plain-id_1.x:y/z", "a b", "a,b=c@d*e%f", "*", "%41", "ü", "a\tb", "a\nb\r", "\x00\x7f", "ü x"} {
-		field := escapeOwner(owner)
-		assert.NotRegexp(t, `[\x00-\x20\x7f]`, field)
-		assert.NotContains(t, field, ",")
-		assert.NotContains(t, field, "=")
-		assert.NotContains(t, field, "@")
-		assert.NotEqual(t, sharedOwner, field)
-		assert.Equal(t, owner, unescapeOwner(field), "round trip of %q", owner)
-	}
-	assert.Equal(t, "plain", escapeOwner("plain"), "ordinary ids are stored as they are")
-}
-
-func TestParseSharedLock(t *testing.T) {
-	now := time.UnixMilli(1000)
-	s, ok := parseLock("7 h:w@2000=w=fence:{x},h:r@2000s=r=fence:{x},h:old@500p=o=fence:{x} h:1=2000=b%20b,h:2=3000g=a,h:3=900=c,h:4=2000=a *", now)
-	require.True(t, ok)
-	assert.True(t, s.shared)
-	assert.Equal(t, []string{"a", "b b"}, s.holders, "live holders, a grant's too, sorted, once each")
-	assert.Equal(t, 3, s.holds)
-	assert.Equal(t, 2, s.waiting)
-	assert.Equal(t, "a", s.firstHolder())
-	assert.Equal(t, int64(7), s.token)
-
-	s, ok = parseLock("9 - h:1=2000,h:2=2000 o%20x", now)
-	require.True(t, ok)
-	assert.False(t, s.shared)
-	assert.Equal(t, "o x", s.owner)
-	assert.Equal(t, []string{"o x"}, s.holders)
-	assert.Equal(t, 2, s.holds)
 }
 
 func TestLockOptionValidation(t *testing.T) {
@@ -236,9 +204,4 @@ func TestConflictError(t *testing.T) {
 	var ce *ConflictError
 	require.True(t, errors.As(fmt.Errorf("wrapped: %w", err), &ce))
 	assert.Len(t, ce.Keys, 7)
-}
-
-func TestEscapeGlob(t *testing.T) {
-	assert.Equal(t, `a\*b\?c\[d\]e\\f:`, escapeGlob(`a*b?c[d]e\f:`))
-	assert.Equal(t, "batchlock:", escapeGlob("batchlock:"))
 }

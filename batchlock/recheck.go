@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // since is what a waiter finds when it reads the keys that refused it,
@@ -64,13 +66,13 @@ func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []strin
 		if err != nil {
 			return mayBeFree, grant{} // gone, or unread
 		}
-		s, ok := parseLock(value, now)
+		s, ok := wire.ParseLock(value, now)
 		switch {
-		case !ok || s.holds == 0:
+		case !ok || s.Holds == 0:
 			return mayBeFree, grant{}
-		case slices.Contains(holdsIn(value), l.hold):
-			handed, token = handed+1, s.token
-		case shared && s.shared || s.owner == l.owner || slices.Contains(s.holders, l.owner) || !placeIn(value, l.hold, now):
+		case slices.Contains(wire.HoldsIn(value), l.hold):
+			handed, token = handed+1, s.Token
+		case shared && s.Shared || s.Owner == l.owner || slices.Contains(s.Holders, l.owner) || !wire.PlaceIn(value, l.hold, now):
 			return mayBeFree, grant{} // l may join it; or l lost its place
 		}
 	}

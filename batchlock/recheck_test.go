@@ -9,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/internal/wire"
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
 // A release that comes between a waiter's refused attempt and its
@@ -16,8 +19,8 @@ import (
 // minute here, finds it by reading the keys once listening, and takes the
 // key handed to it and the rest of its batch in one more call.
 func TestReleaseBeforeTheWaiterListensIsNotMissed(t *testing.T) {
-	rdb := serverClient(t)
-	prefix := "t:recheck:" + randomID(4) + ":"
+	rdb := wiretest.ServerClient(t)
+	prefix := "t:recheck:" + wire.RandomID(4) + ":"
 	holder, err := New(rdb, WithPrefix(prefix))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = holder.Close() })
@@ -51,7 +54,7 @@ func TestReleaseBeforeTheWaiterListensIsNotMissed(t *testing.T) {
 // key's value: it waits for a message only when the key is held by another
 // owner and the waiter still has its place in the queue.
 func TestRecheckReadsTheKey(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -81,7 +84,7 @@ func TestRecheckReadsTheKey(t *testing.T) {
 		{"asked shared, granted to us and another reader", "9 - h:me=" + later + "g=me,h:r=" + later + "g=r *", handedOver, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			key := DefaultPrefix + "recheck:" + randomID(4)
+			key := DefaultPrefix + "recheck:" + wire.RandomID(4)
 			if tc.value != "" {
 				require.NoError(t, rdb.Set(ctx, key, tc.value, time.Minute).Err())
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // releasing is one lock's share of a release: the groups to drop its hold
@@ -53,7 +54,7 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 	results := c.route(ctx, script.Batch{
 		Step:   "batchlock: release",
 		Sent:   &c.sent.releases,
-		Script: releaseScript,
+		Script: wire.ReleaseScript,
 		Parts:  parts,
 		Follow: true,
 		Args: func(at []int) []any {
@@ -64,7 +65,7 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 				for m < len(seg) && isMark[seg[m]] {
 					m++
 				}
-				args = append(args, escapeOwner(l.owner), l.hold, lease.Millis(l.lease), m, len(seg)-m)
+				args = wire.AppendRelease(args, l.owner, l.hold, lease.Millis(l.lease), m, len(seg)-m)
 				for _, i := range seg {
 					args = append(args, parts[i].Route)
 				}
@@ -73,7 +74,7 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 		},
 		Read: func(cl *script.Call, at []int) ([]int, error) {
 			segs := segmentsBy(lockOf, at)
-			lists, err := decodeKeyLists(cl.Reply.Val(), len(segs))
+			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs))
 			if err != nil {
 				return nil, script.Describe(ctx, "batchlock: release", cl, err)
 			}
@@ -82,8 +83,8 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 			}
 			var away []int
 			for n, seg := range segs {
-				taken = append(taken, partsNamed(parts, seg, lists[n].lost)...)
-				away = append(away, partsNamed(parts, seg, lists[n].elsewhere)...)
+				taken = append(taken, partsNamed(parts, seg, lists[n].Lost)...)
+				away = append(away, partsNamed(parts, seg, lists[n].Elsewhere)...)
 			}
 			return away, nil
 		},

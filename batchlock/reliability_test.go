@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
 // keysNamed returns n distinct keys.
@@ -44,10 +45,8 @@ func TestEveryCallIsCapped(t *testing.T) {
 		require.NoError(t, l.Unlock(t.Context()))
 	}
 
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, name := range []string{"acquire", "release", "extend", "force"} {
-		sizes := f.callKeys[name]
+		sizes := f.CallKeys(name)
 		require.NotEmpty(t, sizes, "no %s call", name)
 		total, largest := 0, 0
 		for _, n := range sizes {
@@ -69,23 +68,23 @@ func TestUnlockRetriedAfterItHandedAKeyOn(t *testing.T) {
 	require.NoError(t, err)
 	key := bySlot(basket)[2]
 	var runs atomic.Int64
-	f.with(func() {
-		f.fault = func(name string, cl *script.Call) (bool, error) {
+	f.With(func() {
+		f.Fault = func(name string, cl *script.Call) (bool, error) {
 			if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
 				return true, io.ErrUnexpectedEOF // it ran; its reply was lost
 			}
 			return false, nil
 		}
-		f.after = func(name string, cl *script.Call) {
+		f.After = func(name string, cl *script.Call) {
 			if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
 				// The waiter it was handed to takes it.
-				f.keys[key] = &fakeKey{owner: "waiter", fence: 2000, holds: map[string]time.Time{"h:waiter": time.Now().Add(time.Minute)}}
+				f.Put(key, "waiter", "h:waiter", 2000, time.Minute)
 			}
 		}
 	})
 	require.NoError(t, l.Unlock(t.Context()))
 	assert.EqualValues(t, 2, runs.Load(), "the release was sent again")
-	assert.Equal(t, ownedBy("waiter", key), f.held())
+	assert.Equal(t, ownedBy("waiter", key), f.Held())
 }
 
 // A lock handed out with just over half its lease left (a slow acquire) is
@@ -102,8 +101,8 @@ func TestLockHandedOutWithHalfItsLeaseIsRenewedAtOnce(t *testing.T) {
 	// the 3s lease left: the lock counts as lost 1.1s later, and a round
 	// takes 0.3s.
 	began := time.Now()
-	f.with(func() {
-		f.delays = map[string]time.Duration{"acquire": 1400 * time.Millisecond, "extend": 300 * time.Millisecond}
+	f.With(func() {
+		f.Delays = map[string]time.Duration{"acquire": 1400 * time.Millisecond, "extend": 300 * time.Millisecond}
 	})
 	time.Sleep(650*time.Millisecond - time.Since(began)) // the moment the slow acquire starts is the fault
 	l, err := c.Lock(t.Context(), basket)
@@ -155,14 +154,14 @@ func TestAcquireFoundElsewhereAfterALostReplyRollsBack(t *testing.T) {
 	c, f := newFaked(t)
 	key := bySlot(basket)[3]
 	var sent atomic.Int64
-	f.with(func() {
-		f.fault = func(name string, cl *script.Call) (bool, error) {
+	f.With(func() {
+		f.Fault = func(name string, cl *script.Call) (bool, error) {
 			if name == "acquire" && slicesContains(cl.Args, key) && sent.Add(1) == 1 {
 				return true, io.ErrUnexpectedEOF // it ran; its reply was lost
 			}
 			return false, nil
 		}
-		f.elsewhere = func(name string, cl *script.Call) bool {
+		f.Elsewhere = func(name string, cl *script.Call) bool {
 			return name == "acquire" && slicesContains(cl.Args, key) && sent.Load() > 1
 		}
 	})
@@ -171,9 +170,9 @@ func TestAcquireFoundElsewhereAfterALostReplyRollsBack(t *testing.T) {
 	_, err := c.TryLock(ctx, basket)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorContains(t, err, "being migrated or has moved")
-	f.with(func() { f.elsewhere = nil })
-	require.Eventually(t, func() bool { return len(f.held()) == 0 }, time.Second, time.Millisecond, "the keys the lost run took are released")
-	assert.NotEmpty(t, f.cancelMarks(), "and the hold is marked cancelled")
+	f.With(func() { f.Elsewhere = nil })
+	require.Eventually(t, func() bool { return len(f.Held()) == 0 }, time.Second, time.Millisecond, "the keys the lost run took are released")
+	assert.NotEmpty(t, f.CancelMarks(), "and the hold is marked cancelled")
 }
 
 // An observer that panics inside a call (at the lock's acquisition, its
@@ -184,7 +183,7 @@ func TestAcquireFoundElsewhereAfterALostReplyRollsBack(t *testing.T) {
 func TestObserverPanicLeavesNothing(t *testing.T) {
 	for _, kind := range []EventKind{EventAcquired, EventConflict, EventQueued, EventHandedOff} {
 		t.Run(kind.String(), func(t *testing.T) {
-			rdb := serverClient(t)
+			rdb := wiretest.ServerClient(t)
 			var panicking atomic.Bool
 			c, err := New(rdb, WithObserver(func(e Event) {
 				if e.Kind == kind && panicking.Load() {
@@ -260,15 +259,15 @@ func TestUnlockRetriedSendsOnlyWhatFailed(t *testing.T) {
 	require.NoError(t, err)
 	order := bySlot(basket)
 	failing, other := order[0], order[len(order)-1]
-	master, err := fakeMaster(t.Context(), failing)
+	master, err := wiretest.FakeMaster(t.Context(), failing)
 	require.NoError(t, err)
-	otherMaster, err := fakeMaster(t.Context(), other)
+	otherMaster, err := wiretest.FakeMaster(t.Context(), other)
 	require.NoError(t, err)
 	require.NotEqual(t, master, otherMaster)
 	var down atomic.Bool
 	down.Store(true)
-	f.with(func() {
-		f.fault = func(name string, cl *script.Call) (bool, error) {
+	f.With(func() {
+		f.Fault = func(name string, cl *script.Call) (bool, error) {
 			if name == "release" && slicesContains(cl.Args, failing) && down.Load() {
 				return false, fmt.Errorf("dial tcp: %w", io.ErrUnexpectedEOF) // it did not run
 			}
@@ -278,19 +277,19 @@ func TestUnlockRetriedSendsOnlyWhatFailed(t *testing.T) {
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	require.Error(t, l.Unlock(short))
-	f.with(func() {
+	f.With(func() {
 		// Another owner takes a key the failed Unlock released.
-		f.keys[other] = &fakeKey{owner: "next", fence: 2000, holds: map[string]time.Time{"h:next": time.Now().Add(time.Minute)}}
+		f.Put(other, "next", "h:next", 2000, time.Minute)
 	})
 	down.Store(false)
-	sent := len(f.log)
+	sent := len(f.Log())
 	require.NoError(t, l.Unlock(t.Context()), "no false ErrNotHeld for a key released before")
-	again := f.log[sent:]
+	again := f.Log()[sent:]
 	require.NotEmpty(t, again)
 	for _, call := range again {
-		m, err := fakeMaster(t.Context(), strings.TrimPrefix(call, "release "))
+		m, err := wiretest.FakeMaster(t.Context(), strings.TrimPrefix(call, "release "))
 		require.NoError(t, err)
 		assert.Equal(t, master, m, "only what failed is sent again: %v", again)
 	}
-	assert.Equal(t, ownedBy("next", other), f.held())
+	assert.Equal(t, ownedBy("next", other), f.Held())
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // take acquires all of l's groups, or rolls back whatever it may have taken.
@@ -68,7 +69,7 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 		}
 
 		c.noteRefusal(start)
-		conflict := &ConflictError{Keys: c.names.userKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
+		conflict := &ConflictError{Keys: c.names.UserKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
 		l.blockers, l.blockerHolders = conflict.Keys, conflict.Holders
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		wt.placedAt, wt.refusedToken = start, outcome.blockerToken
@@ -144,7 +145,7 @@ func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start t
 	restart := wt.granted
 	if !start.IsZero() && several && !lease.Kept(time.Until(start.Add(l.lease)), l.lease, l.renew) {
 		restart = l.groups
-	} else if time.Until(wt.grantUntil) >= grantTime/2 {
+	} else if time.Until(wt.grantUntil) >= wire.GrantTime/2 {
 		restart = nil
 	}
 	if len(restart) > 0 {
@@ -152,7 +153,7 @@ func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start t
 		if lost, err := c.extend(ctx, l, restart, l.lease); err != nil || len(lost) > 0 {
 			c.rollback(ctx, l, l.groups)
 			if err == nil {
-				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.userKeys(lost)[0])
+				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.UserKeys(lost)[0])
 			}
 			return fmt.Errorf("%w: could not restart the lease: %w", ErrNotObtained, err)
 		}
@@ -178,7 +179,7 @@ func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start t
 func (c *Client) userHolders(holders map[string][]string) map[string][]string {
 	out := make(map[string][]string, len(holders))
 	for key, owners := range holders {
-		out[c.names.userKey(key)] = owners
+		out[c.names.UserKey(key)] = owners
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/gates"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // MaxEachKeys bounds the keys of all the baskets of one TryEach call
@@ -71,7 +72,7 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 
 	start := time.Now()
 	owner, _ := OwnerFromContext(ctx)
-	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, isShared: isShared, hold: newHold(), fresh: !lc.ownerSet && owner == "",
+	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, isShared: isShared, hold: wire.NewHold(), fresh: !lc.ownerSet && owner == "",
 		locks: make([]*Lock, len(baskets)), refused: make([]bool, len(baskets)), sent: make([]bool, len(baskets))}
 	returned := false
 	defer func() {
@@ -208,7 +209,7 @@ func (t *eachCall) admit() error {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, &ConflictError{Keys: c.names.userKeys(gated), Holders: c.gateHolders(gated)})
+			t.refuse(i, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
 			continue
 		}
 		t.sent[i] = true

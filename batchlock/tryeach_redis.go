@@ -8,6 +8,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // eachPart is one group of one basket, as the call's parts list them.
@@ -47,7 +48,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	results := c.route(ctx, script.Batch{
 		Step:   "batchlock: try each",
 		Sent:   &c.sent.acquires,
-		Script: tryEachScript,
+		Script: wire.TryEachScript,
 		Parts:  parts,
 		Ack:    first.ack,
 		Args: func(at []int) []any {
@@ -61,7 +62,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	var err error
 	for j, r := range results {
 		if r.Unknown {
-			if mark := c.names.cancelMark(parts[j].Slot, t.hold); !marked[mark] {
+			if mark := c.names.CancelMark(parts[j].Slot, t.hold); !marked[mark] {
 				marked[mark] = true
 				t.marks = append(t.marks, mark)
 			}
@@ -94,23 +95,23 @@ func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, le
 		shared = shared || g.modes != nil
 		n += 3 + len(g.keys)
 	}
-	mode := modeFirst
+	mode := wire.ModeFirst
 	if t.fresh {
-		mode = modeFresh
+		mode = wire.ModeFresh
 	}
 	if shared {
-		mode += "s"
+		mode += wire.SharedModes
 	}
-	args := make([]any, 0, n)
-	args = append(args, leaseMs, mode, t.c.names.cancelMark(parts[at[0]].Slot, t.hold))
+	args := wire.AppendTryEach(make([]any, 0, n), leaseMs, mode, t.c.names.CancelMark(parts[at[0]].Slot, t.hold))
 	for _, seg := range segmentsBy(lockOf, at) {
 		l := t.locks[lockOf[seg[0]]]
-		args = append(args, escapeOwner(l.owner), l.hold, 0)
-		count := len(args) - 1
-		for _, j := range seg {
-			args = appendGroup(args, l.groups[of[j].group], shared)
-		}
-		args[count] = len(args) - count - 1
+		args = wire.AppendBasket(args, l.owner, l.hold, func(args []any) []any {
+			for _, j := range seg {
+				g := l.groups[of[j].group]
+				args = wire.AppendSlot(args, g.fenceKey, g.keys, g.modes, shared)
+			}
+			return args
+		})
 	}
 	return args
 }
@@ -124,9 +125,9 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 	vals, _ := cl.Reply.Slice()
 	if len(vals) == 1 {
 		switch vals[0] {
-		case int64(acquireElsewhere):
+		case int64(wire.AcquireElsewhere):
 			return at, nil
-		case int64(acquireCancelled):
+		case int64(wire.AcquireCancelled):
 			return nil, script.Describe(context.Background(), "batchlock: try each", cl, errors.New("a rollback overtook it"))
 		}
 	}
@@ -140,36 +141,36 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 		i := lockOf[seg[0]]
 		l := t.locks[i]
 		list, _ := vals[n].([]any)
-		r, err := decodeAcquire(list)
+		r, err := wire.DecodeAcquire(list)
 		if err != nil {
 			return nil, script.Describe(context.Background(), "batchlock: try each", cl, err)
 		}
-		switch r.status {
-		case acquireGranted:
+		switch r.Status {
+		case wire.AcquireGranted:
 			tookSome = true
-			tokens := r.tokens
+			tokens := r.Tokens
 			for _, j := range seg {
 				g := l.groups[of[j].group]
 				l.setTokens(g.keys, tokens)
 				tokens = tokens[min(len(g.keys), len(tokens)):]
 				held[i][of[j].group] = true
 			}
-		case acquireRefused:
+		case wire.AcquireRefused:
 			conflict := refused[i]
 			if conflict == nil {
 				conflict = &ConflictError{Holders: map[string][]string{}}
 				refused[i] = conflict
 			}
 			var out acquireOutcome
-			out.addHolders(r.conflicts, r.holders)
-			conflict.Keys = append(conflict.Keys, c.names.userKeys(r.conflicts)...)
+			out.addHolders(r.Conflicts, r.Holders)
+			conflict.Keys = append(conflict.Keys, c.names.UserKeys(r.Conflicts)...)
 			for key, owners := range c.userHolders(out.holders) {
 				conflict.Holders[key] = owners
 			}
-		case acquireElsewhere:
+		case wire.AcquireElsewhere:
 			again = append(again, seg...)
-		case acquireUpgrade:
-			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.userKey(r.key))
+		case wire.AcquireUpgrade:
+			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.UserKey(r.Key))
 		default:
 			return nil, script.Describe(context.Background(), "batchlock: try each", cl, fmt.Errorf("unexpected reply %v", list))
 		}

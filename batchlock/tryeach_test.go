@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
 // taken says, basket by basket, whether TryEach took it.
@@ -25,7 +27,7 @@ func taken(locks []*Lock) []bool {
 // ordinary lock with its own owner and tokens; UnlockEach releases them
 // all in one call.
 func TestTryEachEarlierBasketsWin(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	var mu sync.Mutex
 	conflicts := map[string][]string{}
 	c, err := New(rdb, WithObserver(func(e Event) {
@@ -73,7 +75,7 @@ func TestTryEachEarlierBasketsWin(t *testing.T) {
 // holder); it is refused and holds nothing, the others are taken. A try
 // never overtakes a waiter: a key handed to a queued waiter is refused.
 func TestTryEachMeetsOtherLocks(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -125,7 +127,7 @@ func TestTryEachMeetsOtherLocks(t *testing.T) {
 // WithShared keys are shared in every basket that has them; within one call
 // two baskets never both get a key exclusively, whatever their owners.
 func TestTryEachSharedKeysAndOneOwner(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -184,7 +186,7 @@ func TestTryEachBadInput(t *testing.T) {
 	var nilCtx context.Context
 	_, err = c.TryEach(nilCtx, [][]string{{"a"}})
 	assert.ErrorIs(t, err, ErrInvalid)
-	assert.Empty(t, f.log, "nothing sent")
+	assert.Empty(t, f.Log(), "nothing sent")
 }
 
 // UnlockEach skips nil entries and repeats, releases locks of several
@@ -192,7 +194,7 @@ func TestTryEachBadInput(t *testing.T) {
 // already released, and refuses a lock of another Client before sending
 // anything.
 func TestUnlockEach(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
@@ -233,7 +235,7 @@ func TestUnlockEach(t *testing.T) {
 // fails the call as a whole with ErrUpgrade (at the gate, before anything
 // is sent), whatever baskets come after it, and leaves nothing held.
 func TestTryEachUpgradeFailsTheCall(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

@@ -96,7 +96,7 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	l.emit(Event{Kind: EventReleased, Duration: held})
 	switch {
 	case len(taken) > 0:
-		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.userKeys(taken)[0])
+		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
 	case lost != nil:
 		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
 	}

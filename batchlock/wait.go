@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/backoff"
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // waitForTurn waits, with a place in the queue of the group refused, until
@@ -22,7 +23,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 	blockers := outcome.groupConflicts
 	if !slices.Equal(blockers, wt.queuedFor) {
 		wt.queuedFor = blockers
-		l.emit(Event{Kind: EventQueued, Conflict: c.names.userKeys(blockers)})
+		l.emit(Event{Kind: EventQueued, Conflict: c.names.UserKeys(blockers)})
 	}
 	if !wt.sub.covers(blockers) {
 		wt.sub.close()
@@ -33,7 +34,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		switch found, g := c.recheck(ctx, l, l.groups[wt.held], blockers); found {
 		case handedOver:
 			wt.refusedAlone = false
-			l.emit(Event{Kind: EventHandedOff, Conflict: c.names.userKeys(blockers)})
+			l.emit(Event{Kind: EventHandedOff, Conflict: c.names.UserKeys(blockers)})
 			wt.takeGranted(l, g)
 			return nil
 		case mayBeFree:
@@ -50,7 +51,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		// The key waited for is ours: the next attempt takes all the rest,
 		// and the key too unless it is taken as granted.
 		wt.refusedAlone = false
-		l.emit(Event{Kind: EventHandedOff, Conflict: c.names.userKeys(wt.queuedFor)})
+		l.emit(Event{Kind: EventHandedOff, Conflict: c.names.UserKeys(wt.queuedFor)})
 		wt.takeGranted(l, g)
 	}
 	wt.attempt++
@@ -72,9 +73,9 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 // that came before that refusal, whose message was late (the key was
 // granted to this hold, its grant lapsed, and someone else took it).
 func (wt *waiting) takeGranted(l *Lock, g grant) {
-	waited, until := l.groups[wt.held], wt.placedAt.Add(grantTime)
+	waited, until := l.groups[wt.held], wt.placedAt.Add(wire.GrantTime)
 	if !l.renew || l.ack.Replicas > 0 || g.token <= wt.refusedToken || len(waited.keys) != 1 || waited.keys[0] != g.key ||
-		time.Until(until) < grantTime/2 {
+		time.Until(until) < wire.GrantTime/2 {
 		return
 	}
 	l.setTokens(waited.keys, []int64{g.token})
@@ -132,11 +133,11 @@ func (wt *waiting) reached(l *Lock) []group {
 func (wt *waiting) mode(c *Client, wait bool) string {
 	switch {
 	case !wait:
-		return modeTry
+		return wire.ModeTry
 	case !c.cfg.pubsub || wt.sub != nil && !wt.sub.active():
-		return modePoll
+		return wire.ModePoll
 	}
-	return modeWait
+	return wire.ModeWait
 }
 
 // pause waits for a release message, the blocker's lease, a backoff or ctx,
@@ -198,7 +199,7 @@ func (wt *waiting) renewAt(l *Lock) time.Time {
 
 // grantRenewal is when a grant counted on until until is renewed: half a
 // grant before it runs out.
-func grantRenewal(until time.Time) time.Time { return until.Add(-grantTime / 2) }
+func grantRenewal(until time.Time) time.Time { return until.Add(-wire.GrantTime / 2) }
 
 // validUntil is how long the groups held while waiting are known to be.
 func (wt *waiting) validUntil(l *Lock) time.Time {
@@ -225,7 +226,7 @@ func (c *Client) renewHeld(ctx context.Context, l *Lock, wt *waiting) (bool, err
 	cancel()
 	switch {
 	case len(lost) > 0:
-		return false, fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.userKeys(lost)[0])
+		return false, fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.UserKeys(lost)[0])
 	case err == nil:
 		wt.since, wt.granted, wt.grantUntil = start, nil, time.Time{}
 		return true, nil

@@ -7,15 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// releasedMessage is what the scripts publish on a lock key's channel when
-// they free it without handing it to a waiter (RELEASED in layout.lua);
-// againMessage and a hold field tell that hold's waiter to try again,
-// without a hand-off (AGAIN: its place lapsed, or readers may join).
-const (
-	releasedMessage = "released"
-	againMessage    = "again:"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // confirmTimeout bounds the wait for a subscription to be confirmed; past it
@@ -234,7 +227,7 @@ func (ws *waiters) listen(ln *listener) {
 				hold, token, _ := strings.Cut(m.Payload, " ")
 				for s := range ch.subs {
 					switch m.Payload {
-					case releasedMessage, againMessage + s.hold:
+					case wire.ReleasedMessage, wire.AgainMessage + s.hold:
 						s.wake()
 					default:
 						if hold == s.hold {

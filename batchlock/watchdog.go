@@ -8,6 +8,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // watchdog renews the leases of a Client's locks taken without WithTTL: one
@@ -208,7 +209,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack script
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
 			if wd.watching(l) {
-				l.letGo(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.names.userKeys(e.lost)[0]))
+				l.letGo(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.names.UserKeys(e.lost)[0]))
 			}
 			wd.remove(l)
 		case e.err == nil:
@@ -223,7 +224,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack script
 		default:
 			retry := lease.RetryAfter(wd.c.cfg.lease)
 			if granted, _ := l.grant(); granted != nil {
-				retry = min(retry, lease.RetryAfter(grantTime))
+				retry = min(retry, lease.RetryAfter(wire.GrantTime))
 			}
 			wd.reschedule(l, time.Now().Add(retry))
 		}

@@ -1,4 +1,4 @@
-package batchlock
+package wiretest
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 // for the tests that run the scripts themselves; without it they start one.
 const envScriptRedis = "BATCHLOCK_SCRIPT_REDIS"
 
-// scriptServer is the one redis-server of the package's script tests,
-// started by the first test that needs it and stopped by TestMain.
+// scriptServer is the one redis-server of a test binary, started by the
+// first test that needs it and stopped by Main.
 var scriptServer struct {
 	once sync.Once
 	addr string
@@ -28,7 +28,9 @@ var scriptServer struct {
 	err  error
 }
 
-func TestMain(m *testing.M) {
+// Main runs a package's tests, then stops the redis-server they shared:
+// the TestMain of a package that calls ServerClient.
+func Main(m *testing.M) {
 	code := m.Run()
 	if cmd := scriptServer.cmd; cmd != nil {
 		_ = cmd.Process.Kill()
@@ -37,10 +39,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// serverClient returns a client of the script tests' redis-server, emptied,
+// ServerClient returns a client of the script tests' redis-server, emptied,
 // closed at the end of the test. Without a server the test skips, and under
 // CI=true it fails.
-func serverClient(t *testing.T) *redis.Client {
+func ServerClient(t testing.TB) *redis.Client {
 	t.Helper()
 	scriptServer.once.Do(startScriptServer)
 	if scriptServer.err != nil {
@@ -62,19 +64,19 @@ func startScriptServer() {
 		scriptServer.addr = addr
 		return
 	}
-	scriptServer.addr, scriptServer.cmd, scriptServer.err = startRedisServer()
+	scriptServer.addr, scriptServer.cmd, scriptServer.err = StartRedisServer()
 }
 
-// startRedisServer starts a redis-server on a free loopback port with args
+// StartRedisServer starts a redis-server on a free loopback port with args
 // added, and waits until it answers.
-func startRedisServer(args ...string) (string, *exec.Cmd, error) {
-	return startRedisServerUnder(nil, args...)
+func StartRedisServer(args ...string) (string, *exec.Cmd, error) {
+	return StartRedisServerUnder(nil, args...)
 }
 
-// startRedisServerUnder is startRedisServer with the server run by the
+// StartRedisServerUnder is StartRedisServer with the server run by the
 // command wrapper (valgrind, say), which gets the server's path and
 // arguments after its own.
-func startRedisServerUnder(wrapper []string, args ...string) (string, *exec.Cmd, error) {
+func StartRedisServerUnder(wrapper []string, args ...string) (string, *exec.Cmd, error) {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", nil, err
@@ -110,14 +112,14 @@ func startRedisServerUnder(wrapper []string, args ...string) (string, *exec.Cmd,
 	}
 }
 
-// halfClusterNode starts a cluster-enabled redis-server of the test's own
+// HalfClusterNode starts a cluster-enabled redis-server of the test's own
 // that serves slots 0 to 8191 only: keys of the other half are moved keys
 // to its scripts. Without redis-server the test skips, and under CI=true it
 // fails.
-func halfClusterNode(t *testing.T) *redis.Client {
+func HalfClusterNode(t testing.TB) *redis.Client {
 	t.Helper()
 	dir := t.TempDir()
-	addr, cmd, err := startRedisServer("--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
+	addr, cmd, err := StartRedisServer("--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
 		"--cluster-require-full-coverage", "no", "--dir", dir)
 	if err != nil {
 		if os.Getenv("CI") == "true" {

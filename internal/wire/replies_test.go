@@ -1,4 +1,4 @@
-package batchlock
+package wire
 
 import (
 	"testing"
@@ -17,26 +17,26 @@ func TestDecodeAcquire(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		reply []any
-		want  acquireReply
+		want  AcquireReply
 		bad   bool
 	}{
-		{name: "granted", reply: []any{int64(1), int64(4), int64(5)}, want: acquireReply{status: acquireGranted, tokens: []int64{4, 5}}},
-		{name: "granted no key", reply: []any{int64(1)}, want: acquireReply{status: acquireGranted, tokens: []int64{}}},
-		{name: "refused", reply: refusal(), want: acquireReply{status: acquireRefused, held: 1, part: 1, wait: 250 * time.Millisecond,
-			conflicts: []string{"p:a", "p:b"}, tokens: []int64{7, 9}}},
-		{name: "refused with holders", reply: refusal([]any{"alice", ""}), want: acquireReply{status: acquireRefused, held: 1, part: 1,
-			wait: 250 * time.Millisecond, conflicts: []string{"p:a", "p:b"}, tokens: []int64{7, 9}, holders: []string{"alice", ""}}},
-		{name: "cancelled", reply: []any{int64(-1)}, want: acquireReply{status: acquireCancelled}},
-		{name: "elsewhere", reply: []any{int64(-2)}, want: acquireReply{status: acquireElsewhere}},
-		{name: "upgrade", reply: []any{int64(-3), "p:a"}, want: acquireReply{status: acquireUpgrade, key: "p:a"}},
+		{name: "granted", reply: []any{int64(1), int64(4), int64(5)}, want: AcquireReply{Status: AcquireGranted, Tokens: []int64{4, 5}}},
+		{name: "granted no key", reply: []any{int64(1)}, want: AcquireReply{Status: AcquireGranted, Tokens: []int64{}}},
+		{name: "refused", reply: refusal(), want: AcquireReply{Status: AcquireRefused, Held: 1, Part: 1, Wait: 250 * time.Millisecond,
+			Conflicts: []string{"p:a", "p:b"}, Tokens: []int64{7, 9}}},
+		{name: "refused with holders", reply: refusal([]any{"alice", ""}), want: AcquireReply{Status: AcquireRefused, Held: 1, Part: 1,
+			Wait: 250 * time.Millisecond, Conflicts: []string{"p:a", "p:b"}, Tokens: []int64{7, 9}, Holders: []string{"alice", ""}}},
+		{name: "cancelled", reply: []any{int64(-1)}, want: AcquireReply{Status: AcquireCancelled}},
+		{name: "elsewhere", reply: []any{int64(-2)}, want: AcquireReply{Status: AcquireElsewhere}},
+		{name: "upgrade", reply: []any{int64(-3), "p:a"}, want: AcquireReply{Status: AcquireUpgrade, Key: "p:a"}},
 
 		{name: "empty", reply: []any{}, bad: true},
 		{name: "status not a number", reply: []any{"1"}, bad: true},
 		{name: "unknown status", reply: []any{int64(7)}, bad: true},
 		{name: "token not a number", reply: []any{int64(1), "4"}, bad: true},
 		{name: "refusal too short", reply: refusal()[:5], bad: true},
-		{name: "refused while waiting, with the token of the key waited for", reply: refusal([]any{"alice", ""}, int64(12)), want: acquireReply{status: acquireRefused,
-			held: 1, part: 1, wait: 250 * time.Millisecond, conflicts: []string{"p:a", "p:b"}, tokens: []int64{7, 9}, holders: []string{"alice", ""}, blockerToken: 12}},
+		{name: "refused while waiting, with the token of the key waited for", reply: refusal([]any{"alice", ""}, int64(12)), want: AcquireReply{Status: AcquireRefused,
+			Held: 1, Part: 1, Wait: 250 * time.Millisecond, Conflicts: []string{"p:a", "p:b"}, Tokens: []int64{7, 9}, Holders: []string{"alice", ""}, BlockerToken: 12}},
 		{name: "refusal token not a number", reply: refusal([]any{}, "12"), bad: true},
 		{name: "refusal too long", reply: refusal([]any{}, int64(1), int64(2)), bad: true},
 		{name: "refusal negative held", reply: []any{int64(0), int64(-1), int64(0), []any{}, []any{}, int64(0)}, bad: true},
@@ -46,7 +46,7 @@ func TestDecodeAcquire(t *testing.T) {
 		{name: "upgrade without key", reply: []any{int64(-3)}, bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeAcquire(tc.reply)
+			got, err := DecodeAcquire(tc.reply)
 			checkDecoded(t, tc.bad, tc.want, got, err)
 		})
 	}
@@ -57,29 +57,29 @@ func TestDecodeKeyLists(t *testing.T) {
 		name  string
 		reply any
 		locks int
-		want  []keyLists
+		want  []KeyLists
 		bad   bool
 	}{
 		{name: "every key went as asked", reply: int64(0), locks: 2},
-		{name: "one release", reply: []any{[]any{"p:a"}, []any{"p:b"}}, locks: 1, want: []keyLists{{lost: []string{"p:a"}, elsewhere: []string{"p:b"}}}},
+		{name: "one release", reply: []any{[]any{"p:a"}, []any{"p:b"}}, locks: 1, want: []KeyLists{{Lost: []string{"p:a"}, Elsewhere: []string{"p:b"}}}},
 		{name: "two locks extended", reply: []any{[]any{}, []any{}, []any{"p:c"}, []any{}}, locks: 2,
-			want: []keyLists{{lost: []string{}, elsewhere: []string{}}, {lost: []string{"p:c"}, elsewhere: []string{}}}},
+			want: []KeyLists{{Lost: []string{}, Elsewhere: []string{}}, {Lost: []string{"p:c"}, Elsewhere: []string{}}}},
 		{name: "another number", reply: int64(1), locks: 1, bad: true},
 		{name: "a list per lock missing", reply: []any{[]any{}, []any{}}, locks: 2, bad: true},
 		{name: "a key not a string", reply: []any{[]any{int64(1)}, []any{}}, locks: 1, bad: true},
 		{name: "not a list of lists", reply: []any{"p:a", []any{}}, locks: 1, bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeKeyLists(tc.reply, tc.locks)
+			got, err := DecodeKeyLists(tc.reply, tc.locks)
 			checkDecoded(t, tc.bad, tc.want, got, err)
 		})
 	}
 }
 
 func TestDecodeForce(t *testing.T) {
-	got, err := decodeForce([]any{int64(1700000000000), []any{"p:moved"}, "3 - h:a= alice", nil}, 2)
+	got, err := DecodeForce([]any{int64(1700000000000), []any{"p:moved"}, "3 - h:a= alice", nil}, 2)
 	require.NoError(t, err)
-	assert.Equal(t, forceReply{now: time.UnixMilli(1700000000000), elsewhere: []string{"p:moved"}, values: []string{"3 - h:a= alice", ""}}, got)
+	assert.Equal(t, ForceReply{Now: time.UnixMilli(1700000000000), Elsewhere: []string{"p:moved"}, Values: []string{"3 - h:a= alice", ""}}, got)
 	for name, reply := range map[string]any{
 		"a value missing":       []any{int64(1), []any{}},
 		"no time":               []any{"now", []any{}, nil},
@@ -87,7 +87,7 @@ func TestDecodeForce(t *testing.T) {
 		"a value not a string":  []any{int64(1), []any{}, int64(3)},
 		"not a list":            int64(0),
 	} {
-		_, err := decodeForce(reply, 1)
+		_, err := DecodeForce(reply, 1)
 		assert.Error(t, err, name)
 	}
 }

@@ -1,4 +1,4 @@
-package batchlock
+package wire_test
 
 import (
 	"cmp"
@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/internal/wire"
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
 // The scripts' own cost, on one redis-server, against the lock floor (the
@@ -24,14 +27,14 @@ import (
 // and its in-command time per iteration are reported beside the client's
 // ns/op:
 //
-//	go test -run '^$' -bench BenchmarkScript ./batchlock
+//	go test -run '^$' -bench BenchmarkScript ./internal/wire
 //
 // With BATCHLOCK_BENCH_CALLGRIND=1 the benchmark starts its own
 // redis-server under valgrind's callgrind and reports the instructions the
 // server ran per iteration (instr/op): a count that, unlike times, repeats
 // from run to run on a busy machine.
 //
-//	BATCHLOCK_BENCH_CALLGRIND=1 go test -run '^$' -bench BenchmarkScript -benchtime 200x ./batchlock
+//	BATCHLOCK_BENCH_CALLGRIND=1 go test -run '^$' -bench BenchmarkScript -benchtime 200x ./internal/wire
 
 func BenchmarkScript(b *testing.B) {
 	srv := benchServer(b)
@@ -61,10 +64,10 @@ func BenchmarkScript(b *testing.B) {
 		b.Run(fmt.Sprintf("batchlock/keys=%d", n), func(b *testing.B) {
 			srv.measure(b, n, func(i int, keys []string) {
 				hold := fmt.Sprintf("h:%016x", i)
-				args := []any{owner, hold, 10000, modeWait, "cancel:{a}:" + hold, 3000, "fence:{a}", len(keys)}
-				mustRun(b, acquireScript.Run(b.Context(), rdb, nil, append(args, anysOf(keys)...)...))
+				args := []any{owner, hold, 10000, wire.ModeWait, "cancel:{a}:" + hold, 3000, "fence:{a}", len(keys)}
+				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, append(args, anysOf(keys)...)...))
 				rel := []any{owner, hold, 10000, 0, len(keys)}
-				mustRun(b, releaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
+				mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
 			})
 		})
 		// A refused call: every key held by another owner, as a "try"
@@ -76,9 +79,9 @@ func BenchmarkScript(b *testing.B) {
 				held[j] = fmt.Sprintf("{a}held:%d", j)
 				mustRun(b, rdb.Do(b.Context(), "SET", held[j], "1 - h:a= alice", "PX", 600000))
 			}
-			args := append([]any{"bob", "h:b", 10000, modeTry, "cancel:{a}:h:b", 3000, "fence:{a}", n}, held...)
+			args := append([]any{"bob", "h:b", 10000, wire.ModeTry, "cancel:{a}:h:b", 3000, "fence:{a}", n}, held...)
 			srv.measure(b, n, func(int, []string) {
-				mustRun(b, acquireScript.Run(b.Context(), rdb, nil, args...))
+				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, args...))
 			})
 		})
 	}
@@ -87,7 +90,7 @@ func BenchmarkScript(b *testing.B) {
 // floorScript is one of the bench's floor scripts (bench/floor), read from
 // this repository.
 func floorScript(b *testing.B, name string) *redis.Script {
-	src, err := os.ReadFile(filepath.Join("..", "bench", "floor", name))
+	src, err := os.ReadFile(filepath.Join("..", "..", "bench", "floor", name))
 	if err != nil {
 		b.Fatalf("the bench's floor script: %v", err)
 	}
@@ -106,17 +109,11 @@ type benchTarget struct {
 // benchServer is the redis-server of the script benchmarks.
 func benchServer(b *testing.B) *benchTarget {
 	if os.Getenv("BATCHLOCK_BENCH_CALLGRIND") == "" {
-		scriptServer.once.Do(startScriptServer)
-		if scriptServer.err != nil {
-			b.Skipf("no redis-server: %v", scriptServer.err)
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: scriptServer.addr})
-		b.Cleanup(func() { _ = rdb.Close() })
-		return &benchTarget{rdb: rdb}
+		return &benchTarget{rdb: wiretest.ServerClient(b)}
 	}
 	dir := b.TempDir()
 	dumps := filepath.Join(dir, "callgrind.out")
-	addr, cmd, err := startRedisServerUnder([]string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + dumps})
+	addr, cmd, err := wiretest.StartRedisServerUnder([]string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + dumps})
 	if err != nil {
 		b.Fatalf("redis-server under callgrind: %v", err)
 	}

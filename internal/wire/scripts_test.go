@@ -1,9 +1,7 @@
-package batchlock
+package wire_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strconv"
@@ -17,7 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
 // The scripts, run against one redis-server: each case sets lock keys to a
@@ -61,7 +60,7 @@ func serverNow(t *testing.T, rdb *redis.Client) int64 {
 }
 
 func runScriptCases(t *testing.T, cases []scriptCase) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -252,22 +251,22 @@ func TestScriptTryEach(t *testing.T) {
 	runScriptCases(t, []scriptCase{
 		{name: "baskets taken and refused on their own; a fresh owner's refusal reads nothing",
 			before: map[string]string{"held": "3 - h:a={now+60000} alice"},
-			script: tryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}, [3]string{"carol", "h:c", "held"}, [3]string{"dan", "h:d", "j"}),
+			script: wire.TryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}, [3]string{"carol", "h:c", "held"}, [3]string{"dan", "h:d", "j"}),
 			reply: []any{[]any{int64(1), int64(1)}, []any{int64(0), int64(0), int64(0), []any{"held"}, []any{}, int64(0)}, []any{int64(1), int64(3)}},
 			after: map[string]string{"k": "1 - h:b= bob", "held": "3 - h:a={now+60000} alice", "j": "3 - h:d= dan"}, ttl: 1000},
 		{name: "a grant is no fresh owner's",
 			before: map[string]string{"k": "7 - h:w={now+3000}g wes"},
-			script: tryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}),
+			script: wire.TryEachScript, args: tryEachArgv("fresh", [3]string{"bob", "h:b", "k"}),
 			reply: []any{[]any{int64(0), int64(0), int64(0), []any{"k"}, []any{}, int64(0)}},
 			after: map[string]string{"k": "7 - h:w={now+3000}g wes"}},
 		{name: "a grant is no other owner's, read in full (first), and its lease told",
 			before: map[string]string{"k": "7 - h:w={now+3000}g wes"},
-			script: tryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
+			script: wire.TryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
 			reply: []any{[]any{int64(0), int64(0), int64(3000), []any{"k"}, []any{}, int64(0)}},
 			after: map[string]string{"k": "7 - h:w={now+3000}g wes"}},
 		{name: "an owner joins its own key (first), as a reentrant lock does",
 			before: map[string]string{"k": "3 - h:a= alice"},
-			script: tryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
+			script: wire.TryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
 			reply: []any{[]any{int64(1), int64(3)}},
 			after: map[string]string{"k": "3 - h:a={now+5000},h:b={now+1000} alice"}},
 	})
@@ -276,12 +275,12 @@ func TestScriptTryEach(t *testing.T) {
 func TestScriptAcquire(t *testing.T) {
 	runScriptCases(t, []scriptCase{
 		{name: "a fresh key gets the next token, its hold ending with the key",
-			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
 			reply: []any{int64(1), int64(1)},
 			after: map[string]string{"k": "1 - h:b= bob"}, ttl: 1000},
 		{name: "the keys of a slot taken afresh share the slot's next token; a key joined keeps its own",
 			before: map[string]string{"fence:{a}": "5", "k2": "3 - h:a={now+60000} alice"},
-			script: acquireScript,
+			script: wire.AcquireScript,
 			args:   []any{"alice", "h:b", 1000, "try", "cancel:{a}:h:b", 2000, "fence:{a}", 3, "k1", "k2", "k3", "fence:{b}", 1, "k4"},
 			reply:  []any{int64(1), int64(6), int64(3), int64(6), int64(1)},
 			after: map[string]string{"k1": "6 - h:b= alice", "k2": "3 - h:a={now+60000},h:b={now+1000} alice",
@@ -289,67 +288,67 @@ func TestScriptAcquire(t *testing.T) {
 			ttl: 1000},
 		{name: "a token of 10^14 and more is written in full",
 			before: map[string]string{"fence:{a}": "99999999999999"},
-			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
 			reply: []any{int64(1), int64(100000000000000)},
 			after: map[string]string{"k": "100000000000000 - h:b= bob"}, ttl: 1000},
 		{name: "a fresh key asked for shared",
-			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "s", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "s", "k"),
 			reply: []any{int64(1), int64(1)},
 			after: map[string]string{"k": "1 - h:b==bob *"}, ttl: 1000},
 		{name: "an owner joins its own fresh key: both holds get their ends",
 			before: map[string]string{"k": "3 - h:a= alice"},
-			script: acquireScript, args: acquireArgv("alice", "h:b", 20000, "try", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("alice", "h:b", 20000, "try", "", "k"),
 			reply: []any{int64(1), int64(3)},
 			after: map[string]string{"k": "3 - h:a={now+5000},h:b={now+20000} alice"}},
 		{name: "a grant taken up by its waiter keeps its token, and is a grant no longer",
 			before: map[string]string{"k": "7 - h:w={now+3000}g bob"},
-			script: acquireScript, args: acquireArgv("bob", "h:w", 20000, "wait", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:w", 20000, "wait", "", "k"),
 			reply: []any{int64(1), int64(7)},
 			after: map[string]string{"k": "7 - h:w={now+20000} bob"}},
 		{name: "a grant taken up with a lease shorter than the grant keeps the grant's end",
 			before: map[string]string{"k": "7 - h:w={now+3000}g bob"},
-			script: acquireScript, args: acquireArgv("bob", "h:w", 100, "wait", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:w", 100, "wait", "", "k"),
 			reply: []any{int64(1), int64(7)},
 			after: map[string]string{"k": "7 - h:w={now+3000} bob"}},
 		{name: "a waiter's place names its owner and its slot's counter, escaped",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
-			script: acquireScript, args: []any{"bob", "h:b", 1000, "wait", "cancel:{a}:h:b", 2000, "my pre,fix=fence:{a}", 1, "k"},
+			script: wire.AcquireScript, args: []any{"bob", "h:b", 1000, "wait", "cancel:{a}:h:b", 2000, "my pre,fix=fence:{a}", 1, "k"},
 			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}, int64(3)},
 			after: map[string]string{"k": "3 h:b@{now+2000}=bob=my%20pre%2Cfix%3Dfence:{a} h:a={now+60000} alice"}},
 		{name: "a waiter that polls has its place marked",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
-			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "poll", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "poll", "", "k"),
 			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}, int64(3)},
 			after: map[string]string{"k": "3 h:b@{now+2000}p=bob=fence:{a} h:a={now+60000} alice"}},
 		{name: "a writer refused by readers is told who they are, the live ones sorted, each once",
 			before: map[string]string{"k": "4 - h:r1={now+60000}=zed,h:r2={now+60000}=ann,h:r3={now-10}=old,h:r4={now+60000}=ann *"},
-			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
 			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"ann,zed"}},
 			after: map[string]string{"k": "4 - h:r1={now+60000}=zed,h:r2={now+60000}=ann,h:r3={now-10}=old,h:r4={now+60000}=ann *"}},
 		{name: "a hold taken again keeps the later end",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
-			script: acquireScript, args: acquireArgv("alice", "h:a", 1000, "wait", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("alice", "h:a", 1000, "wait", "", "k"),
 			reply: []any{int64(1), int64(3)},
 			after: map[string]string{"k": "3 - h:a={now+60000} alice"}},
 		{name: "a key whose holds all ended is free",
 			before: map[string]string{"k": "3 h:x@{now+2000} h:a={now-10} alice"},
-			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
 			reply: []any{int64(1), int64(1)},
 			after: map[string]string{"k": "1 - h:b= bob"}, ttl: 1000},
 		{name: "the readers behind a writer whose place lapsed are told they may join",
 			before: map[string]string{"k": "4 h:x@{now-5}=xav=fence:{a},h:r2@{now+2000}s=rob=fence:{a} h:r1={now+60000}=ann *"},
-			script: acquireScript, args: acquireArgv("cid", "h:r3", 1000, "wait", "s", "k"),
+			script: wire.AcquireScript, args: acquireArgv("cid", "h:r3", 1000, "wait", "s", "k"),
 			reply: []any{int64(1), int64(4)},
 			after: map[string]string{"k": "4 h:r2@{now+2000}s=rob=fence:{a} h:r1={now+60000}=ann,h:r3={now+1000}=cid *"},
 			told:  map[string][]string{"k": {"again:h:x", "again:h:r2"}}},
 		{name: "an owner that holds a key shared and asks for it exclusively is refused, nothing changed (ErrUpgrade)",
 			before: map[string]string{"k": "3 - h:a={now+60000}=alice *"},
-			script: acquireScript, args: acquireArgv("alice", "h:b", 1000, "wait", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("alice", "h:b", 1000, "wait", "", "k"),
 			reply: []any{int64(-3), "k"},
 			after: map[string]string{"k": "3 - h:a={now+60000}=alice *"}},
 		{name: "a hold cancelled by a rollback that overtook it takes nothing",
 			before: map[string]string{"cancel:{a}:h:b": "1"},
-			script: acquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "", "k"),
 			reply: []any{int64(-1)},
 			after: map[string]string{"k": ""}},
 	})
@@ -359,22 +358,22 @@ func TestScriptExtend(t *testing.T) {
 	runScriptCases(t, []scriptCase{
 		{name: "a fresh hold, ending with its key, is lengthened with the key",
 			before: map[string]string{"k": "3 - h:a= alice"},
-			script: extendScript, args: []any{"h:a", 60000, 1, "k"},
+			script: wire.ExtendScript, args: []any{"h:a", 60000, 1, "k"},
 			reply: int64(0),
 			after: map[string]string{"k": "3 - h:a= alice"}, ttl: 60000},
 		{name: "a fresh hold with a longer lease left keeps it",
 			before: map[string]string{"k": "3 - h:a= alice"},
-			script: extendScript, args: []any{"h:a", 1000, 1, "k"},
+			script: wire.ExtendScript, args: []any{"h:a", 1000, 1, "k"},
 			reply: int64(0),
 			after: map[string]string{"k": "3 - h:a= alice"}, ttl: 5000},
 		{name: "a hold with its end written is lengthened in the value",
 			before: map[string]string{"k": "3 - h:a={now+2000},h:b={now+3000} alice"},
-			script: extendScript, args: []any{"h:a", 60000, 1, "k"},
+			script: wire.ExtendScript, args: []any{"h:a", 60000, 1, "k"},
 			reply: int64(0),
 			after: map[string]string{"k": "3 - h:a={now+60000},h:b={now+3000} alice"}},
 		{name: "a key without the hold is lost",
 			before: map[string]string{"k": "3 - h:b= bob"},
-			script: extendScript, args: []any{"h:a", 60000, 2, "k", "gone"},
+			script: wire.ExtendScript, args: []any{"h:a", 60000, 2, "k", "gone"},
 			reply: []any{[]any{"k", "gone"}, []any{}},
 			after: map[string]string{"k": "3 - h:b= bob"}, ttl: 5000},
 	})
@@ -384,119 +383,84 @@ func TestScriptRelease(t *testing.T) {
 	runScriptCases(t, []scriptCase{
 		{name: "a fresh lone hold is deleted",
 			before: map[string]string{"k": "3 - h:a= alice"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": ""}},
 		{name: "a fresh hold with a waiter grants the key on",
 			before: map[string]string{"k": "3 h:w@{now+2000}=wes=fence:{a} h:a= alice", "fence:{a}": "6"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "7 - h:w={now+3000}g wes"},
 			told:  map[string][]string{"k": {"h:w 7"}}},
 		{name: "a lone hold is deleted",
 			before: map[string]string{"k": "3 - h:a={now+60000} alice"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": ""}},
 		{name: "a key granted to a waiter that listens is its for 3s, with the next token of the counter its place names",
 			before: map[string]string{"k": "3 h:w@{now+9000}=wes=my%20pre%2Cfix%3Dfence:{a} h:a={now+60000} alice", "my pre,fix=fence:{a}": "6"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "7 - h:w={now+3000}g wes"},
 			told:  map[string][]string{"k": {"h:w 7"}}},
 		{name: "a key granted to a waiter that polls is its until its place would have lapsed",
 			before: map[string]string{"k": "3 h:w@{now+9000}p=wes=fence:{a} h:a={now+60000} alice", "fence:{a}": "6"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "7 - h:w={now+9000}g wes"},
 			told:  map[string][]string{"k": {"h:w 7"}}},
 		{name: "a waiter whose counter is not here (its slot in migration) is not granted the key: every waiter tries again",
 			before: map[string]string{"k": "3 h:w@{now+2000}=wes=fence:{a} h:a= alice"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": ""},
 			told:  map[string][]string{"k": {"released"}}},
 		{name: "a counter behind the key's token grants nothing",
 			before: map[string]string{"k": "3 h:w@{now+2000}=wes=fence:{a} h:a= alice", "fence:{a}": "1"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": ""},
 			told:  map[string][]string{"k": {"released"}}},
 		{name: "a release run again after it granted the key on reports nothing",
 			before: map[string]string{"k": "7 - h:w={now+3000}g wes"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "7 - h:w={now+3000}g wes"}},
 		{name: "a release run again after the waiter took up its grant reports the key taken",
 			before: map[string]string{"k": "7 - h:w={now+30000} wes"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: []any{[]any{"k"}, []any{}},
 			after: map[string]string{"k": "7 - h:w={now+30000} wes"}},
 		{name: "a key another owner holds is reported",
 			before: map[string]string{"k": "5 - h:b={now+60000} bob"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: []any{[]any{"k"}, []any{}},
 			after: map[string]string{"k": "5 - h:b={now+60000} bob"}},
 		{name: "a release of one of an owner's two holds keeps the other",
 			before: map[string]string{"k": "3 - h:a={now+60000},h:b={now+50000} alice"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "3 - h:b={now+50000} alice"}},
 		{name: "a key released with readers first in its queue is granted to the run of them with one token, not the writer behind",
 			before: map[string]string{"k": "3 h:r1@{now+2000}s=ann=fence:{a},h:r2@{now+2000}s=bob=fence:{a},h:w@{now+2000}=wes=fence:{a} h:a={now+60000} alice", "fence:{a}": "6"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "7 h:w@{now+2000}=wes=fence:{a} h:r1={now+3000}g=ann,h:r2={now+3000}g=bob *"},
 			told:  map[string][]string{"k": {"h:r1 7", "h:r2 7"}}},
 		{name: "waiters whose place lapsed are told, and the first live one is granted the key",
 			before: map[string]string{"k": "3 h:x@{now-5}=xav=fence:{a},h:w@{now+2000}=wes=fence:{a} h:a={now+60000} alice", "fence:{a}": "6"},
-			script: releaseScript, args: releaseArgv("alice", "h:a", "k"),
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "7 - h:w={now+3000}g wes"},
 			told:  map[string][]string{"k": {"again:h:x", "h:w 7"}}},
 	})
 }
 
-// A waiter that stops listening to a key just before another starts: the
-// reply to the first one's unsubscription, arriving once the second one
-// listens, is not taken for the server dropping the channel, which would
-// tear the slot's listener down and make every waiter on it subscribe
-// again.
-func TestWaitersOwnUnsubscriptionIsNoDrop(t *testing.T) {
-	rdb := serverClient(t)
-	c, err := New(rdb)
-	require.NoError(t, err)
-	defer c.Close()
-	ctx := t.Context()
-	// A waiter on another key keeps the listener of the slot open.
-	other := c.waiters.subscribe(ctx, "h:other", []string{"k2"})
-	require.True(t, other.active())
-	defer other.close()
-	for round := range 50 {
-		first := c.waiters.subscribe(ctx, "h:first", []string{"k"})
-		require.True(t, first.active(), "round %d: the first waiter listens", round)
-		first.close()
-		second := c.waiters.subscribe(ctx, "h:second", []string{"k"})
-		require.True(t, second.active(), "round %d: the second waiter listens", round)
-		require.NoError(t, rdb.SPublish(ctx, "k", "h:second").Err())
-		select {
-		case <-second.wakeups():
-		case <-time.After(2 * time.Second):
-			t.Fatalf("round %d: the second waiter was not woken", round)
-		}
-		c.waiters.mu.Lock()
-		broken := second.broken
-		c.waiters.mu.Unlock()
-		require.False(t, broken, "round %d: the listener was dropped", round)
-		second.close()
-	}
-}
-
 // A key under the prefix that holds something other than a string is not a
 // lock key: a release, an extension and a forced release leave it alone and
 // go on with the other keys, rather than stop half-way.
 func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
-	rdb := serverClient(t)
+	rdb := wiretest.ServerClient(t)
 	ctx := t.Context()
 	now := serverNow(t, rdb)
 	hold := atTime("3 - h:a={now+60000} alice", now)
@@ -506,8 +470,8 @@ func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
 		args   []any
 		reply  any
 	}{
-		{"release", releaseScript, releaseArgv("alice", "h:a", "list", "k"), int64(0)},
-		{"extend", extendScript, []any{"h:a", 1000, 2, "list", "k"}, []any{[]any{"list"}, []any{}}},
+		{"release", wire.ReleaseScript, releaseArgv("alice", "h:a", "list", "k"), int64(0)},
+		{"extend", wire.ExtendScript, []any{"h:a", 1000, 2, "list", "k"}, []any{[]any{"list"}, []any{}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.NoError(t, rdb.FlushAll(ctx).Err())
@@ -526,7 +490,7 @@ func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
 	}
 	require.NoError(t, rdb.FlushAll(ctx).Err())
 	require.NoError(t, rdb.RPush(ctx, "list", "x").Err())
-	reply, err := forceScript.Run(ctx, rdb, nil, "list").Result()
+	reply, err := wire.ForceScript.Run(ctx, rdb, nil, "list").Result()
 	require.NoError(t, err)
 	vals := reply.([]any)
 	assert.Equal(t, []any{[]any{}, nil}, vals[1:], "a forced release says the list was not held")
@@ -545,20 +509,20 @@ func luaConstant(t *testing.T, source, name string) string {
 // doc.go states, the hold prefix the script headers name, and the statuses
 // acquire.lua's header lists against those the Go side decodes.
 func TestScriptConstantsAgree(t *testing.T) {
-	assert.Equal(t, releasedMessage, luaConstant(t, layoutSource, "RELEASED"))
-	assert.Equal(t, againMessage, luaConstant(t, layoutSource, "AGAIN"))
-	assert.Equal(t, sharedOwner, luaConstant(t, layoutSource, "SHARED"))
-	assert.Equal(t, strconv.FormatInt(grantTime.Milliseconds(), 10), luaConstant(t, layoutSource, "GRANT_MS"))
-	for name, source := range map[string]string{"acquire": acquireSource, "release": releaseSource} {
-		assert.Contains(t, source, `"`+holdPrefix+`" .. hold id`, "%s.lua's header names the hold prefix", name)
+	assert.Equal(t, wire.ReleasedMessage, luaConstant(t, wire.LayoutSource, "RELEASED"))
+	assert.Equal(t, wire.AgainMessage, luaConstant(t, wire.LayoutSource, "AGAIN"))
+	assert.Equal(t, wire.SharedOwner, luaConstant(t, wire.LayoutSource, "SHARED"))
+	assert.Equal(t, strconv.FormatInt(wire.GrantTime.Milliseconds(), 10), luaConstant(t, wire.LayoutSource, "GRANT_MS"))
+	for name, source := range map[string]string{"acquire": wire.AcquireSource, "release": wire.ReleaseSource} {
+		assert.Contains(t, source, `"`+wire.HoldPrefix+`" .. hold id`, "%s.lua's header names the hold prefix", name)
 	}
 	var statuses []int64
-	for _, m := range regexp.MustCompile(`(?m)^-- Returns \{(-?\d+)`).FindAllStringSubmatch(acquireSource, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^-- Returns \{(-?\d+)`).FindAllStringSubmatch(wire.AcquireSource, -1) {
 		n, err := strconv.ParseInt(m[1], 10, 64)
 		require.NoError(t, err)
 		statuses = append(statuses, n)
 	}
-	assert.ElementsMatch(t, []int64{acquireGranted, acquireRefused, acquireCancelled, acquireElsewhere, acquireUpgrade}, statuses)
+	assert.ElementsMatch(t, []int64{wire.AcquireGranted, wire.AcquireRefused, wire.AcquireCancelled, wire.AcquireElsewhere, wire.AcquireUpgrade}, statuses)
 }
 
 // On a master that does not serve a key's slot (moved, or never its), the
@@ -567,7 +531,7 @@ func TestScriptConstantsAgree(t *testing.T) {
 // extension and a forced release name it as elsewhere and go on with the
 // keys served here.
 func TestScriptMovedKeys(t *testing.T) {
-	rdb := halfClusterNode(t)
+	rdb := wiretest.HalfClusterNode(t)
 	ctx := t.Context()
 	served, moved := hashtag.ForSlot(100), hashtag.ForSlot(9000)
 	here, away := "k{"+served+"}", "k{"+moved+"}"
@@ -585,9 +549,9 @@ func TestScriptMovedKeys(t *testing.T) {
 	cancelMark := "cancel:{" + served + "}:h:b"
 
 	require.NoError(t, rdb.FlushAll(ctx).Err())
-	reply := run(acquireScript, "bob", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+moved+"}", 1, away)
+	reply := run(wire.AcquireScript, "bob", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+moved+"}", 1, away)
 	assert.True(t, similar([]any{int64(-2)}, reply), "a moved key: %v", reply)
-	reply = run(acquireScript, "bob", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+served+"}", 1, "j{"+served+"}", "fence:{"+moved+"}", 1, away)
+	reply = run(wire.AcquireScript, "bob", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+served+"}", 1, "j{"+served+"}", "fence:{"+moved+"}", 1, away)
 	assert.True(t, similar([]any{int64(-2)}, reply), "a served and a moved slot: %v", reply)
 	n, err := rdb.Exists(ctx, "j{"+served+"}").Result()
 	require.NoError(t, err)
@@ -596,7 +560,7 @@ func TestScriptMovedKeys(t *testing.T) {
 	// A served slot only joined (the owner holds its key), then a moved
 	// one: the join is undone too.
 	hold()
-	reply = run(acquireScript, "alice", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+served+"}", 1, here, "fence:{"+moved+"}", 1, away)
+	reply = run(wire.AcquireScript, "alice", "h:b", 1000, "try", cancelMark, 2000, "fence:{"+served+"}", 1, here, "fence:{"+moved+"}", 1, away)
 	assert.True(t, similar([]any{int64(-2)}, reply), "a joined and a moved slot: %v", reply)
 	v, err := rdb.Get(ctx, here).Result()
 	require.NoError(t, err)
@@ -605,7 +569,7 @@ func TestScriptMovedKeys(t *testing.T) {
 	// tryeach: a basket with a moved slot changes nothing of it ({-2}); the
 	// other baskets of the call are taken.
 	require.NoError(t, rdb.FlushAll(ctx).Err())
-	reply = run(tryEachScript, 1000, "try", cancelMark,
+	reply = run(wire.TryEachScript, 1000, "try", cancelMark,
 		"bob", "h:b", 6, "fence:{"+served+"}", 1, "j{"+served+"}", "fence:{"+moved+"}", 1, away,
 		"carol", "h:c", 3, "fence:{"+served+"}", 1, "m{"+served+"}")
 	assert.True(t, similar([]any{[]any{int64(-2)}, []any{int64(1), int64(2)}}, reply), "tryeach: %v", reply)
@@ -617,28 +581,28 @@ func TestScriptMovedKeys(t *testing.T) {
 	assert.Equal(t, "2 - h:c= carol", v, "the other basket is")
 
 	hold()
-	reply = run(releaseScript, releaseArgv("alice", "h:a", here, away)...)
+	reply = run(wire.ReleaseScript, releaseArgv("alice", "h:a", here, away)...)
 	assert.True(t, similar([]any{[]any{}, []any{away}}, reply), "release: %v", reply)
 	assert.ErrorIs(t, rdb.Get(ctx, here).Err(), redis.Nil, "the served key is released")
 
 	// A cancel mark of a slot not served here is named as elsewhere, to be
 	// set where its slot is; one served here is set.
 	markAway := "cancel:{" + moved + "}:h:a"
-	reply = run(releaseScript, "alice", "h:a", 60000, 2, 1, cancelMark, markAway, here)
+	reply = run(wire.ReleaseScript, "alice", "h:a", 60000, 2, 1, cancelMark, markAway, here)
 	assert.True(t, similar([]any{[]any{}, []any{markAway}}, reply), "release with marks: %v", reply)
 	n, err = rdb.Exists(ctx, cancelMark).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n, "the mark served here is set")
 
 	hold()
-	reply = run(extendScript, "h:a", 60000, 2, here, away)
+	reply = run(wire.ExtendScript, "h:a", 60000, 2, here, away)
 	assert.True(t, similar([]any{[]any{}, []any{away}}, reply), "extend: %v", reply)
 	pttl, err := rdb.PTTL(ctx, here).Result()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, 59*time.Second, "the served key is extended")
 
 	hold()
-	vals, ok := run(forceScript, here, away).([]any)
+	vals, ok := run(wire.ForceScript, here, away).([]any)
 	require.True(t, ok)
 	require.Len(t, vals, 4)
 	assert.Equal(t, []any{away}, vals[1], "force: the moved key is elsewhere")
@@ -647,75 +611,4 @@ func TestScriptMovedKeys(t *testing.T) {
 	assert.ErrorIs(t, rdb.Get(ctx, here).Err(), redis.Nil, "the served key is released")
 }
 
-// The in-memory fake the unit tests run on agrees with the scripts on what
-// it models (exclusive keys, no queue, "try" calls): a seeded run of
-// acquires, releases and extensions by three owners, two holds each, over
-// four keys of one slot, gives the same outcome from both at every step
-// (granted or refused, and which keys conflict; which keys a release or an
-// extension finds without the hold). Tokens are not compared: the fake
-// counts one per key, the script one per key asked for.
-func TestScriptFakeAgrees(t *testing.T) {
-	rdb := serverClient(t)
-	ctx := t.Context()
-	fake := newFakeRedis()
-	keys := []string{"k1{a}", "k2{a}", "k3{a}", "k4{a}"}
-	type holdOf struct{ owner, hold string }
-	holds := []holdOf{{"o1", "h:1"}, {"o1", "h:2"}, {"o2", "h:3"}, {"o2", "h:4"}, {"o3", "h:5"}, {"o3", "h:6"}}
-	rng := rand.New(rand.NewPCG(1, 2))
-	const lease = int64(60000)
-	for step := range 400 {
-		h := holds[rng.IntN(len(holds))]
-		var picked []string
-		for _, k := range keys {
-			if rng.IntN(2) == 0 {
-				picked = append(picked, k)
-			}
-		}
-		if len(picked) == 0 {
-			picked = keys[:1]
-		}
-		var name string
-		var run *redis.Script
-		args := []any{}
-		switch op := rng.IntN(3); op {
-		case 0:
-			name, run = "acquire", acquireScript
-			args = append(args, h.owner, h.hold, lease, "try", "cancel:{a}:"+h.hold, int64(2000), "fence:{a}", len(picked))
-		case 1:
-			name, run = "release", releaseScript
-			args = append(args, h.owner, h.hold, lease, 0, len(picked))
-		case 2:
-			name, run = "extend", extendScript
-			args = append(args, h.hold, lease, len(picked))
-		}
-		for _, k := range picked {
-			args = append(args, k)
-		}
-		real, err := run.Run(ctx, rdb, nil, args...).Result()
-		require.NoError(t, err, "step %d: %s %v", step, name, args)
-		modelled := fake.run(name, &script.Call{Args: args})
-		what := fmt.Sprintf("step %d: %s %v: real %v, fake %v", step, name, args, real, modelled)
-		if name == "acquire" {
-			r, err := decodeAcquire(real.([]any))
-			require.NoError(t, err, what)
-			m, err := decodeAcquire(modelled)
-			require.NoError(t, err, what)
-			require.Equal(t, r.status, m.status, what)
-			require.Equal(t, r.conflicts, m.conflicts, what)
-			continue
-		}
-		r, err := decodeKeyLists(real, 1)
-		require.NoError(t, err, what)
-		m, err := decodeKeyLists(modelled, 1)
-		require.NoError(t, err, what)
-		require.Equal(t, lostKeys(r), lostKeys(m), what)
-	}
-}
-
-// lostKeys is the keys a release or an extension found without the hold.
-func lostKeys(lists []keyLists) []string {
-	if len(lists) == 0 || len(lists[0].lost) == 0 {
-		return nil
-	}
-	return lists[0].lost
-}
+func TestMain(m *testing.M) { wiretest.Main(m) }

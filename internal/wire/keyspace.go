@@ -1,0 +1,65 @@
+package wire
+
+import (
+	"strings"
+
+	"github.com/batchlock/batchlock/hashtag"
+)
+
+// Reserved names under the prefix, one set per slot.
+const (
+	FenceName  = "fence:{"
+	CancelName = "cancel:{"
+)
+
+// Keyspace is a Client's prefix, and the one place names are made from it
+// or user keys read back from lock keys: no caller slices the prefix.
+type Keyspace string
+
+// LockKey is the lock key of a user key.
+func (p Keyspace) LockKey(key string) string { return string(p) + key }
+
+// UserKey is the user key of a lock key.
+func (p Keyspace) UserKey(lockKey string) string { return lockKey[len(p):] }
+
+// UserKeys are the user keys of lock keys.
+func (p Keyspace) UserKeys(lockKeys []string) []string {
+	out := make([]string, len(lockKeys))
+	for i, k := range lockKeys {
+		out[i] = p.UserKey(k)
+	}
+	return out
+}
+
+// Fence is the fencing counter of slot.
+func (p Keyspace) Fence(slot int) string {
+	return string(p) + FenceName + hashtag.ForSlot(slot) + "}"
+}
+
+// CancelMark is the key that marks hold cancelled in slot.
+func (p Keyspace) CancelMark(slot int, hold string) string {
+	return string(p) + CancelName + hashtag.ForSlot(slot) + "}:" + hold
+}
+
+// Pattern is a SCAN Pattern of the lock keys whose user keys match glob.
+func (p Keyspace) Pattern(glob string) string { return escapeGlob(string(p)) + glob }
+
+// CheckKey is a key of the slot of tag that Check writes to and reads.
+func (p Keyspace) CheckKey(tag string) string { return string(p) + "check:{" + tag + "}" }
+
+// Reserved reports whether a user key would collide with a Reserved name.
+func Reserved(key string) bool {
+	return strings.HasPrefix(key, FenceName) || strings.HasPrefix(key, CancelName)
+}
+
+// escapeGlob makes s match itself in a SCAN MATCH pattern.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
