@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // Lock takes every key for the caller, waiting while other owners hold some
@@ -25,7 +27,7 @@ import (
 // lock's.
 func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	l, err := c.lock(ctx, keys, opts, true)
-	return l, onePrefix(err)
+	return l, err
 }
 
 // TryLock makes one attempt to take every key. When another owner holds any
@@ -34,7 +36,7 @@ func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*
 // another lock of this Client, at once, without a call to Redis.
 func (c *Client) TryLock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	l, err := c.lock(ctx, keys, opts, false)
-	return l, onePrefix(err)
+	return l, err
 }
 
 func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wait bool) (*Lock, error) {
@@ -83,7 +85,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		} else {
 			// No key was refused: the wait ran out in the routing's retries
 			// (a slot in migration, a master down).
-			err = fmt.Errorf("%w: %w: %w", ErrNotObtained, waited, err)
+			err = fmt.Errorf("%w: %w: %w", ErrNotObtained, waited, errprefix.Inner(err))
 		}
 	}
 	if err == nil {
@@ -91,7 +93,6 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	}
 	if err != nil {
 		l.leaveGates()
-		err = onePrefix(err) // the event's error is the one returned
 		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
 		returned = true
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/script"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -43,7 +44,6 @@ type HeldKey struct {
 // runs may or may not be listed. The fencing counters and cancel marks are
 // left out. It reads, and changes nothing.
 func (c *Client) Held(ctx context.Context, pattern string) (_ []HeldKey, err error) {
-	defer func() { err = onePrefix(err) }()
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (c *Client) Held(ctx context.Context, pattern string) (_ []HeldKey, err err
 		return err
 	}
 	if err := c.deployment.forEachMaster(ctx, scan); err != nil {
-		return nil, fmt.Errorf("batchlock: listing held keys: %w", err)
+		return nil, fmt.Errorf("batchlock: listing held keys: %w", errprefix.Inner(err))
 	}
 	slices.SortFunc(found, func(a, b HeldKey) int { return strings.Compare(a.Key, b.Key) })
 	return found, nil
@@ -123,7 +123,6 @@ func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string
 // Held it scans nothing: one pipeline, one round trip per master. It reads,
 // and changes nothing.
 func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err error) {
-	defer func() { err = onePrefix(err) }()
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -139,7 +138,7 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err 
 		// A master that died answers nothing that would make go-redis
 		// read the map of slots again.
 		c.deployment.reloadSlots()
-		return nil, fmt.Errorf("batchlock: inspecting %d keys: %w", len(keys), err)
+		return nil, fmt.Errorf("batchlock: inspecting %d keys: %w", len(keys), errprefix.Inner(err))
 	}
 	return out, nil
 }
@@ -192,7 +191,6 @@ type Released struct {
 // (empty, or reserved names) are refused with ErrInvalid before anything
 // is sent.
 func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released, err error) {
-	defer func() { err = onePrefix(err) }()
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
 	"github.com/batchlock/batchlock/internal/wire"
@@ -147,7 +148,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 	case wire.AcquireGranted:
 		c.granted(l, out, groups, at, r.Tokens)
 		if !l.ack.Acknowledged(cl) {
-			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, l.ack)))
 		}
 	case wire.AcquireRefused:
 		held := min(r.Held, len(at)-1)
@@ -174,13 +175,13 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 			out.blockerToken = r.BlockerToken
 		}
 		if held+part > 0 && !l.ack.Acknowledged(cl) {
-			return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, l.ack))
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, l.ack)))
 		}
 	case wire.AcquireElsewhere:
 		return at, nil
 	case wire.AcquireUpgrade:
 		// Nothing was changed, and waiting would not help.
-		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.UserKey(r.Key))
+		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(r.Key))
 	case wire.AcquireCancelled:
 		// A rollback overtook this acquire: the groups may or may not be
 		// held.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // ClockBound is how far apart the masters' clocks (TIME, less half the
@@ -58,9 +60,9 @@ func (c *Client) Check(ctx context.Context) error {
 	for _, r := range c.Preflight(ctx) {
 		if r.Err != nil && !r.Warning {
 			if r.Node != "" {
-				errs = append(errs, onePrefix(fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, r.Err)))
+				errs = append(errs, fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, errprefix.Inner(r.Err)))
 			} else {
-				errs = append(errs, onePrefix(fmt.Errorf("batchlock: check: %s: %w", r.Check, r.Err)))
+				errs = append(errs, fmt.Errorf("batchlock: check: %s: %w", r.Check, errprefix.Inner(r.Err)))
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
@@ -129,9 +130,9 @@ func (c *Client) releaseHeld(locks []*Lock) error {
 	var wg sync.WaitGroup
 	for i, l := range locks {
 		wg.Go(func() {
-			l.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+			l.lose(fmt.Errorf("%w: %w", ErrLockLost, errprefix.Inner(ErrClosed)))
 			if err := l.releaseLost(context.Background()); err != nil {
-				errs[i] = fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(l.sortedKeys()), err)
+				errs[i] = fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(l.sortedKeys()), errprefix.Inner(err))
 			}
 		})
 	}

@@ -22,7 +22,6 @@ import (
 // run), and otherwise fn's error joined with the loss of the lock (unless
 // fn's error wraps it already) and with any error of the unlock.
 func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) (err error) {
-	defer func() { err = onePrefix(err) }()
 	if err := checkContext(ctx); err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 var (
@@ -68,7 +70,7 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	msg := "batchlock: not obtained: held by another owner: " + describeHeld(e.Keys, e.Holders)
 	if e.cause != nil {
-		msg += ": " + e.cause.Error()
+		msg += ": " + errprefix.Inner(e.cause).Error()
 	}
 	return msg
 }
@@ -119,37 +121,3 @@ func describeHeld(keys []string, holders map[string][]string) string {
 	}
 	return b.String()
 }
-
-// errPrefix starts the message of every error the package returns, once:
-// the sentinels carry it, and an error that wraps several of them says it
-// only at its start (onePrefix).
-const errPrefix = "batchlock: "
-
-// onePrefix returns err, or, when its message starts with errPrefix and
-// says it again where one of our errors wraps another (after ": "), err with
-// a message that says it only at the start (each line of a joined error is
-// a message of its own); errors.Is and errors.As see through it. The prefix elsewhere
-// (inside a quoted key, say) is left alone, and so is an error that does not
-// start with errPrefix (a caller's, wrapping one of ours).
-func onePrefix(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	if !strings.HasPrefix(msg, errPrefix) {
-		return err
-	}
-	tidy := strings.ReplaceAll(msg, ": "+errPrefix, ": ")
-	if tidy == msg {
-		return err
-	}
-	return &prefixedError{msg: tidy, err: err}
-}
-
-type prefixedError struct {
-	msg string
-	err error
-}
-
-func (e *prefixedError) Error() string { return e.msg }
-func (e *prefixedError) Unwrap() error { return e.err }

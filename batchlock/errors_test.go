@@ -1,64 +1,99 @@
 package batchlock
 
 import (
-	"errors"
-	"fmt"
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/internal/errprefix"
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
-func TestOnePrefix(t *testing.T) {
-	conflict := &ConflictError{Keys: []string{"a"}}
-	callers := errors.New("saving the order")
+// An error through the public API says "batchlock:" once, at its start,
+// however many of the package's errors it wraps, and still matches each
+// sentinel it wraps.
+func TestErrorsSayBatchlockOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		err  error
-		want string
+		errs func(t *testing.T, c *Client, f *wiretest.Fake) []error
+		is   []error
+		// server runs the case on a redis-server, whose scripts know
+		// shared keys, rather than on the fake.
+		server bool
 	}{
-		{"nil", nil, ""},
-		{"a sentinel", ErrNotHeld, "batchlock: not held"},
-		{"two sentinels", fmt.Errorf("%w: %w", ErrNotObtained, ErrNoReplicas), "batchlock: not obtained: not acknowledged by enough replicas"},
-		{"a step around a sentinel", fmt.Errorf("batchlock: unlock: %w", fmt.Errorf("batchlock: release: %w", ErrNotHeld)), "batchlock: unlock: release: not held"},
-		{"a caller's error around ours", fmt.Errorf("%w: %w", callers, fmt.Errorf("%w: %w", ErrLockLost, ErrMaxHold)), "saving the order: batchlock: lock lost: batchlock: held for its longest hold"},
-		{"the prefix inside a key", fmt.Errorf("%w: %w", &ConflictError{Keys: []string{"batchlock: a"}}, ErrClosed), "batchlock: not obtained: held by another owner: \"batchlock: a\": client closed"},
-		{"a conflict that waited", fmt.Errorf("%w: %w", conflict, ErrClosed), "batchlock: not obtained: held by another owner: \"a\": client closed"},
+		{"held for its longest hold, then unlocked", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
+			l, err := c.Lock(t.Context(), []string{"a"}, WithMaxHold(5*time.Millisecond))
+			require.NoError(t, err)
+			<-l.Done()
+			return []error{l.Err(), l.Unlock(t.Context())}
+		}, []error{ErrLockLost, ErrMaxHold}, false},
+		{"released by Close", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
+			l, err := c.Lock(t.Context(), []string{"a"})
+			require.NoError(t, err)
+			require.NoError(t, c.Close())
+			return []error{l.Err(), l.Unlock(t.Context())}
+		}, []error{ErrLockLost, ErrClosed}, false},
+		{"force-unlocked", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
+			l, err := c.Lock(t.Context(), []string{"a"})
+			require.NoError(t, err)
+			_, err = c.ForceUnlock(t.Context(), "a")
+			require.NoError(t, err)
+			return []error{l.Err(), l.Unlock(t.Context())}
+		}, []error{ErrLockLost}, false},
+		{"a wait that ran out", func(t *testing.T, c *Client, f *wiretest.Fake) []error {
+			f.Hold("other", time.Minute, "batchlock:a")
+			_, err := c.Lock(t.Context(), []string{"a"}, WithWait(20*time.Millisecond))
+			return []error{err}
+		}, []error{ErrNotObtained, context.DeadlineExceeded}, false},
+		{"a wait at the gates that Close ended", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
+			_, err := c.Lock(t.Context(), []string{"a"}, WithOwner("first"))
+			require.NoError(t, err)
+			done := make(chan error)
+			go func() {
+				_, err := c.Lock(t.Context(), []string{"a"}, WithOwner("second"))
+				done <- err
+			}()
+			require.Eventually(t, func() bool { return c.Stats().Waiting > 0 }, 5*time.Second, time.Millisecond)
+			require.NoError(t, c.Close())
+			return []error{<-done}
+		}, []error{ErrNotObtained, ErrClosed}, false},
+		{"an upgrade, refused in Redis and at the gates", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
+			_, err := c.TryLock(t.Context(), nil, WithOwner("r1"), WithShared("a"))
+			require.NoError(t, err)
+			_, inRedis := c.TryLock(t.Context(), []string{"a"}, WithOwner("r1"))
+			_, err = c.TryLock(t.Context(), nil, WithOwner("r2"), WithShared("a"))
+			require.NoError(t, err)
+			_, atGates := c.TryLock(t.Context(), []string{"a"}, WithOwner("r1"))
+			return []error{inRedis, atGates}
+		}, []error{ErrNotObtained, ErrUpgrade}, true},
+		{"unacknowledged", func(t *testing.T, c *Client, f *wiretest.Fake) []error {
+			f.With(func() { f.Acks = 0 })
+			_, err := c.TryLock(t.Context(), []string{"a"}, WithReplicas(1, time.Millisecond))
+			return []error{err}
+		}, []error{ErrNotObtained, ErrNoReplicas}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := onePrefix(tc.err)
-			if tc.err == nil {
-				require.NoError(t, got)
-				return
+			c, f := newFaked(t)
+			if tc.server {
+				var err error
+				c, err = New(wiretest.ServerClient(t))
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
 			}
-			assert.Equal(t, tc.want, got.Error())
-			assert.ErrorIs(t, got, tc.err, "what it wraps stays visible")
+			for _, err := range tc.errs(t, c, f) {
+				require.Error(t, err)
+				assert.Equal(t, 1, strings.Count(err.Error(), errprefix.Prefix), err.Error())
+				assert.True(t, strings.HasPrefix(err.Error(), errprefix.Prefix), err.Error())
+				for _, want := range tc.is {
+					assert.ErrorIs(t, err, want)
+				}
+			}
 		})
 	}
-	var c *ConflictError
-	assert.ErrorAs(t, onePrefix(fmt.Errorf("%w: %w", conflict, ErrClosed)), &c)
-}
-
-// An error through the public API says "batchlock:" once, at its start,
-// and still matches each sentinel it wraps: here an Unlock after the lock
-// ended at its longest hold (ErrNotHeld, ErrLockLost, ErrMaxHold) and the
-// lock's own cause.
-func TestErrorsSayBatchlockOnce(t *testing.T) {
-	c, _ := newFaked(t)
-	ctx := t.Context()
-	l, err := c.Lock(ctx, []string{"a"}, WithMaxHold(5*time.Millisecond))
-	require.NoError(t, err)
-	<-l.Done()
-	for _, err := range []error{l.Err(), l.Unlock(ctx)} {
-		require.Error(t, err)
-		assert.Equal(t, 1, strings.Count(err.Error(), errPrefix), err.Error())
-		assert.True(t, strings.HasPrefix(err.Error(), errPrefix), err.Error())
-		assert.ErrorIs(t, err, ErrLockLost)
-		assert.ErrorIs(t, err, ErrMaxHold)
-	}
-	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
 }
 
 // A conflict's message names the first keys and, where known, who holds

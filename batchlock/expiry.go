@@ -114,7 +114,7 @@ func (l *Lock) releaseLost(ctx context.Context) error {
 
 // finish ends the lock with err; only the first end counts.
 func (l *Lock) finish(err error) bool {
-	if !l.life.End(onePrefix(err)) {
+	if !l.life.End(err) {
 		return false
 	}
 	l.c.unhold(l)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/gates"
 )
 
@@ -133,7 +134,7 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.
 		renewed, err := c.renewHeld(ctx, l, wt)
 		if err != nil {
 			w.Abandon()
-			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(w.Key()), err)
+			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(w.Key()), errprefix.Inner(err))
 		}
 		if renewed {
 			retries, retryAt = 0, time.Time{}
@@ -155,13 +156,13 @@ func (c *Client) waitingAtGate(l *Lock, key string) {
 
 // gateWaitEnded is the error of a wait at the gate of key that ctx ended.
 func (c *Client) gateWaitEnded(ctx context.Context, key string) error {
-	return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(key), context.Cause(ctx))
+	return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(key), errprefix.Inner(context.Cause(ctx)))
 }
 
 // upgradeAtGate is the error of an owner asking exclusively for key, which
 // it holds shared.
 func (c *Client) upgradeAtGate(key string) error {
-	return fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.UserKey(key))
+	return fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(key))
 }
 
 // gateHolders returns, by key without the prefix, the owners holding the

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
 	"github.com/batchlock/batchlock/internal/wire"
@@ -213,7 +214,6 @@ func (l *Lock) extended(t time.Time) {
 // otherwise the error wraps ErrNoReplicas and the lock's validity (ValidUntil)
 // is not lengthened. On any error the validity stays as it was.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
-	defer func() { err = onePrefix(err) }()
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 	lost, err := l.c.extend(ctx, l, l.groups, ttl)
 	if len(lost) > 0 {
 		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.names.UserKeys(lost)[0])
-		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, notHeld))
+		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, errprefix.Inner(notHeld)))
 		return errors.Join(notHeld, err)
 	}
 	if err != nil {
@@ -251,7 +251,6 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 // what did not go through. The lock is no longer renewed, so its keys are
 // freed when their lease runs out if no later Unlock succeeds.
 func (l *Lock) Unlock(ctx context.Context) (err error) {
-	defer func() { err = onePrefix(err) }()
 	if err := checkContext(ctx); err != nil {
 		return err
 	}

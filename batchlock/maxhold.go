@@ -3,6 +3,8 @@ package batchlock
 import (
 	"fmt"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // capHold ends l d from now (WithMaxHold).
@@ -22,6 +24,6 @@ func (l *Lock) endAtMaxHold(d time.Duration) {
 	ended := l.released || l.Err() != nil
 	l.unlocking.Unlock()
 	if !ended {
-		l.letGo(fmt.Errorf("%w: %w: %v", ErrLockLost, ErrMaxHold, d))
+		l.letGo(fmt.Errorf("%w: %w: %v", ErrLockLost, errprefix.Inner(ErrMaxHold), d))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/script"
 )
 
@@ -15,7 +16,7 @@ func (c *Client) route(ctx context.Context, b script.Batch) []script.Result {
 	results := c.runner.Route(ctx, b)
 	for i := range results {
 		if errors.Is(results[i].Err, script.ErrClusterNode) {
-			results[i].Err = fmt.Errorf("%w: %w", ErrInvalid, results[i].Err)
+			results[i].Err = fmt.Errorf("%w: %w", ErrInvalid, errprefix.Inner(results[i].Err))
 		}
 	}
 	return results

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -104,7 +105,7 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 		// A give-back that failed is tried again by the rollback; one
 		// whose call ended goes on in the background meanwhile.
 		c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
-		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, err)
+		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, errprefix.Inner(err))
 	}
 	if wt.since.IsZero() && outcome.refused+outcome.partHeld > 0 {
 		wt.since = start
@@ -155,7 +156,7 @@ func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start t
 			if err == nil {
 				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.UserKeys(lost)[0])
 			}
-			return fmt.Errorf("%w: could not restart the lease: %w", ErrNotObtained, err)
+			return fmt.Errorf("%w: could not restart the lease: %w", ErrNotObtained, errprefix.Inner(err))
 		}
 		if len(restart) == len(l.groups) || start.IsZero() {
 			start = sent

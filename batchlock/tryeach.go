@@ -48,7 +48,6 @@ const MaxEachKeys = 1 << 16
 // empty or reserved key, or more than MaxEachKeys keys in all are ErrInvalid,
 // before anything is sent.
 func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOption) (locks []*Lock, err error) {
-	defer func() { err = onePrefix(err) }()
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}

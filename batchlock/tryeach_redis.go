@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
 	"github.com/batchlock/batchlock/internal/wire"
@@ -170,13 +171,13 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 		case wire.AcquireElsewhere:
 			again = append(again, seg...)
 		case wire.AcquireUpgrade:
-			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, ErrUpgrade, c.names.UserKey(r.Key))
+			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(r.Key))
 		default:
 			return nil, script.Describe(context.Background(), "batchlock: try each", cl, fmt.Errorf("unexpected reply %v", list))
 		}
 	}
 	if tookSome && !ack.Acknowledged(cl) {
-		return nil, fmt.Errorf("%w: %w", ErrNotObtained, unacknowledged(cl, ack))
+		return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, ack)))
 	}
 	return again, nil
 }
@@ -203,7 +204,7 @@ func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
 		return nil
 	}
 	if err := t.c.releaseAsideAll(ctx, back); err != nil {
-		return fmt.Errorf("%w: could not give back what refused baskets took: %w", ErrNotObtained, err)
+		return fmt.Errorf("%w: could not give back what refused baskets took: %w", ErrNotObtained, errprefix.Inner(err))
 	}
 	return nil
 }
@@ -243,7 +244,6 @@ func (t *eachCall) keep(ctx context.Context, sent time.Time) error {
 // the call failed with err.
 func (t *eachCall) fail(ctx context.Context, start time.Time, err error) {
 	_ = t.c.releaseAsideAll(ctx, t.sentShares())
-	err = onePrefix(err)
 	for i, l := range t.locks {
 		// A basket after the one whose admission failed has no lock yet.
 		if l != nil && !t.refused[i] {

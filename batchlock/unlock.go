@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lifetime"
 )
 
@@ -34,11 +35,7 @@ func (c *Client) UnlockEach(ctx context.Context, locks []*Lock) error {
 	// same locks cannot wait for each other (see unlockAll).
 	slices.SortFunc(own, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
 	own = slices.Compact(own)
-	var errs []error
-	for _, err := range c.unlockAll(ctx, own) {
-		errs = append(errs, onePrefix(err))
-	}
-	return errors.Join(errs...)
+	return errors.Join(c.unlockAll(ctx, own)...)
 }
 
 // unlockAll releases locks, distinct and sorted by hold, as Unlock says,
@@ -76,7 +73,7 @@ func (c *Client) unlockAll(ctx context.Context, locks []*Lock) []error {
 // an Unlock, or on its own once it was lost.
 func (l *Lock) alreadyReleased() error {
 	if err := l.Err(); errors.Is(err, ErrLockLost) {
-		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: %w", ErrNotHeld, errprefix.Inner(err))
 	}
 	return fmt.Errorf("%w: already released", ErrNotHeld)
 }
@@ -88,7 +85,7 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	held := time.Since(l.acquiredAt)
 	if err != nil {
 		l.emit(Event{Kind: EventReleased, Duration: held, Err: err})
-		return fmt.Errorf("batchlock: unlock: %w", err)
+		return fmt.Errorf("batchlock: unlock: %w", errprefix.Inner(err))
 	}
 	l.released = true
 	lost := l.Err()
@@ -98,7 +95,7 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	case len(taken) > 0:
 		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
 	case lost != nil:
-		return fmt.Errorf("%w: %w", ErrNotHeld, lost)
+		return fmt.Errorf("%w: %w", ErrNotHeld, errprefix.Inner(lost))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -45,7 +46,7 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 		// The group waited for goes too: our place in its queue, and the
 		// key itself if it was handed to us meanwhile.
 		c.rollback(ctx, l, l.groups[:wt.held+1])
-		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), err)
+		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), errprefix.Inner(err))
 	}
 	if g, ok := wt.sub.grantedKey(); ok && slices.Contains(wt.queuedFor, g.key) {
 		// The key waited for is ours: the next attempt takes all the rest,

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
 	"github.com/batchlock/batchlock/internal/wire"
@@ -255,6 +256,6 @@ func (wd *watchdog) close() {
 		<-wd.done
 	}
 	for l := range locks {
-		l.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+		l.lose(fmt.Errorf("%w: %w", ErrLockLost, errprefix.Inner(ErrClosed)))
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // errUnrouted marks a call that was not sent because no master could be
@@ -57,7 +59,7 @@ func Describe(ctx context.Context, step string, c *Call, err error) error {
 		what = " moved"
 	}
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-		return fmt.Errorf("%s: slot %d%s: %w: %w", step, c.Slot, what, cause, err)
+		return fmt.Errorf("%s: slot %d%s: %w: %w", step, c.Slot, what, errprefix.Inner(cause), errprefix.Inner(err))
 	}
-	return fmt.Errorf("%s: slot %d%s: %w", step, c.Slot, what, err)
+	return fmt.Errorf("%s: slot %d%s: %w", step, c.Slot, what, errprefix.Inner(err))
 }
