@@ -2,169 +2,243 @@ package batchlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batchlock/batchlock/internal/errprefix"
+	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
-// Lock takes every key for the caller, waiting while other owners hold some
-// of them, until ctx is done. It returns a held Lock, or an error and no key
-// held that was not held before the call.
-//
-// Keys are taken in a global order that every client shares (by slot, then
-// key): first the in-process gate of each key (another lock of this Client
-// holding one is waited for in the process), then in Redis, where the call
-// keeps the keys it holds, queues for the first one it could not get (granted
-// to it by the holder's release, or free once its lease runs out) and goes
-// on from there, so no two callers can wait on each other (no deadlock) and
-// a big batch is not starved by small ones. The first attempt asks every
-// master at once; for a second after the Client was refused in Redis, each
-// attempt asks one master, so that a refusal leaves nothing taken after the
-// key refused to give back. The keys it holds are kept alive while it waits;
-// once the whole batch is held, their leases are restarted if less than nine
-// tenths of a WithTTL lock's lease is left, or less than half of a renewed
-// lock's.
-func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
-	l, err := c.lock(ctx, keys, opts, true)
-	return l, err
+// acquireOutcome is what one attempt at some groups found.
+type acquireOutcome struct {
+	refused        int                 // index of the first refused group, -1 when none was
+	partHeld       int                 // keys of the first refused group now held (waiting)
+	queued         []int               // refused groups whose first conflict queues this hold (waiting)
+	granted        []int               // groups now held
+	conflicts      []string            // lock keys held by other owners
+	holders        map[string][]string // by conflict: the owners holding it, sorted
+	groupConflicts []string            // those of the first refused group
+	blockerToken   int64               // the token of the first of them, when told (waiting)
+	wait           time.Duration
+	unknown        []int    // groups that may be held although no reply says so
+	marks          []string // cancel marks of the groups some call may have taken unseen
+	err            error
 }
 
-// TryLock makes one attempt to take every key. When another owner holds any
-// of them it returns a *ConflictError (which Is ErrNotObtained) listing
-// those keys, and no key held that was not held before the call; when it is
-// another lock of this Client, at once, without a call to Redis.
-func (c *Client) TryLock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
-	l, err := c.lock(ctx, keys, opts, false)
-	return l, err
-}
-
-func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wait bool) (*Lock, error) {
-	if err := checkContext(ctx); err != nil {
-		return nil, err
-	}
-	lc, err := lockConfigOf(opts)
-	if err != nil {
-		return nil, err
-	}
-	userKeys, groups, err := c.plan(keys, lc.shared)
-	if err != nil {
-		return nil, err
-	}
-	ctx, end, err := c.beginTaking(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
-
-	l := c.newLockFor(ctx, lc, userKeys, groups)
-
-	start := time.Now()
-	returned := false
-	defer func() {
-		if !returned {
-			// A panic (an observer's): the call leaves nothing behind, not
-			// a key, a place in a queue or a gate, and the lock it may have
-			// taken is nobody's, then the panic goes on.
-			c.abandon(ctx, l)
+// addHolders records who holds each of conflicts, as the script names them:
+// escaped owner ids, comma-separated.
+func (o *acquireOutcome) addHolders(conflicts, holders []string) {
+	for i, key := range conflicts[:min(len(conflicts), len(holders))] {
+		if holders[i] == "" {
+			continue
 		}
-	}()
-	waitCtx, stopWaiting := ctx, context.CancelFunc(func() {})
-	if lc.waitSet && wait {
-		waitCtx, stopWaiting = context.WithTimeoutCause(ctx, lc.wait, errWaitOver)
+		if o.holders == nil {
+			o.holders = make(map[string][]string)
+		}
+		var owners []string
+		for id := range strings.SplitSeq(holders[i], ",") {
+			owners = append(owners, wire.UnescapeOwner(id))
+		}
+		o.holders[key] = owners
 	}
-	err = c.enterGates(waitCtx, l, wait)
-	if err == nil {
-		err = c.take(waitCtx, l, wait)
-	}
-	stopWaiting()
-	if err != nil && context.Cause(waitCtx) == errWaitOver && ctx.Err() == nil {
-		waited := fmt.Errorf("waited %v: %w", lc.wait, context.DeadlineExceeded)
-		if len(l.blockers) > 0 {
-			err = &ConflictError{Keys: l.blockers, Holders: l.blockerHolders, cause: waited}
-		} else {
-			// No key was refused: the wait ran out in the routing's retries
-			// (a slot in migration, a master down).
-			err = fmt.Errorf("%w: %w: %w", ErrNotObtained, waited, errprefix.Inner(err))
+}
+
+// mayHold returns the groups, among those the attempt was made at, that it
+// may have left held or queued for: to give back, or to roll back.
+func (o acquireOutcome) mayHold(groups []group) []group {
+	var out []group
+	seen := map[int]bool{}
+	for _, list := range [][]int{o.granted, o.queued, o.unknown} {
+		for _, i := range list {
+			if !seen[i] {
+				seen[i] = true
+				out = append(out, groups[i])
+			}
 		}
 	}
-	if err == nil {
-		err = c.keepIfWanted(ctx, l)
-	}
-	if err != nil {
-		l.leaveGates()
-		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
-		returned = true
-		return nil, err
-	}
-	c.handOut(l, lc, start)
-	returned = true
-	return l, nil
+	return out
 }
 
-// abandon ends l, which a call that panicked may have taken or left partly
-// taken, and rolls back every group of it.
-func (c *Client) abandon(ctx context.Context, l *Lock) {
-	c.watchdog.remove(l)
-	l.finish(fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
-	c.rollback(ctx, l, l.groups)
-}
-
-// newLockFor is the lock a call with lc takes of groups: its owner (WithOwner,
-// else the context's, else a fresh one), its lease (WithTTL, else the
-// Client's, renewed) and the acknowledgement it needs of replicas.
-func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
-	owner := lc.owner
-	if !lc.ownerSet {
-		if o, ok := OwnerFromContext(ctx); ok && o != "" {
-			owner = o
-		} else {
-			owner = c.newOwner()
+// acquire makes one attempt at groups in mode: each call takes its groups in
+// order, all or none (modeTry) or up to the first refused one (waiting), and
+// the routing layer tries again, slot by slot, groups whose slot was found
+// elsewhere (a call that finds one changes nothing).
+func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode string) acquireOutcome {
+	out := acquireOutcome{refused: -1}
+	wait := mode != wire.ModeTry
+	leaseMs, placeMs := lease.Millis(l.lease), lease.Millis(c.placeLease())
+	parts := make([]script.Part, len(groups))
+	for i, g := range groups {
+		parts[i] = script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)}
+	}
+	results := c.route(ctx, script.Batch{
+		Step:    "batchlock: acquire",
+		Sent:    &c.sent.acquires,
+		Script:  wire.AcquireScript,
+		Parts:   parts,
+		Ordered: true,
+		Ack:     l.ack,
+		Args: func(at []int) []any {
+			return acquireArgs(l, groups, at, leaseMs, mode, placeMs)
+		},
+		Read: func(cl *script.Call, at []int) ([]int, error) {
+			return c.acquired(l, &out, groups, at, cl, wait)
+		},
+	})
+	marked := map[string]bool{}
+	for i, r := range results {
+		if r.Unknown {
+			if mark := l.c.names.CancelMark(groups[i].slot, l.hold); !marked[mark] {
+				marked[mark] = true
+				out.marks = append(out.marks, mark)
+			}
+		}
+		if r.Err == nil {
+			continue
+		}
+		if r.Unknown {
+			out.unknown = append(out.unknown, i)
+		}
+		if out.err == nil {
+			out.err = r.Err
 		}
 	}
-	leaseLen, renew := c.cfg.lease, true
-	if lc.ttlSet {
-		leaseLen, renew = lc.ttl, false
-	}
-	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
-	l.ack = c.cfg.ack
-	if lc.ackSet {
-		l.ack = lc.ack
-	}
-	return l
+	return out
 }
 
-// keepIfWanted keeps l, every key taken, unless its caller gave up: a
-// context cancelled (rather than past its deadline) is noticed only once
-// replies arrive, and Close may have come meanwhile; the keys then go back.
-// Close is read directly, as its cancellation of ctx runs in a goroutine of
-// its own.
-func (c *Client) keepIfWanted(ctx context.Context, l *Lock) error {
-	var err error
-	switch {
-	case c.closing.Err() != nil:
-		err = ErrClosed
-	case context.Cause(ctx) != nil:
-		err = context.Cause(ctx)
-	}
-	if err != nil {
-		c.rollback(ctx, l, l.groups)
-		return err
-	}
-	c.watchdog.add(l)
-	c.hold(l)
-	return nil
-}
-
-// handOut starts l's life with its caller: its hold counted from now, capped
-// by WithMaxHold (the call's, else the Client's).
-func (c *Client) handOut(l *Lock, lc lockConfig, start time.Time) {
-	l.acquiredAt = time.Now()
-	if capped := lc.maxHold; capped.set || c.cfg.maxHold.set {
-		if !capped.set {
-			capped = c.cfg.maxHold
+func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, placeMs int64) []any {
+	n := 6
+	shared := false
+	for _, i := range at {
+		n += 2 + len(groups[i].keys)
+		if groups[i].modes != nil {
+			shared = true
 		}
-		l.capHold(capped.d)
 	}
-	l.emit(Event{Kind: EventAcquired, Duration: l.acquiredAt.Sub(start)})
+	if shared {
+		// Each slot says which of its keys are shared.
+		mode += wire.SharedModes
+		n += len(at)
+	}
+	first := groups[at[0]]
+	args := wire.AppendAcquire(make([]any, 0, n), l.owner, l.hold, leaseMs, mode, l.c.names.CancelMark(first.slot, l.hold), placeMs)
+	for _, i := range at {
+		g := groups[i]
+		args = wire.AppendSlot(args, g.fenceKey, g.keys, g.modes, shared)
+	}
+	return args
+}
+
+// acquired records what the call for groups at (indices into groups) did. It
+// returns them all when their slots were elsewhere (nothing was changed), or
+// the error the reply means.
+func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call, wait bool) ([]int, error) {
+	vals, _ := cl.Reply.Slice()
+	r, err := wire.DecodeAcquire(vals)
+	if err != nil {
+		// The groups may or may not be held.
+		out.unknown = append(out.unknown, at...)
+		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, err)
+	}
+	switch r.Status {
+	case wire.AcquireGranted:
+		c.granted(l, out, groups, at, r.Tokens)
+		if !l.ack.Acknowledged(cl) {
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, l.ack)))
+		}
+	case wire.AcquireRefused:
+		held := min(r.Held, len(at)-1)
+		refused := at[held]
+		if held == 0 && len(r.Conflicts) > 0 {
+			refused = groupOf(groups, at, r.Conflicts[0])
+		}
+		out.conflicts = append(out.conflicts, r.Conflicts...)
+		out.addHolders(r.Conflicts, r.Holders)
+		c.granted(l, out, groups, at[:held], r.Tokens)
+		// The part keys' tokens come last, after those of the held groups.
+		part := r.Part
+		if part > 0 && part <= min(len(r.Tokens), len(groups[refused].keys)) {
+			l.setTokens(groups[refused].keys[:part], r.Tokens[len(r.Tokens)-part:])
+		}
+		if wait {
+			out.queued = append(out.queued, refused)
+		}
+		if out.refused < 0 || refused < out.refused {
+			out.refused = refused
+			out.partHeld = part
+			out.groupConflicts = inGroup(groups[refused], r.Conflicts)
+			out.wait = r.Wait
+			out.blockerToken = r.BlockerToken
+		}
+		if held+part > 0 && !l.ack.Acknowledged(cl) {
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, l.ack)))
+		}
+	case wire.AcquireElsewhere:
+		return at, nil
+	case wire.AcquireUpgrade:
+		// Nothing was changed, and waiting would not help.
+		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(r.Key))
+	case wire.AcquireCancelled:
+		// A rollback overtook this acquire: the groups may or may not be
+		// held.
+		out.unknown = append(out.unknown, at...)
+		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, errors.New("a rollback overtook it"))
+	}
+	return nil, nil
+}
+
+// granted records groups at (indices into groups) as held, with the tokens
+// of their keys in order.
+func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens []int64) {
+	n := 0
+	for _, gi := range at {
+		out.granted = append(out.granted, gi)
+		l.setTokens(groups[gi].keys, tokens[min(n, len(tokens)):])
+		n += len(groups[gi].keys)
+	}
+}
+
+// setTokens records the fencing tokens of keys, in order, as far as tokens
+// go.
+func (l *Lock) setTokens(keys []string, tokens []int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, k := range keys[:min(len(keys), len(tokens))] {
+		l.tokens[k] = tokens[i]
+	}
+}
+
+// groupOf returns the index (among at) of the group holding key.
+func groupOf(groups []group, at []int, key string) int {
+	for _, gi := range at {
+		for _, k := range groups[gi].keys {
+			if k == key {
+				return gi
+			}
+		}
+	}
+	return at[0]
+}
+
+func inGroup(g group, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		for _, gk := range g.keys {
+			if gk == k {
+				out = append(out, k)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// unacknowledged says that fewer replicas than asked for acknowledged cl.
+func unacknowledged(cl *script.Call, ack script.Ack) error {
+	return fmt.Errorf("%w: slot %d: %d of %d replicas acknowledged within %v",
+		ErrNoReplicas, cl.Slot, max(cl.Acks, 0), ack.Replicas, ack.Timeout)
 }

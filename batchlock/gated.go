@@ -29,12 +29,13 @@ type gatedKey struct {
 // order, waiting (Lock) while another lock of the Client holds one, or
 // refusing at once (TryLock) with every key another one holds. On any
 // error it holds no gate.
-func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
+func (a *acquisition) enterGates(ctx context.Context) error {
+	c, l, wait := a.c, a.l, a.wait
 	var busy []string
 	for _, g := range l.groups {
 		for i, key := range g.keys {
 			shared := g.shared(i)
-			switch c.gates.Enter(ctx, key, l.owner, shared, wait, func() { c.waitingAtGate(l, key) }) {
+			switch c.gates.Enter(ctx, key, l.owner, shared, wait, func() { a.waitingAtGate(key) }) {
 			case gates.Pass:
 				l.addGated(key, shared)
 			case gates.Upgrade:
@@ -59,23 +60,24 @@ func (c *Client) enterGates(ctx context.Context, l *Lock, wait bool) error {
 }
 
 // regate takes again the gates that l gave back after a refusal (see
-// leaveGatesAfter), for the attempt at l.groups[wt.held:end], in order and
+// leaveGatesAfter), for the attempt at l.groups[a.held:end], in order and
 // without waiting. It returns where the attempt must end: at the first key
 // whose gate another lock of the Client holds (its group split there), so
 // that the keys before it are taken in Redis first. When that key is the
 // first of the attempt, the call waits at its gate, the keys it holds
 // renewed meanwhile, and goes on from there. On an error it has rolled back
 // what l held (the caller's gates go when the call fails).
-func (c *Client) regate(ctx context.Context, l *Lock, wt *waiting, end int) (int, error) {
+func (a *acquisition) regate(ctx context.Context, end int) (int, error) {
+	c, l := a.c, a.l
 	gi, ki := l.locate(len(l.gated))
 	for gi < end {
 		key, shared := l.groups[gi].keys[ki], l.groups[gi].shared(ki)
-		v, w := c.gates.Ask(key, l.owner, shared, gi == wt.held && ki == 0)
+		v, w := c.gates.Ask(key, l.owner, shared, gi == a.held && ki == 0)
 		switch {
 		case v == gates.Pass:
 			l.addGated(key, shared)
 		case v == gates.Upgrade:
-			c.rollback(ctx, l, wt.reached(l))
+			c.rollback(ctx, l, a.reached())
 			return 0, c.upgradeAtGate(key)
 		case w == nil && ki > 0:
 			l.split(gi, ki)
@@ -83,8 +85,8 @@ func (c *Client) regate(ctx context.Context, l *Lock, wt *waiting, end int) (int
 		case w == nil:
 			return gi, nil
 		default:
-			if err := c.waitAtGate(ctx, l, wt, w); err != nil {
-				c.rollback(ctx, l, l.groups[:wt.held])
+			if err := a.waitAtGate(ctx, w); err != nil {
+				c.rollback(ctx, l, l.groups[:a.held])
 				return 0, err
 			}
 			l.addGated(key, shared)
@@ -99,8 +101,9 @@ func (c *Client) regate(ctx context.Context, l *Lock, wt *waiting, end int) (int
 // waitAtGate waits for w, l's place at a gate, to be let in, while the
 // groups l holds in Redis are renewed a third of a lease after their oldest
 // lease started. It holds no place when it returns an error.
-func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.Waiter) error {
-	w.Notify(func() { c.waitingAtGate(l, w.Key()) })
+func (a *acquisition) waitAtGate(ctx context.Context, w *gates.Waiter) error {
+	c, l := a.c, a.l
+	w.Notify(func() { a.waitingAtGate(w.Key()) })
 	retries := 0
 	retryAt := time.Time{}
 	for {
@@ -108,8 +111,8 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.
 		// waits for every gate first), but without one there is nothing
 		// to renew.
 		next := time.Now().Add(l.lease)
-		if wt.held > 0 {
-			next = wt.renewAt(l)
+		if a.held > 0 {
+			next = a.renewAt()
 			if next.Before(retryAt) {
 				next = retryAt
 			}
@@ -128,10 +131,10 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.
 			return c.gateWaitEnded(ctx, w.Key())
 		case <-t.C:
 		}
-		if wt.held == 0 {
+		if a.held == 0 {
 			continue
 		}
-		renewed, err := c.renewHeld(ctx, l, wt)
+		renewed, err := a.renewHeld(ctx)
 		if err != nil {
 			w.Abandon()
 			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(w.Key()), errprefix.Inner(err))
@@ -147,11 +150,12 @@ func (c *Client) waitAtGate(ctx context.Context, l *Lock, wt *waiting, w *gates.
 
 // waitingAtGate counts and tells that l waits at the gate of key, which
 // WithWait's error names once the wait runs out.
-func (c *Client) waitingAtGate(l *Lock, key string) {
+func (a *acquisition) waitingAtGate(key string) {
+	c, l := a.c, a.l
 	c.localWaits.Add(1)
-	l.blockers = []string{c.names.UserKey(key)}
-	l.blockerHolders = c.gateHolders([]string{key})
-	l.emit(Event{Kind: EventConflict, Conflict: l.blockers})
+	a.blockers = []string{c.names.UserKey(key)}
+	a.blockerHolders = c.gateHolders([]string{key})
+	l.emit(Event{Kind: EventConflict, Conflict: a.blockers})
 }
 
 // gateWaitEnded is the error of a wait at the gate of key that ctx ended.

@@ -19,7 +19,7 @@ func TestTakeGrantedOnlyWhatCanBeCountedOn(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		lock  func(l *Lock)
-		wt    func(wt *waiting)
+		a    func(a *acquisition)
 		g     grant
 		taken bool
 	}{
@@ -31,26 +31,26 @@ func TestTakeGrantedOnlyWhatCanBeCountedOn(t *testing.T) {
 		{name: "WithTTL", lock: func(l *Lock) { l.renew = false }, g: grant{key: key, token: 9}},
 		{name: "WithReplicas", lock: func(l *Lock) { l.ack.Replicas = 1 }, g: grant{key: key, token: 9}},
 		{name: "a group of two keys", lock: func(l *Lock) { l.groups[0].keys = []string{key, "p:l"} }, g: grant{key: key, token: 9}},
-		{name: "less than half the grant left", wt: func(wt *waiting) { wt.placedAt = time.Now().Add(-2 * time.Second) }, g: grant{key: key, token: 9}},
+		{name: "less than half the grant left", a: func(a *acquisition) { a.placedAt = time.Now().Add(-2 * time.Second) }, g: grant{key: key, token: 9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Lock{renew: true, groups: []group{{keys: []string{key}}}, tokens: map[string]int64{}}
-			wt := &waiting{placedAt: time.Now(), refusedToken: 5}
+			a := &acquisition{l: l, placedAt: time.Now(), refusedToken: 5}
 			if tc.lock != nil {
 				tc.lock(l)
 			}
-			if tc.wt != nil {
-				tc.wt(wt)
+			if tc.a != nil {
+				tc.a(a)
 			}
-			wt.takeGranted(l, tc.g)
+			a.takeGranted(tc.g)
 			if !tc.taken {
-				assert.Zero(t, wt.held, "not counted as held")
-				assert.Empty(t, wt.granted)
+				assert.Zero(t, a.held, "not counted as held")
+				assert.Empty(t, a.granted)
 				return
 			}
-			assert.Equal(t, 1, wt.held)
+			assert.Equal(t, 1, a.held)
 			assert.Equal(t, tc.g.token, l.tokens[key])
-			assert.WithinDuration(t, wt.placedAt.Add(wire.GrantTime), wt.grantUntil, 0, "counted on from the attempt that found the place")
+			assert.WithinDuration(t, a.placedAt.Add(wire.GrantTime), a.grantUntil, 0, "counted on from the attempt that found the place")
 		})
 	}
 }

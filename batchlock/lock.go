@@ -57,10 +57,6 @@ type Lock struct {
 	acquiredAt time.Time
 	expiry     *time.Timer // fires when validUntil is near and unconfirmed
 	maxHold    *time.Timer // fires when the lock has been held for WithMaxHold
-	// blockers are the keys (without the prefix) the call taking the lock
-	// waited for last; written by that call only.
-	blockers       []string
-	blockerHolders map[string][]string // who held them, by key
 }
 
 // newLock makes the lock of a call on ctx, whose values its Context keeps.

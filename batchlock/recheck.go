@@ -39,7 +39,8 @@ const (
 // its value is l's, a fact no queue changes. With
 // handedOver it returns the grant of the one blocker, when there is one (its
 // token 0 otherwise).
-func (c *Client) recheck(ctx context.Context, l *Lock, g group, blockers []string) (since, grant) {
+func (a *acquisition) recheck(ctx context.Context, g group, blockers []string) (since, grant) {
+	c, l := a.c, a.l
 	shared := false
 	for _, k := range blockers {
 		i := slices.Index(g.keys, k)

@@ -92,7 +92,7 @@ func TestRecheckReadsTheKey(t *testing.T) {
 			if tc.shared {
 				g.modes = []byte{'s'}
 			}
-			found, granted := c.recheck(ctx, l, g, []string{key})
+			found, granted := (&acquisition{c: c, l: l}).recheck(ctx, g, []string{key})
 			assert.Equal(t, tc.want, found)
 			if found == handedOver {
 				assert.Equal(t, grant{key: key, token: 9}, granted, "the grant, with the token it gave")

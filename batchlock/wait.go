@@ -20,42 +20,43 @@ import (
 // read, so a waiter whose blockers keep changing cannot spin faster than the
 // servers answer. A wait that ends with ctx rolls back every group,
 // the one waited for too.
-func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome acquireOutcome, conflict *ConflictError) error {
+func (a *acquisition) waitForTurn(ctx context.Context, outcome acquireOutcome, conflict *ConflictError) error {
+	c, l := a.c, a.l
 	blockers := outcome.groupConflicts
-	if !slices.Equal(blockers, wt.queuedFor) {
-		wt.queuedFor = blockers
+	if !slices.Equal(blockers, a.queuedFor) {
+		a.queuedFor = blockers
 		l.emit(Event{Kind: EventQueued, Conflict: c.names.UserKeys(blockers)})
 	}
-	if !wt.sub.covers(blockers) {
-		wt.sub.close()
-		wt.sub = c.waiters.subscribe(ctx, l.hold, blockers)
-		if !wt.sub.active() {
+	if !a.sub.covers(blockers) {
+		a.sub.close()
+		a.sub = c.waiters.subscribe(ctx, l.hold, blockers)
+		if !a.sub.active() {
 			return nil // no message will come: try again, then poll
 		}
-		switch found, g := c.recheck(ctx, l, l.groups[wt.held], blockers); found {
+		switch found, g := a.recheck(ctx, l.groups[a.held], blockers); found {
 		case handedOver:
-			wt.refusedAlone = false
+			a.refusedAlone = false
 			l.emit(Event{Kind: EventHandedOff, Conflict: c.names.UserKeys(blockers)})
-			wt.takeGranted(l, g)
+			a.takeGranted(g)
 			return nil
 		case mayBeFree:
 			return nil
 		}
 	}
-	if err := c.pause(ctx, l, wt, outcome.wait); err != nil {
+	if err := a.pause(ctx, outcome.wait); err != nil {
 		// The group waited for goes too: our place in its queue, and the
 		// key itself if it was handed to us meanwhile.
-		c.rollback(ctx, l, l.groups[:wt.held+1])
+		c.rollback(ctx, l, l.groups[:a.held+1])
 		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), errprefix.Inner(err))
 	}
-	if g, ok := wt.sub.grantedKey(); ok && slices.Contains(wt.queuedFor, g.key) {
+	if g, ok := a.sub.grantedKey(); ok && slices.Contains(a.queuedFor, g.key) {
 		// The key waited for is ours: the next attempt takes all the rest,
 		// and the key too unless it is taken as granted.
-		wt.refusedAlone = false
-		l.emit(Event{Kind: EventHandedOff, Conflict: c.names.UserKeys(wt.queuedFor)})
-		wt.takeGranted(l, g)
+		a.refusedAlone = false
+		l.emit(Event{Kind: EventHandedOff, Conflict: c.names.UserKeys(a.queuedFor)})
+		a.takeGranted(g)
 	}
-	wt.attempt++
+	a.attempt++
 	return nil
 }
 
@@ -73,18 +74,19 @@ func (c *Client) waitForTurn(ctx context.Context, l *Lock, wt *waiting, outcome 
 // token no larger than the key had when it last refused the call: a grant
 // that came before that refusal, whose message was late (the key was
 // granted to this hold, its grant lapsed, and someone else took it).
-func (wt *waiting) takeGranted(l *Lock, g grant) {
-	waited, until := l.groups[wt.held], wt.placedAt.Add(wire.GrantTime)
-	if !l.renew || l.ack.Replicas > 0 || g.token <= wt.refusedToken || len(waited.keys) != 1 || waited.keys[0] != g.key ||
+func (a *acquisition) takeGranted(g grant) {
+	l := a.l
+	waited, until := l.groups[a.held], a.placedAt.Add(wire.GrantTime)
+	if !l.renew || l.ack.Replicas > 0 || g.token <= a.refusedToken || len(waited.keys) != 1 || waited.keys[0] != g.key ||
 		time.Until(until) < wire.GrantTime/2 {
 		return
 	}
 	l.setTokens(waited.keys, []int64{g.token})
-	if wt.grantUntil.IsZero() || until.Before(wt.grantUntil) {
-		wt.grantUntil = until
+	if a.grantUntil.IsZero() || until.Before(a.grantUntil) {
+		a.grantUntil = until
 	}
-	wt.granted = append(wt.granted, waited)
-	wt.held++
+	a.granted = append(a.granted, waited)
+	a.held++
 }
 
 // errWaitOver is the cause that ends a wait bounded by WithWait.
@@ -95,47 +97,27 @@ var errWaitOver = errors.New("batchlock: waited for WithWait")
 // waiter that died lapses soon.
 func (c *Client) placeLease() time.Duration { return max(3*c.cfg.pollMax, 2*time.Second) }
 
-// waiting is the state of a Lock call that waits for some of its groups.
-type waiting struct {
-	held  int       // groups[:held] are held
-	since time.Time // the oldest lease among those not granted started then
-	// granted are the held groups granted by a release and not renewed
-	// since, counted on until grantUntil.
-	granted    []group
-	grantUntil time.Time
-	// placedAt is when the last attempt that found the call's place in a
-	// queue was sent, and refusedToken the token of the key that refused
-	// it then.
-	placedAt     time.Time
-	refusedToken int64
-	waited       bool // more than one attempt was made
-	refusedAlone bool // the next attempt asks for groups[held], the one refused, alone
-	sub          *subscription
-	attempt      int
-	// queuedFor are the lock keys whose queue the call took a place in
-	// last (EventQueued says each once).
-	queuedFor []string
-}
-
 // reached are the groups of l a failed call may hold or be queued for: those
 // held, and after a refusal the one it waited for (its place in the queue,
 // or the key handed to it).
-func (wt *waiting) reached(l *Lock) []group {
-	if wt.waited {
-		return l.groups[:wt.held+1]
+func (a *acquisition) reached() []group {
+	l := a.l
+	if a.waited {
+		return l.groups[:a.held+1]
 	}
-	return l.groups[:wt.held]
+	return l.groups[:a.held]
 }
 
 // mode is the mode of the next attempt: a waiter that will not hear of its
 // hand-off (no pub/sub, or a subscription not confirmed) polls, and its
 // place in a queue says so, so that a key handed to it is kept for it until
 // its next poll.
-func (wt *waiting) mode(c *Client, wait bool) string {
+func (a *acquisition) mode() string {
+	c, wait := a.c, a.wait
 	switch {
 	case !wait:
 		return wire.ModeTry
-	case !c.cfg.pubsub || wt.sub != nil && !wt.sub.active():
+	case !c.cfg.pubsub || a.sub != nil && !a.sub.active():
 		return wire.ModePoll
 	}
 	return wire.ModeWait
@@ -144,9 +126,10 @@ func (wt *waiting) mode(c *Client, wait bool) string {
 // pause waits for a release message, the blocker's lease, a backoff or ctx,
 // whichever comes first. Meanwhile it renews the groups already held a third
 // of a lease after their oldest lease started, however the wait is cut up.
-func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease time.Duration) error {
-	d := backoff.Jittered(wt.attempt, time.Millisecond, c.cfg.pollMax)
-	if wt.sub.active() {
+func (a *acquisition) pause(ctx context.Context, blockerLease time.Duration) error {
+	c := a.c
+	d := backoff.Jittered(a.attempt, time.Millisecond, c.cfg.pollMax)
+	if a.sub.active() {
 		// Woken by messages, polling is only the safety net for a lost one.
 		d = c.cfg.pollMax
 	}
@@ -156,8 +139,8 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 	deadline := time.Now().Add(d)
 	for {
 		next := deadline
-		renewAt := wt.renewAt(l)
-		if wt.held > 0 && renewAt.Before(next) {
+		renewAt := a.renewAt()
+		if a.held > 0 && renewAt.Before(next) {
 			next = renewAt
 		}
 		t := time.NewTimer(time.Until(next))
@@ -165,13 +148,13 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 		case <-ctx.Done():
 			t.Stop()
 			return context.Cause(ctx)
-		case <-wt.sub.wakeups():
+		case <-a.sub.wakeups():
 			t.Stop()
 			return nil
 		case <-t.C:
 		}
-		if wt.held > 0 && !time.Now().Before(renewAt) {
-			renewed, err := c.renewHeld(ctx, l, wt)
+		if a.held > 0 && !time.Now().Before(renewAt) {
+			renewed, err := a.renewHeld(ctx)
 			if err != nil {
 				return err
 			}
@@ -190,9 +173,10 @@ func (c *Client) pause(ctx context.Context, l *Lock, wt *waiting, blockerLease t
 // renewAt is when the groups held while waiting are renewed: a third of a
 // lease after the oldest lease began, and a granted key half its grant
 // before the grant runs out.
-func (wt *waiting) renewAt(l *Lock) time.Time {
-	at := wt.since.Add(lease.RenewalPeriod(l.lease))
-	if g := grantRenewal(wt.grantUntil); !wt.grantUntil.IsZero() && (wt.since.IsZero() || g.Before(at)) {
+func (a *acquisition) renewAt() time.Time {
+	l := a.l
+	at := a.since.Add(lease.RenewalPeriod(l.lease))
+	if g := grantRenewal(a.grantUntil); !a.grantUntil.IsZero() && (a.since.IsZero() || g.Before(at)) {
 		at = g
 	}
 	return at
@@ -203,13 +187,14 @@ func (wt *waiting) renewAt(l *Lock) time.Time {
 func grantRenewal(until time.Time) time.Time { return until.Add(-wire.GrantTime / 2) }
 
 // validUntil is how long the groups held while waiting are known to be.
-func (wt *waiting) validUntil(l *Lock) time.Time {
-	if wt.since.IsZero() {
-		return wt.grantUntil
+func (a *acquisition) validUntil() time.Time {
+	l := a.l
+	if a.since.IsZero() {
+		return a.grantUntil
 	}
-	until := wt.since.Add(l.lease)
-	if !wt.grantUntil.IsZero() && wt.grantUntil.Before(until) {
-		until = wt.grantUntil
+	until := a.since.Add(l.lease)
+	if !a.grantUntil.IsZero() && a.grantUntil.Before(until) {
+		until = a.grantUntil
 	}
 	return until
 }
@@ -220,20 +205,21 @@ func (wt *waiting) validUntil(l *Lock) time.Time {
 // lease), and when it has not landed by then it reports false, to be tried
 // again, until the held keys' lease has run out; it returns an error when
 // they are lost, the lease ran out or ctx ended.
-func (c *Client) renewHeld(ctx context.Context, l *Lock, wt *waiting) (bool, error) {
+func (a *acquisition) renewHeld(ctx context.Context) (bool, error) {
+	c, l := a.c, a.l
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, lease.RenewalPeriod(min(c.placeLease(), l.lease)))
-	lost, err := c.extend(rctx, l, l.groups[:wt.held], l.lease)
+	lost, err := c.extend(rctx, l, l.groups[:a.held], l.lease)
 	cancel()
 	switch {
 	case len(lost) > 0:
 		return false, fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.UserKeys(lost)[0])
 	case err == nil:
-		wt.since, wt.granted, wt.grantUntil = start, nil, time.Time{}
+		a.since, a.granted, a.grantUntil = start, nil, time.Time{}
 		return true, nil
 	case ctx.Err() != nil:
 		return false, context.Cause(ctx)
-	case !time.Now().Before(wt.validUntil(l)):
+	case !time.Now().Before(a.validUntil()):
 		return false, err
 	}
 	return false, nil

@@ -11,77 +11,112 @@ import (
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
+// acquisition is one Lock or TryLock call taking its lock, and all its
+// state: it enters the gates (gated.go), makes attempts in Redis (take, each
+// one acquire call), and after a refusal keeps its keys in order
+// (keepInOrder), waits for its turn (wait.go, recheck.go), renews what it
+// holds meanwhile, and finishes with the lease checked (finishTaking).
+type acquisition struct {
+	c    *Client
+	l    *Lock
+	wait bool // Lock: wait for keys others hold; TryLock: refuse at once
+
+	held  int       // groups[:held] are held
+	since time.Time // the oldest lease among those not granted started then
+	// granted are the held groups granted by a release and not renewed
+	// since, counted on until grantUntil.
+	granted    []group
+	grantUntil time.Time
+	// placedAt is when the last attempt that found the call's place in a
+	// queue was sent, and refusedToken the token of the key that refused
+	// it then.
+	placedAt     time.Time
+	refusedToken int64
+	waited       bool // more than one attempt was made
+	refusedAlone bool // the next attempt asks for groups[held], the one refused, alone
+	sub          *subscription
+	attempt      int
+	// queuedFor are the lock keys whose queue the call took a place in
+	// last (EventQueued says each once).
+	queuedFor []string
+	// blockers are the keys (without the prefix) the call waited for last,
+	// at a gate or in Redis, and who held them, by key: what a WithWait
+	// that runs out names.
+	blockers       []string
+	blockerHolders map[string][]string
+}
+
 // take acquires all of l's groups, or rolls back whatever it may have taken.
 // Each attempt asks for the groups not held yet, in the global order, whose
 // gates it holds (regate); a refusal keeps the groups before the refused one
 // and a place in its queue (keepInOrder), then waits for the hand-off
 // (waitForTurn), so a waiter holds only keys, and gates, that come before
 // every key it waits for.
-func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
-	wt := &waiting{}
-	defer func() { wt.sub.close() }()
+func (a *acquisition) take(ctx context.Context) error {
+	c, l, wait := a.c, a.l, a.wait
+	defer func() { a.sub.close() }()
 	for {
-		if wt.held == len(l.groups) {
+		if a.held == len(l.groups) {
 			// The last group was granted while the call waited for it.
-			return c.finishTaking(ctx, l, wt, time.Now())
+			return a.finishTaking(ctx, time.Now())
 		}
 		end := len(l.groups)
 		switch {
-		case wt.refusedAlone:
-			end = wt.held + 1
+		case a.refusedAlone:
+			end = a.held + 1
 		case wait && c.contended():
-			end = c.masterRunEnd(ctx, l.groups, wt.held)
+			end = c.masterRunEnd(ctx, l.groups, a.held)
 		}
 		if len(l.gated) < len(l.keys) {
 			var err error
-			if end, err = c.regate(ctx, l, wt, end); err != nil {
+			if end, err = a.regate(ctx, end); err != nil {
 				return err
 			}
 		}
 		start := time.Now()
-		groups := l.groups[wt.held:end]
-		outcome := c.acquire(ctx, l, groups, wt.mode(c, wait))
+		groups := l.groups[a.held:end]
+		outcome := c.acquire(ctx, l, groups, a.mode())
 		l.marks = appendNew(l.marks, outcome.marks...)
 		switch {
 		case outcome.err != nil:
 			taken := outcome.mayHold(groups)
-			if wt.waited {
+			if a.waited {
 				// Our place in the queue of the group waited for, which
 				// this attempt may have left as it was.
 				taken = append(taken, groups[0])
 			}
-			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), taken...))
+			c.rollback(ctx, l, append(slices.Clip(l.groups[:a.held]), taken...))
 			return outcome.err
 		case outcome.refused < 0 && end < len(l.groups):
 			// The group waited for is ours (or the keys before a gate
 			// another lock of the Client holds): the rest goes in one
 			// attempt.
-			if wt.since.IsZero() {
-				wt.since = start
+			if a.since.IsZero() {
+				a.since = start
 			}
-			wt.held = end
-			wt.refusedAlone = false
+			a.held = end
+			a.refusedAlone = false
 			continue
 		case outcome.refused < 0:
-			if wt.since.IsZero() {
-				wt.since = start
+			if a.since.IsZero() {
+				a.since = start
 			}
-			return c.finishTaking(ctx, l, wt, start)
+			return a.finishTaking(ctx, start)
 		}
 
 		c.noteRefusal(start)
 		conflict := &ConflictError{Keys: c.names.UserKeys(outcome.conflicts), Holders: c.userHolders(outcome.holders)}
-		l.blockers, l.blockerHolders = conflict.Keys, conflict.Holders
+		a.blockers, a.blockerHolders = conflict.Keys, conflict.Holders
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
-		wt.placedAt, wt.refusedToken = start, outcome.blockerToken
+		a.placedAt, a.refusedToken = start, outcome.blockerToken
 		if !wait {
-			c.rollback(ctx, l, append(slices.Clip(l.groups[:wt.held]), outcome.mayHold(groups)...))
+			c.rollback(ctx, l, append(slices.Clip(l.groups[:a.held]), outcome.mayHold(groups)...))
 			return conflict
 		}
-		if err := c.keepInOrder(ctx, l, wt, outcome, start); err != nil {
+		if err := a.keepInOrder(ctx, outcome, start); err != nil {
 			return err
 		}
-		if err := c.waitForTurn(ctx, l, wt, outcome, conflict); err != nil {
+		if err := a.waitForTurn(ctx, outcome, conflict); err != nil {
 			return err
 		}
 	}
@@ -93,12 +128,13 @@ func (c *Client) take(ctx context.Context, l *Lock, wait bool) error {
 // that the next attempt takes it in order again. The give-back is a rollback
 // of those groups: when the call ends meanwhile, it goes on in the
 // background, and so does the rollback of the rest.
-func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome acquireOutcome, start time.Time) error {
-	failed := wt.held + outcome.refused
+func (a *acquisition) keepInOrder(ctx context.Context, outcome acquireOutcome, start time.Time) error {
+	c, l := a.c, a.l
+	failed := a.held + outcome.refused
 	var after []group
 	for _, i := range append(outcome.granted, outcome.queued...) {
-		if wt.held+i > failed {
-			after = append(after, l.groups[wt.held+i])
+		if a.held+i > failed {
+			after = append(after, l.groups[a.held+i])
 		}
 	}
 	if err := c.releaseAside(ctx, l, after, nil); err != nil {
@@ -107,22 +143,22 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 		c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
 		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, errprefix.Inner(err))
 	}
-	if wt.since.IsZero() && outcome.refused+outcome.partHeld > 0 {
-		wt.since = start
+	if a.since.IsZero() && outcome.refused+outcome.partHeld > 0 {
+		a.since = start
 	}
 	if outcome.partHeld > 0 {
 		l.split(failed, outcome.partHeld)
 		failed++
 	}
-	wt.held = failed
+	a.held = failed
 	// While it waits, the call keeps the gates of its keys up to the one
 	// it waits for, and no later one (see gated.go).
 	l.leaveGatesAfter(l.keysBefore(failed) + 1)
-	wt.waited = true
+	a.waited = true
 	// Until the refused group is granted, attempts ask for it alone:
 	// asking for all the rest again and giving most of it back would load
 	// the servers for nothing.
-	wt.refusedAlone = true
+	a.refusedAlone = true
 	return nil
 }
 
@@ -135,18 +171,19 @@ func (c *Client) keepInOrder(ctx context.Context, l *Lock, wt *waiting, outcome 
 // the call waited (see takeGranted) once half their grant has passed. The
 // lock is handed to the caller only with enough of its lease left (see
 // lease.Enough); otherwise it is rolled back.
-func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start time.Time) error {
+func (a *acquisition) finishTaking(ctx context.Context, start time.Time) error {
+	c, l := a.c, a.l
 	// After more than one attempt (a wait, or one master at a time), the
 	// oldest lease started with the first that took keys: nothing renewed
 	// the keys it took while later attempts ran.
-	several := wt.waited || !wt.since.IsZero() && wt.since.Before(start)
+	several := a.waited || !a.since.IsZero() && a.since.Before(start)
 	if several {
-		start = wt.since // zero when every group was granted
+		start = a.since // zero when every group was granted
 	}
-	restart := wt.granted
+	restart := a.granted
 	if !start.IsZero() && several && !lease.Kept(time.Until(start.Add(l.lease)), l.lease, l.renew) {
 		restart = l.groups
-	} else if time.Until(wt.grantUntil) >= wire.GrantTime/2 {
+	} else if time.Until(a.grantUntil) >= wire.GrantTime/2 {
 		restart = nil
 	}
 	if len(restart) > 0 {
@@ -161,9 +198,9 @@ func (c *Client) finishTaking(ctx context.Context, l *Lock, wt *waiting, start t
 		if len(restart) == len(l.groups) || start.IsZero() {
 			start = sent
 		}
-		wt.granted, wt.grantUntil = nil, time.Time{}
+		a.granted, a.grantUntil = nil, time.Time{}
 	}
-	l.expectGrant(wt.granted, wt.grantUntil)
+	l.expectGrant(a.granted, a.grantUntil)
 	if start.IsZero() {
 		return nil
 	}
