@@ -537,8 +537,8 @@ func TestForceUnlock(t *testing.T) {
 	released, err := c.ForceUnlock(t.Context(), basket[0], "free")
 	require.NoError(t, err)
 	assert.Equal(t, []Released{
-		{Key: basket[0], Held: true, Owner: "stuck", Holders: []string{"stuck"}, Holds: 1, Token: l.Token(basket[0])},
-		{Key: "free"},
+		{HeldKey: HeldKey{Key: basket[0], Holders: []string{"stuck"}, Holds: 1, Token: l.Token(basket[0])}, Held: true},
+		{HeldKey: HeldKey{Key: "free"}},
 	}, released)
 	// Through the holder's own Client the lock ends at once, and its other
 	// key goes too, in the background.

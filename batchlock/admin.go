@@ -21,8 +21,7 @@ import (
 
 // HeldKey is one key held, as Held finds it.
 type HeldKey struct {
-	Key   string // without the prefix
-	Owner string // the owner id; of a key held shared, the first of Holders
+	Key string // without the prefix
 	// Shared says the key is held shared (WithShared): by every owner in
 	// Holders.
 	Shared bool
@@ -43,7 +42,7 @@ type HeldKey struct {
 // sorted by key, on every master. It scans: a key taken or released while it
 // runs may or may not be listed. The fencing counters and cancel marks are
 // left out. It reads, and changes nothing.
-func (c *Client) Held(ctx context.Context, pattern string) (_ []HeldKey, err error) {
+func (c *Client) Held(ctx context.Context, pattern string) ([]HeldKey, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -110,7 +109,7 @@ func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string
 	}
 	var out []HeldKey
 	for _, h := range read {
-		if h.Owner != "" {
+		if len(h.Holders) > 0 {
 			h.Master = node.Options().Addr
 			out = append(out, h)
 		}
@@ -122,7 +121,7 @@ func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string
 // who holds each: a HeldKey with an empty Owner for a key not held. Unlike
 // Held it scans nothing: one pipeline, one round trip per master. It reads,
 // and changes nothing.
-func (c *Client) Inspect(ctx context.Context, keys ...string) (_ []HeldKey, err error) {
+func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -162,8 +161,8 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 	for i, k := range lockKeys {
 		out[i].Key = c.names.UserKey(k)
 		if s, ok := wire.ParseLock(values[i].Val(), now.Val()); ok {
-			out[i] = HeldKey{Key: out[i].Key, Owner: s.FirstHolder(), Shared: s.Shared, Holders: s.Holders,
-				Holds: s.Holds, Waiting: s.Waiting, Lease: max(leases[i].Val(), 0), Token: s.Token}
+			out[i] = heldKey(out[i].Key, s)
+			out[i].Lease = max(leases[i].Val(), 0)
 		}
 	}
 	return out, nil
@@ -171,14 +170,17 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 
 // Released is what ForceUnlock did to one key.
 type Released struct {
-	Key   string // without the prefix
-	Held  bool   // the key was held, and is now released
-	Owner string // who held it; of a key held shared, the first of its holders
-	// Holders are the owners that had a live hold on it, sorted.
-	Holders []string
-	Holds   int   // its holds whose lease had not ended
-	Token   int64 // the fencing token of the ownership released
-	Err     error // why the key could not be released; the others are all the same
+	// HeldKey is what the key held when it was released (Lease and Master
+	// not filled in); Key alone when it was not held.
+	HeldKey
+	Held bool  // the key was held, and is now released
+	Err  error // why the key could not be released; the others are all the same
+}
+
+// heldKey is what the value s of key says: its holders, holds, waiters and
+// token.
+func heldKey(key string, s wire.LockState) HeldKey {
+	return HeldKey{Key: key, Shared: s.Shared, Holders: s.Holders, Holds: s.Holds, Waiting: s.Waiting, Token: s.Token}
 }
 
 // ForceUnlock releases keys whoever holds them, and wakes their waiters as
@@ -190,7 +192,7 @@ type Released struct {
 // could not be released carries its error, which is also returned. Bad keys
 // (empty, or reserved names) are refused with ErrInvalid before anything
 // is sent.
-func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released, err error) {
+func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -236,7 +238,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) (_ []Released,
 			for n, i := range at {
 				v := r.Values[n]
 				if s, ok := wire.ParseLock(v, r.Now); ok {
-					out[i] = Released{Key: keys[i], Held: true, Owner: s.FirstHolder(), Holders: s.Holders, Holds: s.Holds, Token: s.Token}
+					out[i] = Released{HeldKey: heldKey(keys[i], s), Held: true}
 					for _, h := range wire.HoldsIn(v) {
 						released[h] = true
 					}

@@ -21,7 +21,7 @@ import (
 // Do returns the error of Lock when the keys could not be taken (fn did not
 // run), and otherwise fn's error joined with the loss of the lock (unless
 // fn's error wraps it already) and with any error of the unlock.
-func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) (err error) {
+func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}

@@ -209,7 +209,7 @@ func (l *Lock) extended(t time.Time) {
 // WithReplicas, the extension counts only once replicas acknowledged it:
 // otherwise the error wraps ErrNoReplicas and the lock's validity (ValidUntil)
 // is not lengthened. On any error the validity stays as it was.
-func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
@@ -246,7 +246,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (err error) {
 // the error and the lock can be unlocked again: the next Unlock sends only
 // what did not go through. The lock is no longer renewed, so its keys are
 // freed when their lease runs out if no later Unlock succeeds.
-func (l *Lock) Unlock(ctx context.Context) (err error) {
+func (l *Lock) Unlock(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}

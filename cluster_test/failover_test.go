@@ -189,7 +189,7 @@ func TestWaitingLockKeepsTheKeysItTook(t *testing.T) {
 	require.NoError(t, blocker.Unlock(ctx))
 	r := <-got
 	require.NoError(t, r.err)
-	assert.Equal(t, r.l.Owner(), holderOf(t, waiter, first).Owner, "the waiter, now holding both keys, holds %s in Redis", first)
+	assert.Equal(t, []string{r.l.Owner()}, holderOf(t, waiter, first).Holders, "the waiter, now holding both keys, holds %s in Redis", first)
 	assert.NoError(t, r.l.Unlock(ctx), "the waiter's unlock finds every key still held")
 }
 
@@ -370,7 +370,7 @@ func (o *faultLoad) tokens(ctx context.Context, lk *batchlock.Client, owner stri
 		return out
 	}
 	for _, h := range held {
-		if h.Owner == owner {
+		if slices.Equal(h.Holders, []string{owner}) {
 			out[h.Key] = h.Token
 		}
 	}

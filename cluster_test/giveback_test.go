@@ -84,12 +84,12 @@ func TestGiveBackOfACallThatEndsAtItsConflict(t *testing.T) {
 				assert.ErrorIs(t, err, batchlock.ErrClosed)
 				require.NoError(t, <-closed)
 				// Close waits for the rollbacks of failed calls.
-				assert.Empty(t, heldKeys(t, holder, b...)[0].Owner, "%s is held after Close returned", b[0])
+				assert.Empty(t, heldKeys(t, holder, b...)[0].Holders, "%s is held after Close returned", b[0])
 			} else {
 				assert.ErrorIs(t, err, context.Canceled)
 			}
 			require.Eventually(t, func() bool {
-				return heldKeys(t, holder, b...)[0].Owner == ""
+				return len(heldKeys(t, holder, b...)[0].Holders) == 0
 			}, rollbackBound+time.Second, 10*time.Millisecond, "%s, taken out of order, is still held", b[0])
 
 			other, err := holder.TryLock(ctx, b)

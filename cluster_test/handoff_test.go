@@ -153,10 +153,10 @@ func TestImpatientWaiterLeavesTheQueue(t *testing.T) {
 	require.NoError(t, err)
 	for i, h := range held {
 		if i == 5 {
-			assert.Equal(t, l.Owner(), h.Owner)
+			assert.Equal(t, []string{l.Owner()}, h.Holders)
 			continue
 		}
-		assert.Empty(t, h.Owner, "%s is held after the impatient waiter gave up", keys[i])
+		assert.Empty(t, h.Holders, "%s is held after the impatient waiter gave up", keys[i])
 	}
 	require.NoError(t, l.Unlock(ctx))
 }

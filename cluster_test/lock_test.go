@@ -32,7 +32,7 @@ func TestLockSpansAllMasters(t *testing.T) {
 		node, err := rdb.MasterForKey(ctx, prefix+k)
 		require.NoError(t, err)
 		masters[node.Options().Addr] = true
-		assert.Equal(t, l.Owner(), holderOf(t, c, k).Owner)
+		assert.Equal(t, []string{l.Owner()}, holderOf(t, c, k).Holders)
 		assert.Positive(t, l.Token(k))
 	}
 	assert.Len(t, masters, 3, "keys should spread over every master")
@@ -397,7 +397,7 @@ func TestAdminHeldAndForceUnlock(t *testing.T) {
 	require.Len(t, held, 4)
 	for i, h := range held {
 		assert.Equal(t, keys[i], h.Key)
-		assert.Equal(t, "order-9", h.Owner)
+		assert.Equal(t, []string{"order-9"}, h.Holders)
 		assert.Equal(t, outer.Token(h.Key), h.Token)
 		assert.Greater(t, h.Lease, 50*time.Second)
 		assert.NotEmpty(t, h.Master)
@@ -425,7 +425,10 @@ func TestAdminHeldAndForceUnlock(t *testing.T) {
 	require.Eventually(t, func() bool { return shardSubscribers(ctx, rdb, prefix+keys[3]) > 0 }, 10*time.Second, 5*time.Millisecond)
 	released, err := c.ForceUnlock(ctx, keys[3], "nobody")
 	require.NoError(t, err)
-	assert.Equal(t, []batchlock.Released{{Key: keys[3], Held: true, Owner: "order-9", Holders: []string{"order-9"}, Holds: 1, Token: outer.Token(keys[3])}, {Key: "nobody"}}, released)
+	assert.Equal(t, []batchlock.Released{
+		{HeldKey: batchlock.HeldKey{Key: keys[3], Holders: []string{"order-9"}, Holds: 1, Token: outer.Token(keys[3])}, Held: true},
+		{HeldKey: batchlock.HeldKey{Key: "nobody"}},
+	}, released)
 	select {
 	case err := <-woken:
 		require.NoError(t, err, "the waiter got the key once it was forced free")

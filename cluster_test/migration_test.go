@@ -68,7 +68,7 @@ func TestMovedKeyBlocksNoOtherKey(t *testing.T) {
 		defer cancel()
 		require.NoError(t, l.Unlock(short))
 		for _, h := range heldKeys(t, c, a, b) {
-			assert.Empty(t, h.Owner, "%s is still held", h.Key)
+			assert.Empty(t, h.Holders, "%s is still held", h.Key)
 		}
 		other, err := c.TryLock(ctx, []string{b})
 		require.NoError(t, err, "another owner takes the key that did not move")
@@ -119,7 +119,7 @@ func TestMovedKeyBlocksNoOtherKey(t *testing.T) {
 			assert.True(t, r.Held, "%s released", r.Key)
 		}
 		for _, h := range heldKeys(t, c, a, b) {
-			assert.Empty(t, h.Owner, "%s is still held", h.Key)
+			assert.Empty(t, h.Holders, "%s is still held", h.Key)
 		}
 	})
 }

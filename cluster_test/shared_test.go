@@ -123,7 +123,7 @@ func TestWaitingWriterIsNotOvertakenByReaders(t *testing.T) {
 	require.NotNil(t, w)
 	h := holderOf(t, c, key[0])
 	assert.False(t, h.Shared)
-	assert.Equal(t, "writer", h.Owner)
+	assert.Equal(t, []string{"writer"}, h.Holders)
 	assert.Equal(t, 2, h.Waiting, "the late readers still wait")
 	assert.Greater(t, w.Token(key[0]), readers[1].Token(key[0]), "the writer's token is newer than the readers'")
 

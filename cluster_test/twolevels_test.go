@@ -250,12 +250,12 @@ func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
 	require.NoError(t, held.Unlock(ctx))
 	require.Eventually(t, func() bool {
 		h := holderOf(t, p, x)
-		return h.Owner != "" && h.Owner != held.Owner()
+		return len(h.Holders) == 1 && h.Holders[0] != held.Owner()
 	}, 5*time.Second, 5*time.Millisecond, "x is taken by the waiter")
-	waiter := holderOf(t, p, x).Owner
+	waiter := holderOf(t, p, x).Holders
 	deadline := time.Now().Add(3 * leaseLen)
 	for time.Now().Before(deadline) {
-		assert.Equal(t, waiter, holderOf(t, p, x).Owner, "x stays the waiter's while it waits at y's gate")
+		assert.Equal(t, waiter, holderOf(t, p, x).Holders, "x stays the waiter's while it waits at y's gate")
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.NoError(t, g1.Unlock(ctx))

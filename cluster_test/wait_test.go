@@ -51,7 +51,7 @@ func TestWaitRunsOut(t *testing.T) {
 					return false
 				}
 				for i, h := range held {
-					if (i == 5) != (h.Owner != "") {
+					if (i == 5) != (len(h.Holders) > 0) {
 						return false
 					}
 				}

@@ -84,7 +84,7 @@ type heldLock struct {
 func asJSON(held []batchlock.HeldKey) []heldLock {
 	out := make([]heldLock, len(held))
 	for i, h := range held {
-		out[i] = heldLock{Key: h.Key, Owner: h.Owner, Mode: modeName(h), Holders: h.Holders, Holds: h.Holds, Waiting: h.Waiting,
+		out[i] = heldLock{Key: h.Key, Owner: firstOf(h.Holders), Mode: modeName(h), Holders: h.Holders, Holds: h.Holds, Waiting: h.Waiting,
 			LeaseMS: h.Lease.Milliseconds(), Token: h.Token, Master: h.Master}
 	}
 	return out
@@ -124,4 +124,13 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// firstOf is the first of owners, or "" for none: the owner inspect's JSON
+// names, the first holder of a key held shared.
+func firstOf(owners []string) string {
+	if len(owners) == 0 {
+		return ""
+	}
+	return owners[0]
 }

@@ -39,9 +39,9 @@ func TestPlural(t *testing.T) {
 
 func sampleHeld() []batchlock.HeldKey {
 	return []batchlock.HeldKey{
-		{Key: "promo:1", Owner: "a", Shared: true, Holders: []string{"a", "b"}, Holds: 2, Waiting: 1,
+		{Key: "promo:1", Shared: true, Holders: []string{"a", "b"}, Holds: 2, Waiting: 1,
 			Lease: 1500*time.Millisecond + 400*time.Microsecond, Token: 42, Master: "127.0.0.1:7000"},
-		{Key: "sku:1", Owner: "c", Holders: []string{"c"}, Holds: 1, Lease: 29 * time.Second, Token: 7, Master: "127.0.0.1:7001"},
+		{Key: "sku:1", Holders: []string{"c"}, Holds: 1, Lease: 29 * time.Second, Token: 7, Master: "127.0.0.1:7001"},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/batchlock/batchlock/batchlock"
 )
@@ -57,7 +58,7 @@ func runUnlock(ctx context.Context, e *env, o *unlockOptions, keys []string) err
 		switch {
 		case r.Err != nil:
 		case r.Held:
-			fmt.Fprintf(e.stdout, "released %s: owner %s, %s, token %d\n", r.Key, r.Owner, plural(r.Holds, "hold"), r.Token)
+			fmt.Fprintf(e.stdout, "released %s: owner %s, %s, token %d\n", r.Key, strings.Join(r.Holders, ","), plural(r.Holds, "hold"), r.Token)
 		default:
 			fmt.Fprintf(e.stdout, "not held %s\n", r.Key)
 		}

@@ -114,15 +114,6 @@ func endsAfter(ends string, now time.Time) bool {
 	return err == nil && time.UnixMilli(ms).After(now)
 }
 
-// FirstHolder is the owner the admin API names for the key: its owner, or
-// the first of its holders when it is held shared.
-func (s LockState) FirstHolder() string {
-	if s.Shared && len(s.Holders) > 0 {
-		return s.Holders[0]
-	}
-	return s.Owner
-}
-
 // ReleasedMessage is what the scripts publish on a lock key's channel when
 // they free it without handing it to a waiter (RELEASED in layout.lua);
 // AgainMessage and a hold field tell that hold's waiter to try again,
