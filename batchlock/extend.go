@@ -2,7 +2,6 @@ package batchlock
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
@@ -47,42 +46,13 @@ func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.D
 // every lock is done.
 func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack, done func(lock int, e extended)) {
 	var parts []script.Part
-	var lockOf []int // the lock of parts[i]
+	var lockOf []int                   // the lock of parts[i]
+	pending := make([]int, len(locks)) // parts of each lock not settled yet
 	for i, h := range locks {
 		for _, g := range h.groups {
 			for _, k := range g.keys {
 				parts = append(parts, script.Part{Slot: g.slot, Route: k, Keys: 1})
 				lockOf = append(lockOf, i)
-			}
-		}
-	}
-	results := make([]extended, len(locks))
-	pending := make([]int, len(locks)) // masters each lock still waits for
-	var mu sync.Mutex                  // guards results and pending
-	finish := func(at []int) {
-		var ready []int
-		mu.Lock()
-		seen := map[int]bool{}
-		for _, j := range at {
-			if i := lockOf[j]; !seen[i] {
-				seen[i] = true
-				if pending[i]--; pending[i] == 0 {
-					ready = append(ready, i)
-				}
-			}
-		}
-		mu.Unlock()
-		for _, i := range ready {
-			done(i, results[i])
-		}
-	}
-
-	byMaster := c.partsByMaster(ctx, parts)
-	for _, at := range byMaster {
-		seen := map[int]bool{}
-		for _, j := range at {
-			if i := lockOf[j]; !seen[i] {
-				seen[i] = true
 				pending[i]++
 			}
 		}
@@ -92,81 +62,36 @@ func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack
 			done(i, extended{})
 		}
 	}
-	var wg sync.WaitGroup
-	for n, at := range byMaster {
-		run := func() {
-			c.extendOn(ctx, parts, at, lockOf, locks, ack, &mu, results)
-			finish(at)
-		}
-		if n == len(byMaster)-1 {
-			run()
-		} else {
-			wg.Go(run)
-		}
+	if len(parts) == 0 {
+		return
 	}
-	wg.Wait()
-}
-
-// partsByMaster cuts parts (indices) by the master that serves them, as the
-// map of slots has it; parts whose master is unknown go together.
-func (c *Client) partsByMaster(ctx context.Context, parts []script.Part) [][]int {
-	index := map[string]int{}
-	masterOf := map[int]string{}
-	var out [][]int
-	for j, p := range parts {
-		addr, ok := masterOf[p.Slot]
-		if !ok {
-			var err error
-			if addr, err = c.runner.Master(ctx, p.Route); err != nil {
-				addr = "unknown:" + strconv.Itoa(p.Slot)
-			}
-			masterOf[p.Slot] = addr
-		}
-		n, ok := index[addr]
-		if !ok {
-			n = len(out)
-			index[addr] = n
-			out = append(out, nil)
-		}
-		out[n] = append(out[n], j)
-	}
-	return out
-}
-
-// extendOn extends the parts at (indices into parts) of one master, and
-// records in results what it found for their locks.
-func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf []int, locks []holdKeys,
-	ack script.Ack, mu *sync.Mutex, results []extended) {
-	sub := make([]script.Part, len(at))
-	subLock := make([]int, len(at)) // the lock of sub[n]
-	for n, j := range at {
-		sub[n], subLock[n] = parts[j], lockOf[j]
-	}
+	results := make([]extended, len(locks))
+	var mu sync.Mutex // guards results and pending
 	fail := func(i int, err error) {
 		if results[i].err == nil {
 			results[i].err = err
 		}
 	}
-	routed := c.route(ctx, script.Batch{
+	c.route(ctx, script.Batch{
 		Step:   "batchlock: extend",
 		Sent:   &c.sent.extends,
 		Script: wire.ExtendScript,
-		Parts:  sub,
+		Parts:  parts,
 		Follow: true,
 		Ack:    ack,
 		Args: func(in []int) []any {
 			args := make([]any, 0, len(in)+3*len(locks))
-			for _, seg := range segmentsBy(subLock, in) {
-				h := locks[subLock[seg[0]]]
+			for _, seg := range segmentsBy(lockOf, in) {
+				h := locks[lockOf[seg[0]]]
 				args = wire.AppendExtend(args, h.hold, h.lease, len(seg))
-				for _, i := range seg {
-					args = append(args, sub[i].Route)
+				for _, j := range seg {
+					args = append(args, parts[j].Route)
 				}
 			}
 			return args
 		},
 		Read: func(cl *script.Call, in []int) ([]int, error) {
-			segs := segmentsBy(subLock, in)
+			segs := segmentsBy(lockOf, in)
 			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
 			if err != nil {
 				return nil, script.Describe(ctx, "batchlock: extend", cl, err)
@@ -175,10 +100,10 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 			defer mu.Unlock()
 			var again []int
 			for n, seg := range segs {
-				i := subLock[seg[0]]
+				i := lockOf[seg[0]]
 				if lists != nil {
 					results[i].lost = append(results[i].lost, lists[n].Lost...)
-					again = append(again, partsNamed(sub, seg, lists[n].Elsewhere)...)
+					again = append(again, partsNamed(parts, seg, lists[n].Elsewhere)...)
 				}
 				if !ack.Acknowledged(cl) {
 					fail(i, unacknowledged(cl, ack))
@@ -186,12 +111,22 @@ func (c *Client) extendOn(ctx context.Context, parts []script.Part, at, lockOf [
 			}
 			return again, nil
 		},
+		Settled: func(at []int, routed []script.Result) {
+			var ready []int
+			mu.Lock()
+			for _, j := range at {
+				i := lockOf[j]
+				if routed[j].Err != nil {
+					fail(i, routed[j].Err)
+				}
+				if pending[i]--; pending[i] == 0 {
+					ready = append(ready, i)
+				}
+			}
+			mu.Unlock()
+			for _, i := range ready {
+				done(i, results[i])
+			}
+		},
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	for n, r := range routed {
-		if r.Err != nil {
-			fail(lockOf[at[n]], r.Err)
-		}
-	}
 }

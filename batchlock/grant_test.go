@@ -19,7 +19,7 @@ func TestTakeGrantedOnlyWhatCanBeCountedOn(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		lock  func(l *Lock)
-		a    func(a *acquisition)
+		a     func(a *acquisition)
 		g     grant
 		taken bool
 	}{

@@ -144,13 +144,19 @@ func (m maxHold) validate() error {
 	return nil
 }
 
-// MaxHoldOption is returned by WithMaxHold; it is both a client-wide default
-// (Option) and a per-lock setting (LockOption).
-type MaxHoldOption struct{ d time.Duration }
+// Setting is an option that is both: given to New, the default of every
+// lock of the Client (an Option); given to a call, that call's (a
+// LockOption), which overrides the default.
+type Setting interface {
+	Option
+	LockOption
+}
 
-func (o MaxHoldOption) apply(c *config) { c.maxHold = maxHold{o.d, true} }
+type maxHoldSetting struct{ d time.Duration }
 
-func (o MaxHoldOption) applyLock(c *lockConfig) { c.maxHold = maxHold{o.d, true} }
+func (o maxHoldSetting) apply(c *config) { c.maxHold = maxHold{o.d, true} }
+
+func (o maxHoldSetting) applyLock(c *lockConfig) { c.maxHold = maxHold{o.d, true} }
 
 // WithMaxHold caps how long a lock is held: d after Lock returned it, the
 // lock ends, whatever its lease or renewals (one stuck holder must not pin
@@ -164,15 +170,13 @@ func (o MaxHoldOption) applyLock(c *lockConfig) { c.maxHold = maxHold{o.d, true}
 // the release fails (a master unreachable), the keys go at the end of their
 // lease. Given to New it is the default of every lock; given to a call it
 // overrides that. d <= 0 is ErrInvalid. Default: no cap.
-func WithMaxHold(d time.Duration) MaxHoldOption { return MaxHoldOption{d} }
+func WithMaxHold(d time.Duration) Setting { return maxHoldSetting{d} }
 
-// ReplicasOption is returned by WithReplicas; it is both a client-wide
-// default (Option) and a per-lock setting (LockOption).
-type ReplicasOption struct{ ack script.Ack }
+type replicasSetting struct{ ack script.Ack }
 
-func (o ReplicasOption) apply(c *config) { c.ack = o.ack }
+func (o replicasSetting) apply(c *config) { c.ack = o.ack }
 
-func (o ReplicasOption) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, true }
+func (o replicasSetting) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, true }
 
 // WithReplicas makes a lock count as taken only once n replicas of every
 // master it touches acknowledged the acquire within timeout: WAIT n timeout
@@ -185,6 +189,6 @@ func (o ReplicasOption) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, true
 // Given to New it is the default of every lock; given to a call it overrides
 // that.
 // WithReplicas(0, 0) waits for none. Default: none.
-func WithReplicas(n int, timeout time.Duration) ReplicasOption {
-	return ReplicasOption{ack: script.Ack{Replicas: n, Timeout: timeout}}
+func WithReplicas(n int, timeout time.Duration) Setting {
+	return replicasSetting{ack: script.Ack{Replicas: n, Timeout: timeout}}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,13 @@ type Batch struct {
 	Read func(c *Call, parts []int) (elsewhere []int, err error)
 	// Sent, when set, counts the calls sent, every attempt's.
 	Sent *atomic.Uint64
+	// Settled, when set, has the masters asked apart: the parts of each
+	// master (as the map of slots has them when Route starts) are sent and
+	// retried on their own, concurrently, and Settled is called with them
+	// and the results as soon as theirs are final, while other masters'
+	// may still run; it reads only the results of its parts. Args and Read
+	// may then be called from several goroutines at once.
+	Settled func(parts []int, results []Result)
 }
 
 // Result is what became of one part.
@@ -97,7 +105,46 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 	for i := range all {
 		all[i] = i
 	}
-	work := r.byMaster(ctx, b, all)
+	work, masters := r.byMaster(ctx, b, all)
+	if b.Settled == nil {
+		r.run(ctx, b, work, res)
+		return res
+	}
+	// One run per master, each settling its parts on its own (parts that
+	// moved meanwhile follow within their master's run).
+	byAddr := map[string][]plan{}
+	var order []string
+	for i, p := range work {
+		if _, ok := byAddr[masters[i]]; !ok {
+			order = append(order, masters[i])
+		}
+		byAddr[masters[i]] = append(byAddr[masters[i]], p)
+	}
+	var wg sync.WaitGroup
+	for n, addr := range order {
+		settle := func() {
+			plans := byAddr[addr]
+			r.run(ctx, b, plans, res)
+			var parts []int
+			for _, p := range plans {
+				parts = append(parts, p.parts...)
+			}
+			b.Settled(parts, res)
+		}
+		if n == len(order)-1 {
+			settle() // the last master in this goroutine
+		} else {
+			wg.Go(settle)
+		}
+	}
+	wg.Wait()
+	return res
+}
+
+// run sends work, and again what failed in a way that may pass or was found
+// elsewhere, until every part of it is final; it writes the results of
+// those parts only.
+func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 	last := make([]error, len(b.Parts)) // what each part's last attempt met
 	began := time.Now()
 	for attempt := 0; len(work) > 0; attempt++ {
@@ -183,7 +230,6 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 			break
 		}
 	}
-	return res
 }
 
 // redirection reads a MOVED or ASK reply: the node it names, and whether
@@ -200,8 +246,9 @@ func redirection(err error) (addr string, asking, ok bool) {
 
 // byMaster plans parts as the map of slots places them: one call per master
 // (per run of consecutive parts when b is Ordered), at most MaxCallKeys keys
-// each. A part whose master is unknown goes alone, to fail and be tried again.
-func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) []plan {
+// each, with the master of each call. A part whose master is unknown goes
+// alone, to fail and be tried again.
+func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) ([]plan, []string) {
 	var out []plan
 	var open []string // by plan, its master; a master's open plan is its last one
 	var keys []int    // by plan, its keys
@@ -238,7 +285,7 @@ func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) []plan {
 		out[i].parts = append(out[i].parts, j)
 		keys[i] += part.Keys
 	}
-	return out
+	return out, open
 }
 
 // perSlot plans parts found elsewhere: one call per slot (at most MaxCallKeys

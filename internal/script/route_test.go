@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -141,3 +142,53 @@ func TestRouteCapsCalls(t *testing.T) {
 type senderFunc func(ctx context.Context, calls []*Call)
 
 func (f senderFunc) Send(ctx context.Context, _ *redis.Script, calls []*Call, _ Ack) { f(ctx, calls) }
+
+// With Settled, each master's parts are settled as soon as that master has
+// answered, while a slow master still holds its own; every part is settled
+// once, and Route returns when all are.
+func TestRouteSettlesMastersApart(t *testing.T) {
+	slow := make(chan struct{})
+	sender := senderFunc(func(ctx context.Context, calls []*Call) {
+		for _, c := range calls {
+			if c.Route[0] == 'b' {
+				<-slow
+			}
+			c.Reply = redis.NewCmd(ctx)
+			c.Reply.SetVal([]any{})
+		}
+	})
+	r := NewWith(sender, func(_ context.Context, key string) (string, error) { return key[:1], nil }, nil)
+	parts := []Part{{Slot: 1, Route: "a1", Keys: 1}, {Slot: 2, Route: "b2", Keys: 1}, {Slot: 3, Route: "a3", Keys: 1}}
+	var mu sync.Mutex
+	settled := map[int]int{}
+	fastDone := make(chan []int, 1)
+	returned := make(chan []Result)
+	go func() {
+		returned <- r.Route(t.Context(), Batch{
+			Step: "test", Parts: parts,
+			Args: func(at []int) []any { return []any{len(at)} },
+			Read: func(*Call, []int) ([]int, error) { return nil, nil },
+			Settled: func(at []int, results []Result) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, j := range at {
+					settled[j]++
+					assert.NoError(t, results[j].Err)
+				}
+				if parts[at[0]].Route[0] == 'a' {
+					fastDone <- slices.Clone(at)
+				}
+			},
+		})
+	}()
+	select {
+	case at := <-fastDone:
+		assert.ElementsMatch(t, []int{0, 2}, at, "the fast master's parts, settled while the slow one holds its own")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the fast master's parts were not settled while the slow one was still answering")
+	}
+	close(slow)
+	results := <-returned
+	assert.Len(t, results, 3)
+	assert.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, settled, "every part settled once")
+}
