@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/errprefix"
+	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -34,7 +35,7 @@ type acquisition struct {
 	refusedToken int64
 	waited       bool // more than one attempt was made
 	refusedAlone bool // the next attempt asks for groups[held], the one refused, alone
-	sub          *subscription
+	sub          *handoff.Subscription
 	attempt      int
 	// queuedFor are the lock keys whose queue the call took a place in
 	// last (EventQueued says each once).
@@ -54,7 +55,7 @@ type acquisition struct {
 // every key it waits for.
 func (a *acquisition) take(ctx context.Context) error {
 	c, l, wait := a.c, a.l, a.wait
-	defer func() { a.sub.close() }()
+	defer func() { a.sub.Close() }()
 	for {
 		if a.held == len(l.groups) {
 			// The last group was granted while the call waited for it.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/gates"
+	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/script"
 	"github.com/batchlock/batchlock/internal/wire"
@@ -29,7 +30,7 @@ type Client struct {
 	runner     *script.Runner
 
 	watchdog *watchdog
-	waiters  *waiters
+	waiters  *handoff.Hub
 	gates    *gates.Table
 
 	// names makes every key name under the prefix.
@@ -83,7 +84,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c.fences = make([]atomic.Pointer[string], d.slots())
 	c.runner = d.runner()
 	c.watchdog = newWatchdog(c)
-	c.waiters = newWaiters(c)
+	c.waiters = handoff.New(handoff.Config{Disabled: !c.cfg.pubsub, Slot: c.deployment.slot,
+		PubSub: c.deployment.pubSub, Reload: c.deployment.reloadSlots})
 	c.gates = gates.New()
 	c.closing, c.stopCalls = context.WithCancelCause(context.Background())
 	return c, nil
@@ -110,7 +112,7 @@ func (c *Client) Close() error {
 	c.calls.Wait()
 	released := c.releaseHeld(append(held, c.heldLocks()...))
 	c.watchdog.close()
-	return errors.Join(released, c.waiters.close(), c.runner.Close())
+	return errors.Join(released, c.waiters.Close(), c.runner.Close())
 }
 
 // heldLocks returns the locks handed out and not ended yet.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -20,18 +21,18 @@ func TestTakeGrantedOnlyWhatCanBeCountedOn(t *testing.T) {
 		name  string
 		lock  func(l *Lock)
 		a     func(a *acquisition)
-		g     grant
+		g     handoff.Grant
 		taken bool
 	}{
-		{name: "a fresh grant", g: grant{key: key, token: 9}, taken: true},
-		{name: "a late grant, older than the refusal", g: grant{key: key, token: 4}},
-		{name: "the token of the refusal itself", g: grant{key: key, token: 5}},
-		{name: "no token", g: grant{key: key}},
-		{name: "another key", g: grant{key: "p:other", token: 9}},
-		{name: "WithTTL", lock: func(l *Lock) { l.renew = false }, g: grant{key: key, token: 9}},
-		{name: "WithReplicas", lock: func(l *Lock) { l.ack.Replicas = 1 }, g: grant{key: key, token: 9}},
-		{name: "a group of two keys", lock: func(l *Lock) { l.groups[0].keys = []string{key, "p:l"} }, g: grant{key: key, token: 9}},
-		{name: "less than half the grant left", a: func(a *acquisition) { a.placedAt = time.Now().Add(-2 * time.Second) }, g: grant{key: key, token: 9}},
+		{name: "a fresh grant", g: handoff.Grant{Key: key, Token: 9}, taken: true},
+		{name: "a late grant, older than the refusal", g: handoff.Grant{Key: key, Token: 4}},
+		{name: "the token of the refusal itself", g: handoff.Grant{Key: key, Token: 5}},
+		{name: "no token", g: handoff.Grant{Key: key}},
+		{name: "another key", g: handoff.Grant{Key: "p:other", Token: 9}},
+		{name: "WithTTL", lock: func(l *Lock) { l.renew = false }, g: handoff.Grant{Key: key, Token: 9}},
+		{name: "WithReplicas", lock: func(l *Lock) { l.ack.Replicas = 1 }, g: handoff.Grant{Key: key, Token: 9}},
+		{name: "a group of two keys", lock: func(l *Lock) { l.groups[0].keys = []string{key, "p:l"} }, g: handoff.Grant{Key: key, Token: 9}},
+		{name: "less than half the grant left", a: func(a *acquisition) { a.placedAt = time.Now().Add(-2 * time.Second) }, g: handoff.Grant{Key: key, Token: 9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Lock{renew: true, groups: []group{{keys: []string{key}}}, tokens: map[string]int64{}}
@@ -49,7 +50,7 @@ func TestTakeGrantedOnlyWhatCanBeCountedOn(t *testing.T) {
 				return
 			}
 			assert.Equal(t, 1, a.held)
-			assert.Equal(t, tc.g.token, l.tokens[key])
+			assert.Equal(t, tc.g.Token, l.tokens[key])
 			assert.WithinDuration(t, a.placedAt.Add(wire.GrantTime), a.grantUntil, 0, "counted on from the attempt that found the place")
 		})
 	}

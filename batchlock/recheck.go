@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -39,19 +40,19 @@ const (
 // its value is l's, a fact no queue changes. With
 // handedOver it returns the grant of the one blocker, when there is one (its
 // token 0 otherwise).
-func (a *acquisition) recheck(ctx context.Context, g group, blockers []string) (since, grant) {
+func (a *acquisition) recheck(ctx context.Context, g group, blockers []string) (since, handoff.Grant) {
 	c, l := a.c, a.l
 	shared := false
 	for _, k := range blockers {
 		i := slices.Index(g.keys, k)
 		if i < 0 {
-			return mayBeFree, grant{}
+			return mayBeFree, handoff.Grant{}
 		}
 		shared = shared || g.shared(i)
 	}
 	master, err := c.deployment.masterOf(ctx, blockers[0])
 	if err != nil {
-		return mayBeFree, grant{}
+		return mayBeFree, handoff.Grant{}
 	}
 	pipe := master.Pipeline()
 	values := make([]*redis.StringCmd, len(blockers))
@@ -59,31 +60,31 @@ func (a *acquisition) recheck(ctx context.Context, g group, blockers []string) (
 		values[i] = pipe.Get(ctx, k)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return mayBeFree, grant{}
+		return mayBeFree, handoff.Grant{}
 	}
 	now, handed, token := time.Now(), 0, int64(0)
 	for _, v := range values {
 		value, err := v.Result()
 		if err != nil {
-			return mayBeFree, grant{} // gone, or unread
+			return mayBeFree, handoff.Grant{} // gone, or unread
 		}
 		s, ok := wire.ParseLock(value, now)
 		switch {
 		case !ok || s.Holds == 0:
-			return mayBeFree, grant{}
+			return mayBeFree, handoff.Grant{}
 		case slices.Contains(wire.HoldsIn(value), l.hold):
 			handed, token = handed+1, s.Token
 		case shared && s.Shared || s.Owner == l.owner || slices.Contains(s.Holders, l.owner) || !wire.PlaceIn(value, l.hold, now):
-			return mayBeFree, grant{} // l may join it; or l lost its place
+			return mayBeFree, handoff.Grant{} // l may join it; or l lost its place
 		}
 	}
 	switch {
 	case handed == 0:
-		return stillHeld, grant{}
+		return stillHeld, handoff.Grant{}
 	case handed == 1 && len(values) == 1:
-		return handedOver, grant{key: blockers[0], token: token}
+		return handedOver, handoff.Grant{Key: blockers[0], Token: token}
 	case handed == len(values):
-		return handedOver, grant{}
+		return handedOver, handoff.Grant{}
 	}
-	return mayBeFree, grant{}
+	return mayBeFree, handoff.Grant{}
 }

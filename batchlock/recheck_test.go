@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/wire"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
@@ -95,7 +96,7 @@ func TestRecheckReadsTheKey(t *testing.T) {
 			found, granted := (&acquisition{c: c, l: l}).recheck(ctx, g, []string{key})
 			assert.Equal(t, tc.want, found)
 			if found == handedOver {
-				assert.Equal(t, grant{key: key, token: 9}, granted, "the grant, with the token it gave")
+				assert.Equal(t, handoff.Grant{Key: key, Token: 9}, granted, "the grant, with the token it gave")
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchlock/batchlock/internal/backoff"
 	"github.com/batchlock/batchlock/internal/errprefix"
+	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -27,10 +28,10 @@ func (a *acquisition) waitForTurn(ctx context.Context, outcome acquireOutcome, c
 		a.queuedFor = blockers
 		l.emit(Event{Kind: EventQueued, Conflict: c.names.UserKeys(blockers)})
 	}
-	if !a.sub.covers(blockers) {
-		a.sub.close()
-		a.sub = c.waiters.subscribe(ctx, l.hold, blockers)
-		if !a.sub.active() {
+	if !a.sub.Covers(blockers) {
+		a.sub.Close()
+		a.sub = c.waiters.Subscribe(ctx, l.hold, blockers)
+		if !a.sub.Active() {
 			return nil // no message will come: try again, then poll
 		}
 		switch found, g := a.recheck(ctx, l.groups[a.held], blockers); found {
@@ -49,7 +50,7 @@ func (a *acquisition) waitForTurn(ctx context.Context, outcome acquireOutcome, c
 		c.rollback(ctx, l, l.groups[:a.held+1])
 		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), errprefix.Inner(err))
 	}
-	if g, ok := a.sub.grantedKey(); ok && slices.Contains(a.queuedFor, g.key) {
+	if g, ok := a.sub.GrantedKey(); ok && slices.Contains(a.queuedFor, g.Key) {
 		// The key waited for is ours: the next attempt takes all the rest,
 		// and the key too unless it is taken as granted.
 		a.refusedAlone = false
@@ -74,14 +75,14 @@ func (a *acquisition) waitForTurn(ctx context.Context, outcome acquireOutcome, c
 // token no larger than the key had when it last refused the call: a grant
 // that came before that refusal, whose message was late (the key was
 // granted to this hold, its grant lapsed, and someone else took it).
-func (a *acquisition) takeGranted(g grant) {
+func (a *acquisition) takeGranted(g handoff.Grant) {
 	l := a.l
 	waited, until := l.groups[a.held], a.placedAt.Add(wire.GrantTime)
-	if !l.renew || l.ack.Replicas > 0 || g.token <= a.refusedToken || len(waited.keys) != 1 || waited.keys[0] != g.key ||
+	if !l.renew || l.ack.Replicas > 0 || g.Token <= a.refusedToken || len(waited.keys) != 1 || waited.keys[0] != g.Key ||
 		time.Until(until) < wire.GrantTime/2 {
 		return
 	}
-	l.setTokens(waited.keys, []int64{g.token})
+	l.setTokens(waited.keys, []int64{g.Token})
 	if a.grantUntil.IsZero() || until.Before(a.grantUntil) {
 		a.grantUntil = until
 	}
@@ -117,7 +118,7 @@ func (a *acquisition) mode() string {
 	switch {
 	case !wait:
 		return wire.ModeTry
-	case !c.cfg.pubsub || a.sub != nil && !a.sub.active():
+	case !c.cfg.pubsub || a.sub != nil && !a.sub.Active():
 		return wire.ModePoll
 	}
 	return wire.ModeWait
@@ -129,7 +130,7 @@ func (a *acquisition) mode() string {
 func (a *acquisition) pause(ctx context.Context, blockerLease time.Duration) error {
 	c := a.c
 	d := backoff.Jittered(a.attempt, time.Millisecond, c.cfg.pollMax)
-	if a.sub.active() {
+	if a.sub.Active() {
 		// Woken by messages, polling is only the safety net for a lost one.
 		d = c.cfg.pollMax
 	}
@@ -148,7 +149,7 @@ func (a *acquisition) pause(ctx context.Context, blockerLease time.Duration) err
 		case <-ctx.Done():
 			t.Stop()
 			return context.Cause(ctx)
-		case <-a.sub.wakeups():
+		case <-a.sub.Wakeups():
 			t.Stop()
 			return nil
 		case <-t.C:

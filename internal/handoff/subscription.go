@@ -1,4 +1,4 @@
-package batchlock
+package handoff
 
 import (
 	"context"
@@ -6,26 +6,26 @@ import (
 	"sync/atomic"
 )
 
-// subscription is one waiter's interest in the release of some lock keys.
-type subscription struct {
-	ws        *waiters
+// Subscription is one waiter's interest in the release of some lock keys.
+type Subscription struct {
+	hub       *Hub
 	hold      string // the waiter's hold field, which a hand-off names
 	keys      []string
 	joined    []*listener // by key, in keys order
 	woken     chan struct{}
-	granted   atomic.Pointer[grant] // the last grant to hold not taken by granted yet
+	granted   atomic.Pointer[Grant] // the last grant to hold not taken by granted yet
 	confirmed bool
-	broken    bool // a listener was dropped by the server; guarded by waiters.mu
+	broken    bool // a listener was dropped by the server; guarded by Hub.mu
 }
 
-// covers reports whether s listens for every one of keys.
-func (s *subscription) covers(keys []string) bool {
+// Covers reports whether s listens for every one of keys.
+func (s *Subscription) Covers(keys []string) bool {
 	if s == nil || len(keys) > len(s.keys) {
 		return false
 	}
-	s.ws.mu.Lock()
+	s.hub.mu.Lock()
 	broken := s.broken
-	s.ws.mu.Unlock()
+	s.hub.mu.Unlock()
 	if broken {
 		return false
 	}
@@ -41,62 +41,62 @@ func (s *subscription) covers(keys []string) bool {
 	return true
 }
 
-// active reports whether a release of the keys will wake s.
-func (s *subscription) active() bool { return s != nil && s.confirmed }
+// Active reports whether a release of the keys will wake s.
+func (s *Subscription) Active() bool { return s != nil && s.confirmed }
 
-func (s *subscription) wake() {
+func (s *Subscription) wake() {
 	select {
 	case s.woken <- struct{}{}:
 	default:
 	}
 }
 
-// grant is a key granted to a waiting hold by a release, as its message
+// Grant is a key granted to a waiting hold by a release, as its message
 // tells: the lock key and its new fencing token.
-type grant struct {
-	key   string
-	token int64
+type Grant struct {
+	Key   string
+	Token int64
 }
 
 // grant records the grant of key to s's hold, with token (the message's
 // text), and wakes its waiter.
-func (s *subscription) grant(key, token string) {
+func (s *Subscription) grant(key, token string) {
 	t, err := strconv.ParseInt(token, 10, 64)
 	if err != nil {
 		// Not a message of ours: the next attempt finds what it is.
 		t = 0
 	}
-	s.granted.Store(&grant{key: key, token: t})
+	s.granted.Store(&Grant{Key: key, Token: t})
 	s.wake()
 }
 
-// grantedKey returns the grant to s's hold that came since it last said so,
+// GrantedKey returns the grant to s's hold that came since it last said so,
 // if one did.
-func (s *subscription) grantedKey() (grant, bool) {
+func (s *Subscription) GrantedKey() (Grant, bool) {
 	if s == nil {
-		return grant{}, false
+		return Grant{}, false
 	}
 	g := s.granted.Swap(nil)
 	if g == nil {
-		return grant{}, false
+		return Grant{}, false
 	}
 	return *g, true
 }
 
-// wakeups returns the channel that receives when a key of s may be free.
-func (s *subscription) wakeups() <-chan struct{} {
+// Wakeups returns the channel that receives when a key of s may be free.
+func (s *Subscription) Wakeups() <-chan struct{} {
 	if s == nil {
 		return nil
 	}
 	return s.woken
 }
 
-func (s *subscription) close() {
+func (s *Subscription) Close() {
 	if s == nil {
 		return
 	}
-	ws := s.ws
-	ws.mu.Lock()
+	hub := s.hub
+	hub.mu.Lock()
 	touched := map[*listener]bool{}
 	for i, ln := range s.joined {
 		key := s.keys[i]
@@ -111,8 +111,8 @@ func (s *subscription) close() {
 		}
 	}
 	s.joined = nil
-	ws.mu.Unlock()
+	hub.mu.Unlock()
 	for ln := range touched {
-		ws.sendSubscriptions(context.Background(), ln)
+		hub.sendSubscriptions(context.Background(), ln)
 	}
 }

@@ -1,4 +1,4 @@
-package batchlock
+package handoff
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 // a waiter still polls, so a slow confirmation costs latency, not safety.
 const confirmTimeout = time.Second
 
-// waiters lets waiting calls hear of releases. Channels (one per lock key, as
+// Hub lets waiting calls hear of releases. Channels (one per lock key, as
 // release.lua announces them) are shared by every waiter of the Client and
 // kept while one listens, on one sharded pub/sub connection per slot: after a
 // reconnect go-redis subscribes again to all the channels of a connection in
 // one SSUBSCRIBE, which the server refuses unless they share a slot. A waiter
 // listens to the keys of one group, so to one slot, at a time.
-type waiters struct {
-	c *Client
+type Hub struct {
+	cfg Config
 
 	mu        sync.Mutex
 	closed    bool
@@ -34,18 +34,18 @@ type waiters struct {
 type listener struct {
 	slot     int
 	ps       *redis.PubSub
-	channels map[string]*channel // wanted, guarded by waiters.mu
+	channels map[string]*channel // wanted, guarded by Hub.mu
 
-	// sending sends (un)subscriptions one at a time, outside waiters.mu, and
+	// sending sends (un)subscriptions one at a time, outside Hub.mu, and
 	// sent is what it last asked the server for.
 	sending sync.Mutex
 	sent    map[string]bool
 	started bool
-	dropped bool // taken out of use; guarded by waiters.mu
+	dropped bool // taken out of use; guarded by Hub.mu
 	// leaving counts, per channel, the unsubscriptions sent whose reply
 	// has not come yet, so that the reply to one is not taken for the
 	// server dropping a channel subscribed to again meanwhile; guarded by
-	// waiters.mu.
+	// Hub.mu.
 	leaving map[string]int
 }
 
@@ -53,40 +53,56 @@ type listener struct {
 // subscriptions.
 type channel struct {
 	confirmed chan struct{} // closed once the server confirmed the subscription
-	subs      map[*subscription]struct{}
+	subs      map[*Subscription]struct{}
 }
 
-func newWaiters(c *Client) *waiters {
-	return &waiters{c: c, listeners: make(map[int]*listener)}
+// Config is what a Hub needs of the deployment it listens to.
+type Config struct {
+	// Disabled makes every subscription one that is never woken: its
+	// waiter polls (WithoutPubSub).
+	Disabled bool
+	// Slot is the slot of a lock key, whose listener hears of it.
+	Slot func(key string) int
+	// PubSub returns a pub/sub client not yet connected, whose first
+	// subscription picks the node that serves its slot.
+	PubSub func() *redis.PubSub
+	// Reload asks for the map of slots to be read again, after a listener
+	// was dropped by the server (its slot moved).
+	Reload func()
 }
 
-// subscribe listens, for the waiting hold, for the hand-off or release of
+// New returns a Hub with no listener yet; Close ends it.
+func New(cfg Config) *Hub {
+	return &Hub{cfg: cfg, listeners: make(map[int]*listener)}
+}
+
+// Subscribe listens, for the waiting hold, for the hand-off or release of
 // keys (lock keys), and returns once the servers confirmed it, or after
 // confirmTimeout, or when ctx is done. Without pub/sub it returns a
 // subscription that is never woken: its waiter polls.
-func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *subscription {
-	s := &subscription{ws: ws, hold: hold, keys: keys, woken: make(chan struct{}, 1)}
-	if !ws.c.cfg.pubsub {
+func (hub *Hub) Subscribe(ctx context.Context, hold string, keys []string) *Subscription {
+	s := &Subscription{hub: hub, hold: hold, keys: keys, woken: make(chan struct{}, 1)}
+	if hub.cfg.Disabled {
 		return s
 	}
 	var pending []chan struct{}
 	touched := map[*listener]bool{}
-	ws.mu.Lock()
-	if ws.closed {
-		ws.mu.Unlock()
+	hub.mu.Lock()
+	if hub.closed {
+		hub.mu.Unlock()
 		return s
 	}
 	for _, key := range keys {
-		slot := ws.c.deployment.slot(key)
-		ln := ws.listeners[slot]
+		slot := hub.cfg.Slot(key)
+		ln := hub.listeners[slot]
 		if ln == nil {
-			ln = &listener{slot: slot, ps: ws.c.deployment.pubSub(), channels: make(map[string]*channel),
+			ln = &listener{slot: slot, ps: hub.cfg.PubSub(), channels: make(map[string]*channel),
 				sent: make(map[string]bool), leaving: make(map[string]int)}
-			ws.listeners[slot] = ln
+			hub.listeners[slot] = ln
 		}
 		ch := ln.channels[key]
 		if ch == nil {
-			ch = &channel{confirmed: make(chan struct{}), subs: make(map[*subscription]struct{})}
+			ch = &channel{confirmed: make(chan struct{}), subs: make(map[*Subscription]struct{})}
 			ln.channels[key] = ch
 		}
 		ch.subs[s] = struct{}{}
@@ -94,9 +110,9 @@ func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *s
 		pending = append(pending, ch.confirmed)
 		touched[ln] = true
 	}
-	ws.mu.Unlock()
+	hub.mu.Unlock()
 	for ln := range touched {
-		ws.sendSubscriptions(ctx, ln)
+		hub.sendSubscriptions(ctx, ln)
 	}
 
 	t := time.NewTimer(confirmTimeout)
@@ -107,11 +123,11 @@ func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *s
 		case <-t.C:
 			// The connection may be on a node that no longer serves
 			// the slot: the next waiter starts a fresh one.
-			ws.mu.Lock()
+			hub.mu.Lock()
 			if !s.broken {
-				ws.drop(s.joined[i])
+				hub.drop(s.joined[i])
 			}
-			ws.mu.Unlock()
+			hub.mu.Unlock()
 			return s
 		case <-ctx.Done():
 			return s
@@ -124,10 +140,10 @@ func (ws *waiters) subscribe(ctx context.Context, hold string, keys []string) *s
 // sendSubscriptions makes ln's subscriptions on the server what its channels want, and
 // starts its reader after its first subscription. A listener left with no
 // channel is closed.
-func (ws *waiters) sendSubscriptions(ctx context.Context, ln *listener) {
+func (hub *Hub) sendSubscriptions(ctx context.Context, ln *listener) {
 	ln.sending.Lock()
 	defer ln.sending.Unlock()
-	ws.mu.Lock()
+	hub.mu.Lock()
 	var add, drop []string
 	for key := range ln.channels {
 		if !ln.sent[key] {
@@ -142,10 +158,10 @@ func (ws *waiters) sendSubscriptions(ctx context.Context, ln *listener) {
 	empty := len(ln.channels) == 0 && !ln.dropped
 	if empty {
 		ln.dropped = true
-		delete(ws.listeners, ln.slot)
+		delete(hub.listeners, ln.slot)
 	}
-	skip := ws.closed || (ln.dropped && !empty)
-	ws.mu.Unlock()
+	skip := hub.closed || (ln.dropped && !empty)
+	hub.mu.Unlock()
 	if skip {
 		return
 	}
@@ -160,43 +176,43 @@ func (ws *waiters) sendSubscriptions(ctx context.Context, ln *listener) {
 		}
 	}
 	if len(drop) > 0 {
-		ws.mu.Lock()
+		hub.mu.Lock()
 		for _, key := range drop {
 			ln.leaving[key]++
 		}
-		ws.mu.Unlock()
+		hub.mu.Unlock()
 		if err := ln.ps.SUnsubscribe(context.WithoutCancel(ctx), drop...); err != nil {
 			// Not sent: no reply will come for it.
-			ws.mu.Lock()
+			hub.mu.Lock()
 			for _, key := range drop {
 				if ln.leaving[key]--; ln.leaving[key] <= 0 {
 					delete(ln.leaving, key)
 				}
 			}
-			ws.mu.Unlock()
+			hub.mu.Unlock()
 		}
 		for _, key := range drop {
 			delete(ln.sent, key)
 		}
 	}
-	ws.mu.Lock()
-	start := !ln.started && !ws.closed
+	hub.mu.Lock()
+	start := !ln.started && !hub.closed
 	if start {
 		ln.started = true
-		ws.wg.Add(1)
+		hub.wg.Add(1)
 	}
-	ws.mu.Unlock()
+	hub.mu.Unlock()
 	if start {
-		go ws.listen(ln)
+		go hub.listen(ln)
 	}
 }
 
 // listen hands the messages of one connection to the subscriptions waiting on
 // their channel. It ends when the connection is closed.
-func (ws *waiters) listen(ln *listener) {
-	defer ws.wg.Done()
+func (hub *Hub) listen(ln *listener) {
+	defer hub.wg.Done()
 	for msg := range ln.ps.ChannelWithSubscriptions() {
-		ws.mu.Lock()
+		hub.mu.Lock()
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			ch := ln.channels[m.Channel]
@@ -217,7 +233,7 @@ func (ws *waiters) listen(ln *listener) {
 				// The server dropped a channel that is still wanted: its
 				// slot moved (a failover, a migration). Its waiters try
 				// again now and subscribe afresh, on the slot's new master.
-				ws.drop(ln)
+				hub.drop(ln)
 			}
 		case *redis.Message:
 			// A grant names the one waiter it is for, and so does a call
@@ -237,44 +253,45 @@ func (ws *waiters) listen(ln *listener) {
 				}
 			}
 		}
-		ws.mu.Unlock()
+		hub.mu.Unlock()
 	}
 }
 
 // drop takes ln out of use and wakes its waiters, whose subscriptions no
-// longer cover their keys; called with ws.mu held.
-func (ws *waiters) drop(ln *listener) {
-	if ln.dropped || ws.closed {
+// longer cover their keys; called with hub.mu held.
+func (hub *Hub) drop(ln *listener) {
+	if ln.dropped || hub.closed {
 		return
 	}
 	ln.dropped = true
-	delete(ws.listeners, ln.slot)
+	delete(hub.listeners, ln.slot)
 	for _, ch := range ln.channels {
 		for s := range ch.subs {
 			s.broken = true
 			s.wake()
 		}
 	}
-	ws.c.deployment.reloadSlots()
-	ws.wg.Go(func() { _ = ln.ps.Close() })
+	hub.cfg.Reload()
+	hub.wg.Go(func() { _ = ln.ps.Close() })
 }
 
-func (ws *waiters) close() error {
-	ws.mu.Lock()
-	if ws.closed {
-		ws.mu.Unlock()
+// Close ends every listener and waits for their readers.
+func (hub *Hub) Close() error {
+	hub.mu.Lock()
+	if hub.closed {
+		hub.mu.Unlock()
 		return nil
 	}
-	ws.closed = true
-	listeners := ws.listeners
-	ws.listeners = nil
-	ws.mu.Unlock()
+	hub.closed = true
+	listeners := hub.listeners
+	hub.listeners = nil
+	hub.mu.Unlock()
 	var err error
 	for _, ln := range listeners {
 		if e := ln.ps.Close(); e != nil && err == nil {
 			err = e
 		}
 	}
-	ws.wg.Wait()
+	hub.wg.Wait()
 	return err
 }

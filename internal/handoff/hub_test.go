@@ -1,11 +1,14 @@
-package batchlock
+package handoff
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
@@ -16,30 +19,31 @@ import (
 // again.
 func TestWaitersOwnUnsubscriptionIsNoDrop(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
-	c, err := New(rdb)
-	require.NoError(t, err)
-	defer c.Close()
+	hub := New(Config{Slot: hashtag.Slot, PubSub: func() *redis.PubSub { return rdb.SSubscribe(context.Background()) }, Reload: func() {}})
+	defer hub.Close()
 	ctx := t.Context()
 	// A waiter on another key keeps the listener of the slot open.
-	other := c.waiters.subscribe(ctx, "h:other", []string{"k2"})
-	require.True(t, other.active())
-	defer other.close()
+	other := hub.Subscribe(ctx, "h:other", []string{"k2"})
+	require.True(t, other.Active())
+	defer other.Close()
 	for round := range 50 {
-		first := c.waiters.subscribe(ctx, "h:first", []string{"k"})
-		require.True(t, first.active(), "round %d: the first waiter listens", round)
-		first.close()
-		second := c.waiters.subscribe(ctx, "h:second", []string{"k"})
-		require.True(t, second.active(), "round %d: the second waiter listens", round)
+		first := hub.Subscribe(ctx, "h:first", []string{"k"})
+		require.True(t, first.Active(), "round %d: the first waiter listens", round)
+		first.Close()
+		second := hub.Subscribe(ctx, "h:second", []string{"k"})
+		require.True(t, second.Active(), "round %d: the second waiter listens", round)
 		require.NoError(t, rdb.SPublish(ctx, "k", "h:second").Err())
 		select {
-		case <-second.wakeups():
+		case <-second.Wakeups():
 		case <-time.After(2 * time.Second):
 			t.Fatalf("round %d: the second waiter was not woken", round)
 		}
-		c.waiters.mu.Lock()
+		hub.mu.Lock()
 		broken := second.broken
-		c.waiters.mu.Unlock()
+		hub.mu.Unlock()
 		require.False(t, broken, "round %d: the listener was dropped", round)
-		second.close()
+		second.Close()
 	}
 }
+
+func TestMain(m *testing.M) { wiretest.Main(m) }
