@@ -3,6 +3,7 @@ package batchlock
 import (
 	"time"
 
+	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/script"
 )
 
@@ -51,8 +52,8 @@ func (c *lockConfig) validate() error {
 
 // validateTTL checks a fixed lease, WithTTL's or Extend's.
 func validateTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return invalid("ttl %v must be at least 1ms", ttl)
+	if err := lease.Check(ttl); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }

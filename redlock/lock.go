@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/lifetime"
 )
 
@@ -95,8 +96,8 @@ func (l *Lock) Tokens(key string) []int64 {
 // left, as for taking the lock; deployments that found the keys no longer
 // held lose their part of the lock (batchlock.ErrNotHeld among the errors).
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return invalid("ttl %v must be at least 1ms", ttl)
+	if err := lease.Check(ttl); err != nil {
+		return invalid("%v", err)
 	}
 	if err := l.Err(); err != nil {
 		return err

@@ -2,7 +2,22 @@
 // redlock share.
 package lease
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
+
+// Shortest is the shortest lease a lock can be given: Redis counts leases
+// in milliseconds.
+const Shortest = time.Millisecond
+
+// Check says why ttl cannot be a lock's lease, or returns nil.
+func Check(ttl time.Duration) error {
+	if ttl < Shortest {
+		return fmt.Errorf("ttl %v must be at least %v", ttl, Shortest)
+	}
+	return nil
+}
 
 // Enough reports whether a lock whose lease is lease, with left of it still
 // to run, may be handed to its caller. At least half must be left: a renewed

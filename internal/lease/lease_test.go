@@ -75,3 +75,16 @@ func TestRenewalRhythm(t *testing.T) {
 		}
 	}
 }
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		ttl time.Duration
+		ok  bool
+	}{
+		{-time.Second, false}, {0, false}, {time.Microsecond, false}, {time.Millisecond, true}, {time.Minute, true},
+	} {
+		if err := Check(tc.ttl); (err == nil) != tc.ok {
+			t.Errorf("Check(%v) = %v, want ok %v", tc.ttl, err, tc.ok)
+		}
+	}
+}
