@@ -142,7 +142,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 	if err != nil {
 		// The groups may or may not be held.
 		out.unknown = append(out.unknown, at...)
-		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, err)
+		return nil, cl.Describe(context.Background(), err)
 	}
 	switch r.Status {
 	case wire.AcquireGranted:
@@ -186,7 +186,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 		// A rollback overtook this acquire: the groups may or may not be
 		// held.
 		out.unknown = append(out.unknown, at...)
-		return nil, script.Describe(context.Background(), "batchlock: acquire", cl, errors.New("a rollback overtook it"))
+		return nil, cl.Describe(context.Background(), errors.New("a rollback overtook it"))
 	}
 	return nil, nil
 }

@@ -229,7 +229,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 		Read: func(cl *script.Call, at []int) ([]int, error) {
 			r, err := wire.DecodeForce(cl.Reply.Val(), len(at))
 			if err != nil {
-				return nil, script.Describe(ctx, "batchlock: force unlock", cl, err)
+				return nil, cl.Describe(ctx, err)
 			}
 			var away []int
 			for _, k := range r.Elsewhere {

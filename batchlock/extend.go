@@ -94,7 +94,7 @@ func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack
 			segs := segmentsBy(lockOf, in)
 			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
 			if err != nil {
-				return nil, script.Describe(ctx, "batchlock: extend", cl, err)
+				return nil, cl.Describe(ctx, err)
 			}
 			mu.Lock()
 			defer mu.Unlock()

@@ -76,7 +76,7 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 			segs := segmentsBy(lockOf, at)
 			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs))
 			if err != nil {
-				return nil, script.Describe(ctx, "batchlock: release", cl, err)
+				return nil, cl.Describe(ctx, err)
 			}
 			if lists == nil {
 				return nil, nil // every key released

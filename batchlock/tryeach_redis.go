@@ -129,12 +129,12 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 		case int64(wire.AcquireElsewhere):
 			return at, nil
 		case int64(wire.AcquireCancelled):
-			return nil, script.Describe(context.Background(), "batchlock: try each", cl, errors.New("a rollback overtook it"))
+			return nil, cl.Describe(context.Background(), errors.New("a rollback overtook it"))
 		}
 	}
 	segs := segmentsBy(lockOf, at)
 	if len(vals) != len(segs) {
-		return nil, script.Describe(context.Background(), "batchlock: try each", cl, fmt.Errorf("unexpected reply %v", vals))
+		return nil, cl.Describe(context.Background(), fmt.Errorf("unexpected reply %v", vals))
 	}
 	var again []int
 	tookSome := false
@@ -144,7 +144,7 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 		list, _ := vals[n].([]any)
 		r, err := wire.DecodeAcquire(list)
 		if err != nil {
-			return nil, script.Describe(context.Background(), "batchlock: try each", cl, err)
+			return nil, cl.Describe(context.Background(), err)
 		}
 		switch r.Status {
 		case wire.AcquireGranted:
@@ -173,7 +173,7 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 		case wire.AcquireUpgrade:
 			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(r.Key))
 		default:
-			return nil, script.Describe(context.Background(), "batchlock: try each", cl, fmt.Errorf("unexpected reply %v", list))
+			return nil, cl.Describe(context.Background(), fmt.Errorf("unexpected reply %v", list))
 		}
 	}
 	if tookSome && !ack.Acknowledged(cl) {

@@ -1,6 +1,7 @@
 package script
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,7 +23,13 @@ type Call struct {
 
 	Reply *redis.Cmd // the reply or error of the last attempt
 	Acks  int64      // replicas that acknowledged it, when asked; -1 when unknown
+
+	step string // its batch's Step
 }
+
+// Describe explains err, which the call met, in the words of its batch's
+// Step (see the function Describe): for a Read that finds its reply wrong.
+func (c *Call) Describe(ctx context.Context, err error) error { return Describe(ctx, c.step, c, err) }
 
 // route is the key whose master receives c.
 func (c *Call) route() string {

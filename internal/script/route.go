@@ -151,7 +151,7 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 		calls := make([]*Call, len(work))
 		for i, p := range work {
 			first := b.Parts[p.parts[0]]
-			calls[i] = &Call{Slot: first.Slot, Route: first.Route, Args: b.Args(p.parts), Addr: p.addr, Asking: p.asking}
+			calls[i] = &Call{Slot: first.Slot, Route: first.Route, Args: b.Args(p.parts), Addr: p.addr, Asking: p.asking, step: b.Step}
 			if p.declare {
 				calls[i].Keys = []string{first.Route}
 			}

@@ -2,6 +2,7 @@ package script
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -191,4 +192,25 @@ func TestRouteSettlesMastersApart(t *testing.T) {
 	results := <-returned
 	assert.Len(t, results, 3)
 	assert.Equal(t, map[int]int{0: 1, 1: 1, 2: 1}, settled, "every part settled once")
+}
+
+// A Read that finds its reply wrong describes it through the call, in the
+// words of the batch's step.
+func TestReadDescribesWithTheStep(t *testing.T) {
+	sender := senderFunc(func(ctx context.Context, calls []*Call) {
+		for _, c := range calls {
+			c.Reply = redis.NewCmd(ctx)
+			c.Reply.SetVal("nonsense")
+		}
+	})
+	r := NewWith(sender, func(context.Context, string) (string, error) { return "m", nil }, nil)
+	results := r.Route(t.Context(), Batch{
+		Step: "batchlock: test", Parts: []Part{{Slot: 7, Route: "k", Keys: 1}},
+		Args: func([]int) []any { return nil },
+		Read: func(c *Call, _ []int) ([]int, error) {
+			return nil, c.Describe(t.Context(), errors.New("unexpected reply nonsense"))
+		},
+	})
+	require.Len(t, results, 1)
+	assert.EqualError(t, results[0].Err, "batchlock: test: slot 7: unexpected reply nonsense")
 }
