@@ -426,7 +426,7 @@ func TestAdminHeldAndForceUnlock(t *testing.T) {
 	released, err := c.ForceUnlock(ctx, keys[3], "nobody")
 	require.NoError(t, err)
 	assert.Equal(t, []batchlock.Released{
-		{HeldKey: batchlock.HeldKey{Key: keys[3], Holders: []string{"order-9"}, Holds: 1, Token: outer.Token(keys[3])}, Held: true},
+		{HeldKey: batchlock.HeldKey{Key: keys[3], Holders: []string{"order-9"}, Holds: 1, Waiting: 1, Token: outer.Token(keys[3])}, Held: true},
 		{HeldKey: batchlock.HeldKey{Key: "nobody"}},
 	}, released)
 	select {

@@ -261,7 +261,7 @@ func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
 	require.NoError(t, g1.Unlock(ctx))
 	l := <-got
 	require.NotNil(t, l)
-	assert.Equal(t, waiter, l.Owner())
+	assert.Equal(t, waiter, []string{l.Owner()})
 	assert.Greater(t, l.Token(x), held.Token(x))
 	assert.Greater(t, time.Until(l.ValidUntil()), leaseLen/2)
 	require.NoError(t, l.Unlock(ctx))
