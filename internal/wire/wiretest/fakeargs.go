@@ -1,0 +1,121 @@
+package wiretest
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batchlock/batchlock/internal/script"
+)
+
+// How Fake reads the scripts' arguments (see their headers).
+
+// KeysIn counts the lock keys a call of the script name carries.
+func KeysIn(name string, c *script.Call) int {
+	switch name {
+	case "acquire":
+		n := 0
+		for _, sl := range acquireSlots(c) {
+			n += len(sl.keys)
+		}
+		return n
+	case "release":
+		n := 0
+		for _, r := range releaseLocks(c) {
+			n += len(r.keys)
+		}
+		return n
+	case "extend":
+		n := 0
+		for i := 0; i < len(c.Args); i += 3 + c.Args[i+2].(int) {
+			n += c.Args[i+2].(int)
+		}
+		return n
+	}
+	return len(c.Args)
+}
+
+// firstLockKey is the first lock key a call carries, for the log.
+func (f *Fake) firstLockKey(name string, c *script.Call) string {
+	switch name {
+	case "acquire":
+		return acquireSlots(c)[0].keys[0]
+	case "release":
+		// A call may carry cancel marks only.
+		for _, r := range releaseLocks(c) {
+			if len(r.keys) > 0 {
+				return r.keys[0]
+			}
+		}
+		return c.Args[5].(string)
+	case "extend":
+		return c.Args[3].(string)
+	}
+	return c.Args[0].(string)
+}
+
+// ms reads a number of milliseconds, as the scripts take it.
+func ms(v any) time.Duration {
+	switch n := v.(type) {
+	case int64:
+		return time.Duration(n) * time.Millisecond
+	case string:
+		i, _ := strconv.ParseInt(n, 10, 64)
+		return time.Duration(i) * time.Millisecond
+	}
+	panic("not a number of milliseconds")
+}
+
+// releaseLock is one lock's share of a release call (see release.lua).
+type releaseLock struct {
+	owner, hold string
+	remember    time.Duration
+	marks, keys []string
+}
+
+// releaseLocks reads the locks of a release call's arguments.
+func releaseLocks(c *script.Call) []releaseLock {
+	var out []releaseLock
+	for i := 0; i < len(c.Args); {
+		m, n := c.Args[i+3].(int), c.Args[i+4].(int)
+		r := releaseLock{owner: c.Args[i].(string), hold: c.Args[i+1].(string), remember: ms(c.Args[i+2])}
+		for _, a := range c.Args[i+5 : i+5+m] {
+			r.marks = append(r.marks, a.(string))
+		}
+		for _, a := range c.Args[i+5+m : i+5+m+n] {
+			r.keys = append(r.keys, a.(string))
+		}
+		out = append(out, r)
+		i += 5 + m + n
+	}
+	return out
+}
+
+// SlotsIn counts the slots of an acquire call.
+func SlotsIn(c *script.Call) int { return len(acquireSlots(c)) }
+
+// acquireSlot is one slot of an acquire call: its fencing counter and keys.
+type acquireSlot struct {
+	fence string
+	keys  []string
+}
+
+// acquireSlots reads the slots of an acquire call's arguments (see
+// acquire.lua: a mode ending in "s" has each slot's modes after its count).
+func acquireSlots(c *script.Call) []acquireSlot {
+	modes := 0
+	if strings.HasSuffix(c.Args[3].(string), "s") {
+		modes = 1
+	}
+	var out []acquireSlot
+	for i := 6; i < len(c.Args); {
+		n := c.Args[i+1].(int)
+		sl := acquireSlot{fence: c.Args[i].(string)}
+		for _, a := range c.Args[i+2+modes : i+2+modes+n] {
+			sl.keys = append(sl.keys, a.(string))
+		}
+		out = append(out, sl)
+		i += 2 + modes + n
+	}
+	return out
+}
