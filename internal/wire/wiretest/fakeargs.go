@@ -27,8 +27,8 @@ func KeysIn(name string, c *script.Call) int {
 		return n
 	case "extend":
 		n := 0
-		for i := 0; i < len(c.Args); i += 3 + c.Args[i+2].(int) {
-			n += c.Args[i+2].(int)
+		for _, e := range extendLocks(c) {
+			n += len(e.keys)
 		}
 		return n
 	}
@@ -87,6 +87,24 @@ func releaseLocks(c *script.Call) []releaseLock {
 		}
 		out = append(out, r)
 		i += 5 + m + n
+	}
+	return out
+}
+
+// extendLock is one lock's share of an extend call (see extend.lua).
+type extendLock struct {
+	hold string
+	ttl  time.Duration
+	keys []any
+}
+
+// extendLocks reads the locks of an extend call's arguments.
+func extendLocks(c *script.Call) []extendLock {
+	var out []extendLock
+	for i := 0; i < len(c.Args); {
+		n := c.Args[i+2].(int)
+		out = append(out, extendLock{hold: c.Args[i].(string), ttl: ms(c.Args[i+1]), keys: c.Args[i+3 : i+3+n]})
+		i += 3 + n
 	}
 	return out
 }

@@ -56,20 +56,18 @@ func (f *Fake) run(name string, c *script.Call) []any {
 		return out
 	case "extend":
 		var out []any
-		for i := 0; i < len(c.Args); {
-			hold, ttl, n := c.Args[i].(string), ms(c.Args[i+1]), c.Args[i+2].(int)
+		for _, e := range extendLocks(c) {
 			lost := []any{}
-			for _, a := range c.Args[i+3 : i+3+n] {
+			for _, a := range e.keys {
 				key := a.(string)
 				k := f.live(key, now)
-				if k == nil || k.holds[hold].IsZero() {
+				if k == nil || k.holds[e.hold].IsZero() {
 					lost = append(lost, key)
 					continue
 				}
-				k.holds[hold] = maxTime(k.holds[hold], now.Add(ttl))
+				k.holds[e.hold] = maxTime(k.holds[e.hold], now.Add(e.ttl))
 			}
 			out = append(out, lost, []any{})
-			i += 3 + n
 		}
 		return out
 	case "force":
@@ -110,10 +108,8 @@ func (f *Fake) notHere(name string, c *script.Call) []any {
 		return out
 	case "extend":
 		var out []any
-		for i := 0; i < len(c.Args); {
-			n := c.Args[i+2].(int)
-			out = append(out, []any{}, c.Args[i+3:i+3+n])
-			i += 3 + n
+		for _, e := range extendLocks(c) {
+			out = append(out, []any{}, e.keys)
 		}
 		return out
 	case "force":
