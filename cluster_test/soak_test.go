@@ -164,19 +164,7 @@ var soakGroups = [][]string{
 func (s *soak) checkHistory() []string {
 	s.mu.Lock()
 	h := &history{Seed: s.hist.Seed, Began: s.hist.Began, Ops: slices.Clone(s.hist.Ops)}
-	for _, ev := range s.faults {
-		if ev.slots == nil {
-			continue
-		}
-		var keys []string
-		for _, k := range s.keys {
-			slot := hashtag.Slot(s.prefix + k)
-			if slices.ContainsFunc(ev.slots, func(r [2]int) bool { return slot >= r[0] && slot <= r[1] }) {
-				keys = append(keys, k)
-			}
-		}
-		h.Ops = append(h.Ops, historyOp{Kind: opFailover, Keys: keys, Call: h.at(ev.at.Add(-excusable)), Return: h.at(ev.until)})
-	}
+	h.addFailovers(s.prefix, s.faults)
 	s.mu.Unlock()
 	dir := ""
 	v := h.check(soakGroups, "")
@@ -201,6 +189,31 @@ func (s *soak) checkHistory() []string {
 		s.say("violation: %s", p)
 	}
 	return out
+}
+
+// addFailovers adds a failover op for each fault that lost a master, over
+// every key of the history in the slots it served: the keys the history
+// holds, not the soak's list of keys, which leaves out the promotions.
+func (h *history) addFailovers(prefix string, faults []faultEvent) {
+	held := map[string]bool{}
+	for _, op := range h.Ops {
+		for _, k := range op.Keys {
+			held[k] = true
+		}
+	}
+	for _, ev := range faults {
+		if ev.slots == nil {
+			continue
+		}
+		var keys []string
+		for _, k := range slices.Sorted(maps.Keys(held)) {
+			slot := hashtag.Slot(prefix + k)
+			if slices.ContainsFunc(ev.slots, func(r [2]int) bool { return slot >= r[0] && slot <= r[1] }) {
+				keys = append(keys, k)
+			}
+		}
+		h.Ops = append(h.Ops, historyOp{Kind: opFailover, Keys: keys, Call: h.at(ev.at.Add(-excusable)), Return: h.at(ev.until)})
+	}
 }
 
 // clockMade reports whether keys, a partition porcupine found illegal,
