@@ -18,7 +18,8 @@ type eachPart struct {
 }
 
 // acquire tries the admitted baskets, one call per master for all of
-// them, and returns, per basket, which of its groups it now holds. A basket
+// them, and returns, per basket, which of its groups it may now hold: those
+// a reply said it took, and those of a call whose reply was lost. A basket
 // refused on any master is refused.
 func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	c := t.c
@@ -26,6 +27,10 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	var of []eachPart
 	var lockOf []int // the basket of parts[j]
 	held := make([][]bool, len(t.locks))
+	// tried are the parts sent before: a call sent again after a lost
+	// reply may find the keys that call took for the same hold, so it
+	// reads them (wire.ModeFirst) rather than refuse them unread.
+	var tried []bool
 	var first *Lock // an admitted basket: its lease and acknowledgement are every basket's
 	for i, l := range t.locks {
 		if t.refused[i] {
@@ -39,6 +44,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 			parts = append(parts, script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)})
 			of = append(of, eachPart{i, gi})
 			lockOf = append(lockOf, i)
+			tried = append(tried, false)
 		}
 	}
 	if len(parts) == 0 {
@@ -53,7 +59,12 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 		Parts:  parts,
 		Ack:    first.ack,
 		Args: func(at []int) []any {
-			return t.args(parts, of, lockOf, at, leaseMs)
+			again := false
+			for _, j := range at {
+				again = again || tried[j]
+				tried[j] = true
+			}
+			return t.args(parts, of, lockOf, at, leaseMs, again)
 		},
 		Read: func(cl *script.Call, at []int) ([]int, error) {
 			return t.read(cl, of, lockOf, at, held, refused, first.ack)
@@ -67,6 +78,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 				marked[mark] = true
 				t.marks = append(t.marks, mark)
 			}
+			held[of[j].lock][of[j].group] = true
 		}
 		if r.Err != nil && err == nil {
 			err = r.Err
@@ -87,8 +99,9 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 }
 
 // args are the arguments of tryeach.lua for the parts at (ascending): the
-// parts of one basket are consecutive.
-func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, leaseMs int64) []any {
+// parts of one basket are consecutive. again says that some of them were
+// sent before.
+func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, leaseMs int64, again bool) []any {
 	shared := false
 	n := 3
 	for _, j := range at {
@@ -97,7 +110,7 @@ func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, le
 		n += 3 + len(g.keys)
 	}
 	mode := wire.ModeFirst
-	if t.fresh {
+	if t.fresh && !again {
 		mode = wire.ModeFresh
 	}
 	if shared {
@@ -182,8 +195,10 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 	return again, nil
 }
 
-// giveBack releases what the baskets refused on some master took on the
-// others, one call per master for all of them.
+// giveBack releases what the baskets refused on some master took, or may
+// have taken, on the others, one call per master for all of them, and sets
+// the call's cancel marks, so that a call of unknown outcome still in
+// flight (a frozen master) cannot take them after.
 func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
 	var back []releasing
 	for i, groups := range held {
@@ -203,6 +218,7 @@ func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
 	if len(back) == 0 {
 		return nil
 	}
+	back[0].marks = t.marks
 	if err := t.c.releaseAsideAll(ctx, back); err != nil {
 		return fmt.Errorf("%w: could not give back what refused baskets took: %w", ErrNotObtained, errprefix.Inner(err))
 	}

@@ -2,14 +2,18 @@ package batchlock
 
 import (
 	"context"
+	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/batchlock/batchlock/internal/wire"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
@@ -254,4 +258,122 @@ func TestTryEachUpgradeFailsTheCall(t *testing.T) {
 	require.Len(t, held, 1, "only the reader's key is held")
 	assert.Equal(t, "k", held[0].Key)
 	require.NoError(t, reader.Unlock(ctx))
+}
+
+// tryEachFault is a go-redis hook on the pipelines that run tryeach.lua by
+// its digest. The first one's reply is lost once it ran, as after a read
+// timeout; or, with between set, the first one is held back (its caller
+// hears nothing) and runs after the next one, once between has run, as the
+// request a frozen master runs late.
+type tryEachFault struct {
+	between func()
+
+	mu    sync.Mutex
+	calls int
+	held  []redis.Cmder
+}
+
+func (h *tryEachFault) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tryEachFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *tryEachFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
+			args := c.Args()
+			return len(args) > 1 && args[0] == "evalsha" && args[1] == wire.TryEachScript.Hash()
+		}) {
+			return next(ctx, cmds)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.calls++
+		switch {
+		case h.calls == 1 && h.between != nil:
+			h.held = cmds
+		case h.calls == 1:
+			_ = next(ctx, cmds)
+		case h.calls == 2 && h.between != nil:
+			err := next(ctx, cmds)
+			h.between()
+			_ = next(ctx, h.held)
+			return err
+		default:
+			return next(ctx, cmds)
+		}
+		for _, c := range cmds {
+			c.SetErr(io.ErrUnexpectedEOF)
+		}
+		return io.ErrUnexpectedEOF
+	}
+}
+
+// A TryEach call whose reply was lost is sent again; the second run finds
+// the keys the first run took for the same baskets, and keeps them: each
+// basket is taken, with the first run's tokens. A basket refused by
+// another owner gives back what the lost run may have taken, so nothing of
+// it is left held once the call returns.
+func TestTryEachAfterALostReply(t *testing.T) {
+	rdb := wiretest.ServerClient(t)
+	other, err := New(rdb, WithOwnerPrefix("other:"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	ctx := t.Context()
+	busy, err := other.Lock(ctx, []string{"busy"})
+	require.NoError(t, err)
+
+	require.NoError(t, wire.TryEachScript.Load(ctx, rdb).Err())
+	fault := &tryEachFault{}
+	rdb.AddHook(fault)
+	c, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	locks, err := c.TryEach(ctx, [][]string{{"a", "b"}, {"c", "busy"}, {"d"}})
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, c.Stats().Acquires, "the call was sent again")
+	require.Equal(t, []bool{true, false, true}, taken(locks), "refused only by the other owner's key")
+	for _, l := range []*Lock{locks[0], locks[2]} {
+		for _, k := range l.Keys() {
+			assert.Positive(t, l.Token(k), "%s has its token", k)
+		}
+	}
+	held, err := c.Held(ctx, "*")
+	require.NoError(t, err)
+	var keys []string
+	for _, h := range held {
+		keys = append(keys, h.Key)
+	}
+	assert.Equal(t, []string{"a", "b", "busy", "d"}, keys, "nothing of the refused basket is held")
+	require.NoError(t, c.UnlockEach(ctx, locks))
+	require.NoError(t, busy.Unlock(ctx))
+	held, err = c.Held(ctx, "*")
+	require.NoError(t, err)
+	assert.Empty(t, held)
+}
+
+// A TryEach call whose request the master runs late, after the call was
+// sent again, refused by another owner's key and that key released: the
+// late run takes the basket, and the give-back, which treats it as taken,
+// releases it, so nothing of the refused basket is left held.
+func TestTryEachAfterALateRun(t *testing.T) {
+	rdb := wiretest.ServerClient(t)
+	other, err := New(rdb, WithOwnerPrefix("other:"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	ctx := t.Context()
+	busy, err := other.Lock(ctx, []string{"busy"})
+	require.NoError(t, err)
+
+	require.NoError(t, wire.TryEachScript.Load(ctx, rdb).Err())
+	rdb.AddHook(&tryEachFault{between: func() { assert.NoError(t, busy.Unlock(ctx)) }})
+	c, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	locks, err := c.TryEach(ctx, [][]string{{"c", "busy"}})
+	require.NoError(t, err)
+	assert.Equal(t, []bool{false}, taken(locks), "refused by the other owner's key")
+	assert.Equal(t, 0, c.Stats().Held)
+	held, err := c.Held(ctx, "*")
+	require.NoError(t, err)
+	assert.Empty(t, held, "what the late run took is given back")
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -129,5 +130,46 @@ func TestTryEachTicksRace(t *testing.T) {
 	assert.Positive(t, taken)
 	assert.Positive(t, refused, "the SKUs are hot enough to meet")
 	t.Logf("%d baskets taken, %d refused", taken, refused)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+// A master that sleeps past the client's read timeout while a TryEach call
+// is on it: the call is sent again, and each run after the first finds the
+// keys the first took for the same baskets. A basket free but for that is
+// taken; one refused by another Client's key on another master holds
+// nothing once the call returns, there or on the sleeping master.
+func TestTryEachRidesOutALostReply(t *testing.T) {
+	cl := sharedCluster(t)
+	opts := cl.ClientOptions()
+	opts.ReadTimeout = 150 * time.Millisecond
+	rdb := redis.NewClusterClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, prefix := newLocker(t, rdb)
+	other := peerOf(t, newClient(t), prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys, masters := keysOnMasters(t, cl, prefix, "each-lost", 2, 2)
+	onA, onB := keys[:2], keys[2:]
+	busy, err := other.Lock(ctx, onB[:1])
+	require.NoError(t, err)
+	// A call before, so that each master knows the script by its digest:
+	// a call it does not know fails without running.
+	warm, err := c.TryEach(ctx, [][]string{{onA[1]}})
+	require.NoError(t, err)
+	require.NoError(t, c.UnlockEach(ctx, warm))
+
+	slept := sleepNode(t, cl, masters[0].Addr, 800*time.Millisecond)
+	before := c.Stats()
+	locks, err := c.TryEach(ctx, [][]string{{onA[0]}, {onA[1], onB[0]}})
+	require.NoError(t, err)
+	require.NoError(t, <-slept)
+	assert.Greater(t, c.Stats().Acquires-before.Acquires, uint64(2), "the call to the sleeping master was sent again")
+	require.NotNil(t, locks[0], "taken: the keys found were its own")
+	assert.Nil(t, locks[1], "refused by the other Client")
+	assert.Positive(t, locks[0].Token(onA[0]))
+	assert.Equal(t, []string{onA[0], onB[0]}, heldBy(t, c, keys...), "nothing of the refused basket is held")
+	assert.Greater(t, time.Until(locks[0].ValidUntil()), 15*time.Second)
+
+	require.NoError(t, c.UnlockEach(ctx, locks))
+	require.NoError(t, busy.Unlock(ctx))
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
