@@ -50,9 +50,11 @@ type Client struct {
 	lastRefusal atomic.Int64
 
 	// held are the locks handed out and not ended yet, so that ForceUnlock
-	// ends at once the ones it takes keys from.
-	heldMu sync.Mutex
-	held   map[*Lock]struct{}
+	// ends at once the ones it takes keys from, and Close the rest; none is
+	// added once heldClosed.
+	heldMu     sync.Mutex
+	held       map[*Lock]struct{}
+	heldClosed bool
 
 	// closing ends, with ErrClosed as its cause, when Close is called; the
 	// contexts of calls in flight end with it.
@@ -102,23 +104,26 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // returns the releases' errors (their keys then go at the end of their
 // lease). Close is idempotent; no goroutine of the Client outlives it.
 func (c *Client) Close() error {
-	// The locks held before calls stop too: one lost meanwhile, whose own
-	// release can no longer start, is released here.
-	held := c.heldLocks()
+	// Every lock held now, and none after: a call that would hand one out
+	// from now on rolls it back instead. One lost from now on, whose own
+	// release may not start (see letGo), is released here.
+	held := c.stopHolding()
 	if !c.calls.Close() {
 		return nil
 	}
 	c.stopCalls(ErrClosed)
 	c.calls.Wait()
-	released := c.releaseHeld(append(held, c.heldLocks()...))
+	released := c.releaseHeld(held)
 	c.watchdog.close()
 	return errors.Join(released, c.waiters.Close(), c.runner.Close())
 }
 
-// heldLocks returns the locks handed out and not ended yet.
-func (c *Client) heldLocks() []*Lock {
+// stopHolding returns the locks handed out and not ended yet, and makes
+// hold refuse every later one.
+func (c *Client) stopHolding() []*Lock {
 	c.heldMu.Lock()
 	defer c.heldMu.Unlock()
+	c.heldClosed = true
 	return slices.Collect(maps.Keys(c.held))
 }
 
@@ -217,14 +222,22 @@ func (c *Client) heldCount() int {
 	return len(c.held)
 }
 
-// hold registers a lock handed out, until it ends (see Lock.finish); one
-// that ended already is not registered.
-func (c *Client) hold(l *Lock) {
+// hold registers locks about to be handed out, until each ends (see
+// Lock.finish); one that ended already is not registered. Once Close
+// began it registers none, and reports false: the locks must be rolled
+// back.
+func (c *Client) hold(locks ...*Lock) bool {
 	c.heldMu.Lock()
 	defer c.heldMu.Unlock()
-	if l.Err() == nil {
-		c.held[l] = struct{}{}
+	if c.heldClosed {
+		return false
 	}
+	for _, l := range locks {
+		if l.Err() == nil {
+			c.held[l] = struct{}{}
+		}
+	}
+	return true
 }
 
 func (c *Client) unhold(l *Lock) {

@@ -78,20 +78,21 @@ func (l *Lock) lose(err error) bool {
 // in the background what it still holds, as Unlock would, so that its other
 // keys go to their waiters now rather than at the end of their lease: once
 // lost, the lock is no use to its holder. The release is bounded by
-// rollbackTimeout; one that fails leaves the keys to their lease, or to an
-// Unlock, which sends what did not go through. Once the Client is closing,
-// Close releases instead.
+// rollbackTimeout, not by Close, which waits for it; one that fails leaves
+// the keys to their lease, or to an Unlock, which sends what did not go
+// through. Once Close began, it releases the lock instead: the lock was
+// among those it found held (see Client.stopHolding).
 func (l *Lock) letGo(err error) {
-	if !l.lose(err) {
-		return
-	}
-	ctx, end, beginErr := l.c.begin(context.Background())
-	if beginErr != nil {
+	counted := l.c.calls.Enter(1)
+	if !l.lose(err) || !counted {
+		if counted {
+			l.c.calls.Leave()
+		}
 		return
 	}
 	go func() {
-		defer end()
-		_ = l.releaseLost(ctx)
+		defer l.c.calls.Leave()
+		_ = l.releaseLost(context.Background())
 	}()
 }
 

@@ -141,17 +141,16 @@ func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []strin
 func (c *Client) keepIfWanted(ctx context.Context, l *Lock) error {
 	var err error
 	switch {
-	case c.closing.Err() != nil:
-		err = ErrClosed
-	case context.Cause(ctx) != nil:
+	case context.Cause(ctx) != nil && c.closing.Err() == nil:
 		err = context.Cause(ctx)
+	case !c.hold(l):
+		err = ErrClosed
 	}
 	if err != nil {
 		c.rollback(ctx, l, l.groups)
 		return err
 	}
 	c.watchdog.add(l)
-	c.hold(l)
 	return nil
 }
 

@@ -230,27 +230,26 @@ func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
 // only with enough of their lease left (see lease.Enough).
 func (t *eachCall) keep(ctx context.Context, sent time.Time) error {
 	c := t.c
-	switch {
-	case c.closing.Err() != nil:
-		return ErrClosed
-	case context.Cause(ctx) != nil:
+	if context.Cause(ctx) != nil && c.closing.Err() == nil {
 		return context.Cause(ctx)
 	}
+	var kept []*Lock
 	for i, l := range t.locks {
 		if t.refused[i] {
 			continue
 		}
+		kept = append(kept, l)
 		l.confirm(sent.Add(l.lease))
 		if left := time.Until(l.ValidUntil()); !lease.Enough(left, l.lease) {
 			return fmt.Errorf("%w: the lease ran out while the baskets were taken: %v of %v left",
 				ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)
 		}
 	}
-	for i, l := range t.locks {
-		if !t.refused[i] {
-			c.watchdog.add(l)
-			c.hold(l)
-		}
+	if !c.hold(kept...) {
+		return ErrClosed
+	}
+	for _, l := range kept {
+		c.watchdog.add(l)
 	}
 	return nil
 }

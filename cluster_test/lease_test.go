@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -280,6 +281,27 @@ func TestCloseEndsAndReleasesEveryLock(t *testing.T) {
 	}
 	_, err = c.Lock(ctx, []string{"c3"})
 	assert.ErrorIs(t, err, batchlock.ErrClosed)
+}
+
+// A lock lost just before Close (force-unlocked through its own Client, on
+// one master) lets its other keys go in the background: Close waits for
+// that release instead of cutting it short, so its key on the other master
+// does not outlive the Client.
+func TestCloseAfterALossReleasesTheLostLocksKeys(t *testing.T) {
+	cl := sharedCluster(t)
+	rdb := newClient(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for i := range 5 {
+		c, prefix := newLocker(t, rdb)
+		keys, _ := keysOnMasters(t, cl, prefix, fmt.Sprintf("close-lost%d", i), 2, 1)
+		l, err := c.Lock(ctx, keys)
+		require.NoError(t, err)
+		_, err = c.ForceUnlock(ctx, keys[0])
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+		assert.Empty(t, lockKeysUnder(t, rdb, prefix), "run %d: the lost lock's other key outlived its Client", i)
+	}
 }
 
 // A lock that loses one key lets its other keys go at once, though its
