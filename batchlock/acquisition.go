@@ -9,7 +9,6 @@ import (
 	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // acquisition is one Lock or TryLock call taking its lock, and all its
@@ -168,10 +167,11 @@ func (a *acquisition) keepInOrder(ctx context.Context, outcome acquireOutcome, s
 // leases started at different times; they are restarted only when the wait
 // left too little (lease.Kept: nine tenths of a WithTTL lease, half of a
 // renewed one, which the watchdog renews at once below two thirds), since
-// the restart costs a call per master, and so are the keys granted while
-// the call waited (see takeGranted) once half their grant has passed. The
-// lock is handed to the caller only with enough of its lease left (see
-// lease.Enough); otherwise it is rolled back.
+// the restart costs a call per master. The keys granted while the call
+// waited (see takeGranted) are counted on for what is left of their grant:
+// they are restarted to the lease unless that is enough already (a lease
+// of the grant's order). The lock is handed to the caller only with enough
+// of its lease left (see lease.Enough); otherwise it is rolled back.
 func (a *acquisition) finishTaking(ctx context.Context, start time.Time) error {
 	c, l := a.c, a.l
 	// After more than one attempt (a wait, or one master at a time), the
@@ -184,7 +184,7 @@ func (a *acquisition) finishTaking(ctx context.Context, start time.Time) error {
 	restart := a.granted
 	if !start.IsZero() && several && !lease.Kept(time.Until(start.Add(l.lease)), l.lease, l.renew) {
 		restart = l.groups
-	} else if time.Until(a.grantUntil) >= wire.GrantTime/2 {
+	} else if lease.Enough(time.Until(a.grantUntil), l.lease) {
 		restart = nil
 	}
 	if len(restart) > 0 {

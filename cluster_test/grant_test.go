@@ -23,14 +23,14 @@ type grantee struct {
 	refused atomic.Uint64
 }
 
-func newGrantee(t *testing.T, prefix string) *grantee {
+func newGrantee(t *testing.T, prefix string, opts ...batchlock.Option) *grantee {
 	g := &grantee{}
-	g.Client = peerOf(t, newClient(t), prefix, batchlock.WithPollInterval(time.Minute),
+	g.Client = peerOf(t, newClient(t), prefix, append([]batchlock.Option{batchlock.WithPollInterval(time.Minute),
 		batchlock.WithObserver(func(e batchlock.Event) {
 			if e.Kind == batchlock.EventConflict {
 				g.refused.Add(1)
 			}
-		}))
+		})}, opts...)...)
 	return g
 }
 
@@ -63,11 +63,12 @@ type granted struct {
 	lock   *batchlock.Lock // the waiter's
 }
 
-// grantOne has a grantee wait for a key c holds, its call with opts, then
-// releases the key, and returns once the waiter's call returned.
-func grantOne(t *testing.T, ctx context.Context, opts ...batchlock.LockOption) granted {
+// grantOne has a grantee (a Client with clientOpts) wait for a key c holds,
+// its call with opts, then releases the key, and returns once the waiter's
+// call returned.
+func grantOne(t *testing.T, ctx context.Context, clientOpts []batchlock.Option, opts ...batchlock.LockOption) granted {
 	c, prefix := newLocker(t, newClient(t))
-	g := granted{c: c, prefix: prefix, key: spread(1, "grant"), waiter: newGrantee(t, prefix)}
+	g := granted{c: c, prefix: prefix, key: spread(1, "grant"), waiter: newGrantee(t, prefix, clientOpts...)}
 	var err error
 	g.holder, err = c.Lock(ctx, g.key)
 	require.NoError(t, err)
@@ -90,23 +91,27 @@ func grantOne(t *testing.T, ctx context.Context, opts ...batchlock.LockOption) g
 
 // A key released to a waiter of another Client is granted to it by the
 // release: the waiter's Lock returns on the grant's message, with the token
-// the release took, and no call of its own on that master. It counts on the
-// key for the grant's 3s only, until the watchdog renews the key, with one
-// call, within the grant; a lock released before then costs no renewal.
+// the release took, and no acquire of its own on that master. With a lease
+// of the grant's order (3s) the lock is handed out on the grant alone, with
+// no call: it counts on the key for the grant's 3s, at least half of it
+// left, until the watchdog renews the key, with one call, within the grant;
+// a lock released before then costs no renewal.
 func TestGrantNeedsNoCallOfTheWaiter(t *testing.T) {
 	for _, unlockAtOnce := range []bool{false, true} {
 		t.Run(map[bool]string{false: "kept", true: "released at once"}[unlockAtOnce], func(t *testing.T) {
 			ctx := ctxTimeout(t, 30*time.Second)
-			g := grantOne(t, ctx)
+			g := grantOne(t, ctx, []batchlock.Option{batchlock.WithLease(3 * time.Second)})
 			l := g.lock
 			assert.Zero(t, g.waiter.callsBeyondRefusals(), "no call but refused attempts: none after the grant")
-			assert.LessOrEqual(t, time.Until(l.ValidUntil()), 3*time.Second, "counted on for the grant only")
+			assert.Zero(t, g.waiter.Stats().Extends, "no restart: the grant is enough for the lease")
+			left := time.Until(l.ValidUntil())
+			assert.LessOrEqual(t, left, 3*time.Second, "counted on for the grant only")
+			assert.GreaterOrEqual(t, left, 1500*time.Millisecond, "handed out with half its lease")
 			if !unlockAtOnce {
-				require.Eventually(t, func() bool { return time.Until(l.ValidUntil()) > 20*time.Second },
+				require.Eventually(t, func() bool { return g.waiter.Stats().Extends == 1 },
 					5*time.Second, 10*time.Millisecond, "the watchdog renews the grant within it")
-				assert.Equal(t, uint64(1), g.waiter.Stats().Extends, "one renewal, on the key's master")
 				require.NoError(t, l.Err())
-				assert.Greater(t, holderOf(t, g.c, g.key[0]).Lease, 20*time.Second)
+				assert.Greater(t, holderOf(t, g.c, g.key[0]).Lease, time.Second)
 			}
 			require.NoError(t, l.Unlock(ctx))
 			if unlockAtOnce {
@@ -115,6 +120,32 @@ func TestGrantNeedsNoCallOfTheWaiter(t *testing.T) {
 			assert.Empty(t, lockKeysUnder(t, newClient(t), g.prefix))
 		})
 	}
+}
+
+// A lock whose last key came by a grant, with a lease far longer than the
+// grant, is restarted to its lease by one call as it is handed out, so that
+// it gets at least half its lease, as a lock taken fresh does: it rides out
+// a 2.5s pause of the key's master, which would outlast the grant.
+func TestGrantedLockHandedOutWithHalfItsLease(t *testing.T) {
+	cl := sharedCluster(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	g := grantOne(t, ctx, nil)
+	l := g.lock
+	assert.Zero(t, g.waiter.callsBeyondRefusals(), "no acquire after the grant")
+	assert.EqualValues(t, 1, g.waiter.Stats().Extends, "one restart, on the key's master")
+	assert.Greater(t, time.Until(l.ValidUntil()), 15*time.Second, "half the 30s lease at least")
+
+	master, err := cl.MasterOfSlot(ctx, hashtag.Slot(g.prefix+g.key[0]))
+	require.NoError(t, err)
+	_, err = cl.Do(ctx, master.Addr, "CLIENT", "PAUSE", 2500, "WRITE")
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+		t.Fatalf("lost during the pause: %v", l.Err())
+	case <-time.After(3 * time.Second): // the pause and past the grant's end: what is checked
+	}
+	require.NoError(t, l.Unlock(ctx))
+	assert.Empty(t, lockKeysUnder(t, newClient(t), g.prefix))
 }
 
 // A lock that cannot renew what it was granted without a call (WithTTL:
@@ -128,7 +159,7 @@ func TestGrantTakenUpByAFixedOrAcknowledgedLock(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxTimeout(t, 30*time.Second)
-			g := grantOne(t, ctx, opt)
+			g := grantOne(t, ctx, nil, opt)
 			assert.Equal(t, uint64(1), g.waiter.callsBeyondRefusals(), "the attempt that took the grant up")
 			assert.Greater(t, time.Until(g.lock.ValidUntil()), 10*time.Second)
 			require.NoError(t, g.lock.Unlock(ctx))
@@ -216,7 +247,7 @@ func TestWaiterThatGivesUpAfterItsGrantGivesItBack(t *testing.T) {
 
 // Readers queued behind a writer are granted the key together by its
 // release, with one token newer than the writer's, and each goes on without
-// a call.
+// an acquire of its own.
 func TestReadersGrantedTogether(t *testing.T) {
 	c, prefix := newLocker(t, newClient(t))
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -246,7 +277,8 @@ func TestReadersGrantedTogether(t *testing.T) {
 	assert.Equal(t, tokens[0], tokens[1], "one shared ownership, one token")
 	assert.Greater(t, tokens[0], writer.Token(key[0]))
 	for _, r := range readers {
-		assert.Zero(t, r.callsBeyondRefusals(), "no call after the grant")
+		assert.Zero(t, r.callsBeyondRefusals(), "no acquire after the grant")
+		assert.EqualValues(t, 1, r.Stats().Extends, "the grant restarted to the 30s lease, with one call")
 	}
 	h := holderOf(t, c, key[0])
 	slices.Sort(owners)
