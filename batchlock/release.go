@@ -21,10 +21,11 @@ type releasing struct {
 
 // releaseOutcome is what a release did for one lock: the lock keys another
 // owner holds, the lock keys and marks whose release did not go through,
-// and the first error among them.
+// those a call may have released without its reply being read, and the
+// first error among them.
 type releaseOutcome struct {
-	lost, left []string
-	err        error
+	lost, left, unknown []string
+	err                 error
 }
 
 // releaseAll releases several locks' shares: the keys and marks each master
@@ -98,6 +99,10 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 		}
 	}
 	for i, r := range results {
+		if r.Unknown {
+			o := &out[lockOf[i]]
+			o.unknown = append(o.unknown, parts[i].Route)
+		}
 		if r.Err != nil {
 			o := &out[lockOf[i]]
 			o.left = append(o.left, parts[i].Route)
@@ -129,6 +134,9 @@ type unreleased struct {
 	groups []group  // the keys whose release did not go through
 	marks  []string // the cancel marks not set
 	lost   []string // keys found held by another owner
+	// unknown are the keys an earlier call may have released unseen: one
+	// of them found held by another owner was handed on by that call.
+	unknown []string
 }
 
 // releaseRest releases what l's earlier releases left (all of l at first),
@@ -158,11 +166,17 @@ func (l *Lock) owed() releasing {
 // with l.unlocking held.
 func (l *Lock) settle(out releaseOutcome) ([]string, error) {
 	rest := l.owing()
-	lost := append(slices.Clip(rest.lost), out.lost...)
+	lost := slices.Clip(rest.lost)
+	for _, k := range out.lost {
+		if !slices.Contains(rest.unknown, k) {
+			lost = append(lost, k)
+		}
+	}
 	if out.err != nil {
 		// A retry sends only what did not go through: a key released
 		// since taken by another owner is no loss of this lock.
 		l.rest = rest.without(out.left, lost)
+		l.rest.unknown = append(slices.Clip(rest.unknown), out.unknown...)
 		return nil, out.err
 	}
 	l.rest = nil

@@ -87,6 +87,35 @@ func TestUnlockRetriedAfterItHandedAKeyOn(t *testing.T) {
 	assert.Equal(t, ownedBy("waiter", key), f.Held())
 }
 
+// An Unlock whose release ran but whose context ended before the reply
+// fails, and can be retried: when the first release had handed a key to a
+// waiter that took it meanwhile, the retry finds it held by another owner,
+// which is the first release's work, not a loss, and the retry succeeds.
+func TestUnlockRetriedAfterAnEarlierOneHandedAKeyOn(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
+	require.NoError(t, err)
+	key := bySlot(basket)[2]
+	var runs atomic.Int64
+	f.With(func() {
+		f.Fault = func(name string, cl *script.Call) (bool, error) {
+			if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
+				return true, context.DeadlineExceeded // it ran; the caller gave up on its reply
+			}
+			return false, nil
+		}
+		f.After = func(name string, cl *script.Call) {
+			if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
+				f.Put(key, "waiter", "h:waiter", 2000, time.Minute)
+			}
+		}
+	})
+	require.ErrorIs(t, l.Unlock(t.Context()), context.DeadlineExceeded, "the first Unlock did not hear back")
+	require.NoError(t, l.Unlock(t.Context()), "the key the first one handed on is no loss")
+	assert.EqualValues(t, 2, runs.Load())
+	assert.Equal(t, ownedBy("waiter", key), f.Held())
+}
+
 // A lock handed out with just over half its lease left (a slow acquire) is
 // renewed at once, rather than at the watchdog's next round, which could
 // come after the lock counts as lost. The renewals are slow too, and the
