@@ -20,6 +20,10 @@ type acquisition struct {
 	c    *Client
 	l    *Lock
 	wait bool // Lock: wait for keys others hold; TryLock: refuse at once
+	// ctx is the call's context, which a WithWait may outlast: a rollback
+	// waits for its release while it lasts, so that the call returns with
+	// nothing held, its wait over or not.
+	ctx context.Context
 
 	held  int       // groups[:held] are held
 	since time.Time // the oldest lease among those not granted started then
@@ -85,7 +89,7 @@ func (a *acquisition) take(ctx context.Context) error {
 				// this attempt may have left as it was.
 				taken = append(taken, groups[0])
 			}
-			c.rollback(ctx, l, append(slices.Clip(l.groups[:a.held]), taken...))
+			a.rollback(append(slices.Clip(l.groups[:a.held]), taken...))
 			return outcome.err
 		case outcome.refused < 0 && end < len(l.groups):
 			// The group waited for is ours (or the keys before a gate
@@ -110,7 +114,7 @@ func (a *acquisition) take(ctx context.Context) error {
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		a.placedAt, a.refusedToken = start, outcome.blockerToken
 		if !wait {
-			c.rollback(ctx, l, append(slices.Clip(l.groups[:a.held]), outcome.mayHold(groups)...))
+			a.rollback(append(slices.Clip(l.groups[:a.held]), outcome.mayHold(groups)...))
 			return conflict
 		}
 		if err := a.keepInOrder(ctx, outcome, start); err != nil {
@@ -140,7 +144,7 @@ func (a *acquisition) keepInOrder(ctx context.Context, outcome acquireOutcome, s
 	if err := c.releaseAside(ctx, l, after, nil); err != nil {
 		// A give-back that failed is tried again by the rollback; one
 		// whose call ended goes on in the background meanwhile.
-		c.rollback(ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
+		a.rollback(append(slices.Clip(l.groups[:failed+1]), after...))
 		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, errprefix.Inner(err))
 	}
 	if a.since.IsZero() && outcome.refused+outcome.partHeld > 0 {
@@ -190,7 +194,7 @@ func (a *acquisition) finishTaking(ctx context.Context, start time.Time) error {
 	if len(restart) > 0 {
 		sent := time.Now()
 		if lost, err := c.extend(ctx, l, restart, l.lease); err != nil || len(lost) > 0 {
-			c.rollback(ctx, l, l.groups)
+			a.rollback(l.groups)
 			if err == nil {
 				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.UserKeys(lost)[0])
 			}
@@ -207,11 +211,18 @@ func (a *acquisition) finishTaking(ctx context.Context, start time.Time) error {
 	}
 	l.confirm(start.Add(l.lease))
 	if left := time.Until(start.Add(l.lease)); !lease.Enough(left, l.lease) {
-		c.rollback(ctx, l, l.groups)
+		a.rollback(l.groups)
 		return fmt.Errorf("%w: the lease ran out while the keys were taken: %v of %v left",
 			ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)
 	}
 	return nil
+}
+
+// rollback rolls back groups of the call's lock, and the cancel marks of
+// its calls of unknown outcome (see Client.rollback), waiting for the
+// release while the call's context lasts.
+func (a *acquisition) rollback(groups []group) {
+	a.c.rollback(a.ctx, a.l, groups)
 }
 
 // userHolders is holders (by lock key) by key without the prefix.

@@ -77,7 +77,7 @@ func (a *acquisition) regate(ctx context.Context, end int) (int, error) {
 		case v == gates.Pass:
 			l.addGated(key, shared)
 		case v == gates.Upgrade:
-			c.rollback(ctx, l, a.reached())
+			a.rollback(a.reached())
 			return 0, c.upgradeAtGate(key)
 		case w == nil && ki > 0:
 			l.split(gi, ki)
@@ -86,7 +86,7 @@ func (a *acquisition) regate(ctx context.Context, end int) (int, error) {
 			return gi, nil
 		default:
 			if err := a.waitAtGate(ctx, w); err != nil {
-				c.rollback(ctx, l, l.groups[:a.held])
+				a.rollback(l.groups[:a.held])
 				return 0, err
 			}
 			l.addGated(key, shared)

@@ -71,7 +71,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if lc.waitSet && wait {
 		waitCtx, stopWaiting = context.WithTimeoutCause(ctx, lc.wait, errWaitOver)
 	}
-	a := &acquisition{c: c, l: l, wait: wait}
+	a := &acquisition{c: c, l: l, wait: wait, ctx: ctx}
 	err = a.enterGates(waitCtx)
 	if err == nil {
 		err = a.take(waitCtx)

@@ -47,7 +47,7 @@ func (a *acquisition) waitForTurn(ctx context.Context, outcome acquireOutcome, c
 	if err := a.pause(ctx, outcome.wait); err != nil {
 		// The group waited for goes too: our place in its queue, and the
 		// key itself if it was handed to us meanwhile.
-		c.rollback(ctx, l, l.groups[:a.held+1])
+		a.rollback(l.groups[:a.held+1])
 		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), errprefix.Inner(err))
 	}
 	if g, ok := a.sub.GrantedKey(); ok && slices.Contains(a.queuedFor, g.Key) {
