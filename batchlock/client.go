@@ -169,12 +169,11 @@ func (c *Client) begin(ctx context.Context) (_ context.Context, end func(), _ er
 // beginTaking begins a call that takes keys (see begin), counted in
 // Stats.Waiting until end; a context already done fails it at once.
 func (c *Client) beginTaking(ctx context.Context) (_ context.Context, end func(), _ error) {
+	if ctx != nil && ctx.Err() != nil {
+		return nil, nil, ended(ctx)
+	}
 	ctx, endCall, err := c.begin(ctx)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := context.Cause(ctx); err != nil {
-		endCall()
 		return nil, nil, err
 	}
 	c.taking.Add(1)

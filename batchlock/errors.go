@@ -90,6 +90,12 @@ func checkContext(ctx context.Context) error {
 	return nil
 }
 
+// ended is the error of a call whose context ended, before it began or
+// while it ran: the context's cause, wrapped.
+func ended(ctx context.Context) error {
+	return fmt.Errorf("batchlock: the call's context ended: %w", errprefix.Inner(context.Cause(ctx)))
+}
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }

@@ -70,6 +70,14 @@ func TestErrorsSayBatchlockOnce(t *testing.T) {
 			_, atGates := c.TryLock(t.Context(), []string{"a"}, WithOwner("r1"))
 			return []error{inRedis, atGates}
 		}, []error{ErrNotObtained, ErrUpgrade}, true},
+		{"a context done before the call", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			_, lockErr := c.Lock(ctx, []string{"a"})
+			_, tryErr := c.TryLock(ctx, []string{"a"})
+			_, eachErr := c.TryEach(ctx, [][]string{{"a"}})
+			return []error{lockErr, tryErr, eachErr, c.Do(ctx, []string{"a"}, func(context.Context) error { return nil })}
+		}, []error{context.Canceled}, false},
 		{"unacknowledged", func(t *testing.T, c *Client, f *wiretest.Fake) []error {
 			f.With(func() { f.Acks = 0 })
 			_, err := c.TryLock(t.Context(), []string{"a"}, WithReplicas(1, time.Millisecond))

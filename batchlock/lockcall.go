@@ -141,8 +141,8 @@ func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []strin
 func (c *Client) keepIfWanted(ctx context.Context, l *Lock) error {
 	var err error
 	switch {
-	case context.Cause(ctx) != nil && c.closing.Err() == nil:
-		err = context.Cause(ctx)
+	case ctx.Err() != nil && c.closing.Err() == nil:
+		err = ended(ctx)
 	case !c.hold(l):
 		err = ErrClosed
 	}

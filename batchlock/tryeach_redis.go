@@ -230,8 +230,8 @@ func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
 // only with enough of their lease left (see lease.Enough).
 func (t *eachCall) keep(ctx context.Context, sent time.Time) error {
 	c := t.c
-	if context.Cause(ctx) != nil && c.closing.Err() == nil {
-		return context.Cause(ctx)
+	if ctx.Err() != nil && c.closing.Err() == nil {
+		return ended(ctx)
 	}
 	var kept []*Lock
 	for i, l := range t.locks {
