@@ -521,13 +521,29 @@ func TestDo(t *testing.T) {
 	assert.ErrorIs(t, c.Do(t.Context(), basket, nil), ErrInvalid)
 }
 
+// Every call on a closed Client fails with ErrClosed, the admin API's and
+// the preflight's too, and sends nothing.
 func TestCallsOnAClosedClient(t *testing.T) {
-	c, _ := newFaked(t)
+	c, f := newFaked(t)
+	f.Hold("other", time.Minute, DefaultPrefix+basket[0])
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close(), "idempotent")
-	_, err := c.Lock(t.Context(), basket)
-	assert.ErrorIs(t, err, ErrClosed)
-	assert.ErrorIs(t, c.Do(t.Context(), basket, func(context.Context) error { return nil }), ErrClosed)
+	sent := len(f.Log())
+	ctx := t.Context()
+	_, lockErr := c.Lock(ctx, basket)
+	_, tryErr := c.TryLock(ctx, basket)
+	_, eachErr := c.TryEach(ctx, [][]string{basket})
+	_, heldErr := c.Held(ctx, "*")
+	_, inspectErr := c.Inspect(ctx, basket...)
+	_, forceErr := c.ForceUnlock(ctx, basket[0])
+	preflight := c.Preflight(ctx)
+	require.Len(t, preflight, 1)
+	for _, err := range []error{lockErr, tryErr, eachErr, heldErr, inspectErr, forceErr, preflight[0].Err, c.Check(ctx),
+		c.Do(ctx, basket, func(context.Context) error { return nil })} {
+		assert.ErrorIs(t, err, ErrClosed)
+	}
+	assert.Len(t, f.Log(), sent, "nothing sent")
+	assert.Contains(t, f.Held(), DefaultPrefix+basket[0], "another Client's key is left alone")
 }
 
 func TestForceUnlock(t *testing.T) {

@@ -49,6 +49,11 @@ func (c *Client) Held(ctx context.Context, pattern string) ([]HeldKey, error) {
 	if pattern == "" {
 		return nil, invalid("pattern must not be empty: use \"*\" for every key")
 	}
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	var mu sync.Mutex
 	found := []HeldKey{}
 	scan := func(ctx context.Context, node *redis.Client) error {
@@ -132,6 +137,11 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error)
 		}
 		lockKeys[i] = c.names.LockKey(k)
 	}
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	out, err := c.readLocks(ctx, c.rdb, lockKeys)
 	if err != nil {
 		// A master that died answers nothing that would make go-redis
@@ -208,6 +218,11 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 		lockKeys[i] = c.names.LockKey(k)
 		out[i].Key = k
 	}
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	parts := make([]script.Part, len(lockKeys))
 	for i, k := range lockKeys {
 		parts[i] = script.Part{Slot: c.deployment.slot(k), Route: k, Keys: 1}

@@ -88,11 +88,14 @@ func (c *Client) Check(ctx context.Context) error {
 // unless one took over first). It returns one
 // result per check and master: the masters by address, each with its checks
 // in that order, then the clocks, then the client's settings. The client
-// checked is this Client's go-redis client.
+// checked is this Client's go-redis client. On a closed Client it returns
+// one result, whose Err is ErrClosed.
 func (c *Client) Preflight(ctx context.Context) []CheckResult {
-	if err := checkContext(ctx); err != nil {
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
 		return []CheckResult{{Check: CheckClientOpts, Err: err}}
 	}
+	defer end()
 	type clock struct {
 		node   string
 		offset time.Duration
