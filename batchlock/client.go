@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,8 +46,10 @@ type Client struct {
 	taking atomic.Int64
 	// localWaits counts the calls that waited at a gate (see Stats).
 	localWaits atomic.Uint64
-	// lastRefusal is when a call was last refused in Redis, in Unix
-	// nanoseconds (see contended).
+	// started is when the Client was made; lastRefusal is when a call was
+	// last refused in Redis, as nanoseconds after started plus one, zero
+	// before the first (see contended).
+	started     time.Time
 	lastRefusal atomic.Int64
 
 	// held are the locks handed out and not ended yet, so that ForceUnlock
@@ -75,7 +78,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{rdb: rdb, deployment: d, cfg: defaultConfig(), held: make(map[*Lock]struct{})}
+	c := &Client{rdb: rdb, deployment: d, cfg: defaultConfig(), held: make(map[*Lock]struct{}), started: time.Now()}
 	for _, o := range opts {
 		o.apply(&c.cfg)
 	}

@@ -19,13 +19,16 @@ import (
 // ask one master at a time.
 const contendedFor = time.Second
 
-// noteRefusal records that a call of c was refused in Redis at at.
-func (c *Client) noteRefusal(at time.Time) { c.lastRefusal.Store(at.UnixNano()) }
+// noteRefusal records that a call of c was refused in Redis at at (a time
+// read from this process's clock, with its monotonic reading), as an offset
+// from the Client's start on the monotonic clock: a step of the wall clock
+// does not make the Client contended for longer or shorter.
+func (c *Client) noteRefusal(at time.Time) { c.lastRefusal.Store(int64(at.Sub(c.started)) + 1) }
 
 // contended reports whether c was refused in Redis within contendedFor.
 func (c *Client) contended() bool {
 	last := c.lastRefusal.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < contendedFor
+	return last != 0 && time.Since(c.started)-time.Duration(last-1) < contendedFor
 }
 
 // masterRunEnd is the end of the run of groups, from groups[from] on, that
