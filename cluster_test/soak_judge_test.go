@@ -222,3 +222,44 @@ func TestSoakJudge(t *testing.T) {
 		})
 	}
 }
+
+// The rollback judge excuses keys a failed call left held only where a fault
+// kept its rollback from the master until within the rollback bound of the
+// check (made a second past the bound after the call failed): a master that
+// slept, or a Client cut off from it, that long. Keys still held longer
+// after the master came back are a leftover, whatever fault came before.
+func TestSoakRollbackJudge(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const key = "sku:1"
+	prefix := "judge:"
+	slot := hashtag.Slot(prefix + key)
+	served := [][2]int{{slot, slot}}
+	checked := at(100 + int((rollbackBound + time.Second).Milliseconds()))
+	call := failedCall{owner: "a", keys: []string{key}, held: []string{key}, start: at(100), checked: checked}
+	for _, tc := range []struct {
+		name     string
+		fault    faultEvent
+		leftover bool
+	}{
+		{name: "asleep past the call's failure, to within the bound of the check",
+			fault: faultEvent{kind: "master DEBUG SLEEP", at: at(50), until: at(1500), served: served}},
+		{name: "asleep, awake soon after the call began", leftover: true,
+			fault: faultEvent{kind: "master DEBUG SLEEP", at: at(50), until: at(400), served: served}},
+		{name: "a lost reply's sleep, awake soon after the call began", leftover: true,
+			fault: faultEvent{kind: "master DEBUG SLEEP past the read timeout during a TryEach", at: at(50), until: at(900), served: served}},
+		{name: "another master asleep", leftover: true,
+			fault: faultEvent{kind: "master DEBUG SLEEP", at: at(50), until: at(6000), served: [][2]int{{(slot + 1) % 16384, (slot + 1) % 16384}}}},
+		{name: "the Client cut off until within the bound of the check",
+			fault: faultEvent{kind: "a Client cut off from a master", at: at(50), until: at(2000), served: served}},
+		{name: "a slot migrated meanwhile", leftover: true,
+			fault: faultEvent{kind: "slot migrated", at: at(50), until: at(6000), served: served}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &soak{t: t, prefix: prefix, faults: []faultEvent{tc.fault}, failedCalls: []failedCall{call}}
+			leftovers, excused := s.judgeRollbacks()
+			assert.Equal(t, tc.leftover, len(leftovers) == 1, "leftovers %q", leftovers)
+			assert.Equal(t, !tc.leftover, excused == 1)
+		})
+	}
+}

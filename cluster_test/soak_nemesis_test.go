@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/localcluster"
 )
@@ -43,6 +45,13 @@ func (s *soak) faultKinds() []nemesisFault {
 			d := time.Duration(10+rng.IntN(490)) * time.Millisecond
 			_, err := cl.Do(ctx, m.Addr, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
 			return false, err
+		}},
+		{name: "master DEBUG SLEEP past the read timeout during a TryEach", weight: 2, inject: func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
+			// Past the Clients' read timeout and short of the cluster's
+			// node timeout: calls to the master are sent again while the
+			// first ones wait unread in its buffer, to run when it wakes.
+			d := cl.ClientOptions().ReadTimeout + time.Duration(100+rng.IntN(500))*time.Millisecond
+			return false, s.sleepDuringATick(ctx, rng, m.Addr, d)
 		}},
 		{name: "master frozen briefly", weight: 2, inject: func(ctx context.Context, rng *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			return false, s.frozenFor(ctx, m.Addr, time.Duration(100+rng.IntN(1100))*time.Millisecond)
@@ -139,6 +148,31 @@ func (s *soak) faultKinds() []nemesisFault {
 			return s.link.slow(m.Addr, "bandwidth", 5+rng.IntN(100)) // KB/s
 		}),
 	}
+}
+
+// sleepDuringATick makes the master at addr sleep for d (DEBUG SLEEP, on a
+// connection of its own that waits for the reply) and, once it sleeps,
+// runs a batch processor's tick, whose TryEach has baskets on every master.
+func (s *soak) sleepDuringATick(ctx context.Context, rng *rand.Rand, addr string, d time.Duration) error {
+	node := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: d + 10*time.Second, DisableIdentity: true})
+	defer node.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- node.Do(ctx, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err() }()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err := s.cl.Do(pctx, addr, "PING")
+		cancel()
+		if err != nil {
+			break // asleep
+		}
+		select {
+		case err := <-slept:
+			return fmt.Errorf("slept before a PING saw it: %v", err)
+		default:
+		}
+	}
+	s.operateEach(rng)
+	return <-slept
 }
 
 // onLink is a fault on the link of the soak's proxied Client (soak.link)
