@@ -711,3 +711,26 @@ func TestDefaultOwnerNamesTheProcess(t *testing.T) {
 		})
 	}
 }
+
+// A nil *Lock, what a failed call returns, holds nothing: a deferred Unlock
+// written before the error check returns ErrNotHeld rather than panic, and
+// so does every other method that could reach it.
+func TestNilLockHoldsNothing(t *testing.T) {
+	var l *Lock
+	ctx := t.Context()
+	assert.ErrorIs(t, l.Unlock(ctx), ErrNotHeld)
+	assert.ErrorContains(t, l.Unlock(ctx), "nil *Lock")
+	assert.ErrorIs(t, l.Extend(ctx, time.Second), ErrNotHeld)
+	assert.ErrorIs(t, l.Err(), ErrNotHeld)
+	assert.ErrorIs(t, context.Cause(l.Context()), ErrNotHeld)
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("a nil lock's Done is not closed")
+	}
+	assert.Nil(t, l.Keys())
+	assert.Empty(t, l.Owner())
+	assert.Zero(t, l.Token("a"))
+	assert.True(t, l.ValidUntil().IsZero())
+	assert.Equal(t, 1, strings.Count(l.Unlock(ctx).Error(), "batchlock:"))
+}

@@ -15,7 +15,10 @@ import (
 )
 
 // Lock is a batch of keys held by one owner. Its methods are safe for
-// concurrent use.
+// concurrent use. A nil *Lock, what a call that failed returns, holds
+// nothing: its Unlock and Extend return ErrNotHeld, Err returns it, Done is
+// closed, and the rest return zero values, so that a deferred Unlock
+// written before the error check does not panic.
 type Lock struct {
 	c     *Client
 	owner string
@@ -79,7 +82,12 @@ func newLock(ctx context.Context, c *Client, owner string, keys []string, groups
 }
 
 // Keys returns the lock's keys, deduplicated and sorted, without the prefix.
-func (l *Lock) Keys() []string { return append([]string(nil), l.sortedKeys()...) }
+func (l *Lock) Keys() []string {
+	if l == nil {
+		return nil
+	}
+	return append([]string(nil), l.sortedKeys()...)
+}
 
 // emit hands e, about l, to the Client's observer, if it has one.
 func (l *Lock) emit(e Event) {
@@ -98,22 +106,47 @@ func (l *Lock) sortedKeys() []string {
 }
 
 // Owner returns the lock's owner id.
-func (l *Lock) Owner() string { return l.owner }
+func (l *Lock) Owner() string {
+	if l == nil {
+		return ""
+	}
+	return l.owner
+}
 
 // Context returns a context that ends the moment the lock ends: its cause
 // wraps ErrLockLost once the lock is lost, and is ErrNotHeld once it was
 // released. It carries the values of the context the lock was taken with,
 // but not its cancellation. Work that must stop when the lock goes runs in
 // it, or in a child of it, as Do's function does.
-func (l *Lock) Context() context.Context { return l.life.Context() }
+func (l *Lock) Context() context.Context {
+	if l == nil {
+		return nilLock.Context()
+	}
+	return l.life.Context()
+}
 
 // Done returns a channel that is closed when the lock is released or lost:
 // Context().Done().
-func (l *Lock) Done() <-chan struct{} { return l.life.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Err returns nil while the lock is held, an error wrapping ErrLockLost once
 // it is lost, and ErrNotHeld once it was released: the cause of Context.
-func (l *Lock) Err() error { return l.life.Err() }
+func (l *Lock) Err() error {
+	if l == nil {
+		return nilLock.Err()
+	}
+	return l.life.Err()
+}
+
+// errNilLock is what a nil *Lock says (see Lock).
+var errNilLock = fmt.Errorf("%w: a nil *Lock, which the call that failed returned", ErrNotHeld)
+
+// nilLock is the lifetime of every nil *Lock: ended.
+var nilLock = func() *lifetime.Lifetime {
+	life := lifetime.New(context.Background())
+	life.End(errNilLock)
+	return life
+}()
 
 // Token returns the fencing token of key in this lock, or 0 when key is not
 // one of its keys. A key's token is taken from its slot's counter when an
@@ -122,6 +155,9 @@ func (l *Lock) Err() error { return l.life.Err() }
 // seen per key can refuse writes from a stale holder.
 // Reentrant locks of one owner share the token of the ownership they joined.
 func (l *Lock) Token(key string) int64 {
+	if l == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.tokens[l.c.names.LockKey(key)]
@@ -133,6 +169,9 @@ func (l *Lock) Token(key string) int64 {
 // rate. Algorithms built on several locks, such as Redlock, derive their own
 // validity from it.
 func (l *Lock) ValidUntil() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.grantUntil.IsZero() && (l.validUntil.IsZero() || l.grantUntil.Before(l.validUntil)) {
@@ -249,6 +288,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lock) Unlock(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
+	}
+	if l == nil {
+		return errNilLock
 	}
 	return l.c.unlockAll(ctx, []*Lock{l})[0]
 }
