@@ -23,8 +23,9 @@ const (
 	// is set when the release failed on the network.
 	EventReleased
 	// EventFailed: a Lock, TryLock or Do call gave up without the lock, after
-	// sending something to Redis; Err says why (a *ConflictError, ErrNoReplicas,
-	// the context's error...). Duration is the time the call took.
+	// sending something to Redis, or a TryEach call failed as a whole (one
+	// event per basket); Err says why (a *ConflictError, ErrNoReplicas, the
+	// context's error...). Duration is the time the call took.
 	EventFailed
 	// EventQueued: a waiting call took a place in the queue, in Redis, of the
 	// keys another Client holds (Conflict), where a release will hand them
@@ -35,6 +36,10 @@ const (
 	// goes on with the rest of its batch. Told by the release's message or
 	// found by the read a waiter makes once it listens.
 	EventHandedOff
+	// EventRefused: TryEach refused a basket, as it does when another basket,
+	// lock or Client holds one of its keys: a refusal, not a failure.
+	// Conflict lists the keys it met; Err is the *ConflictError.
+	EventRefused
 )
 
 func (k EventKind) String() string {
@@ -55,6 +60,8 @@ func (k EventKind) String() string {
 		return "queued"
 	case EventHandedOff:
 		return "handed off"
+	case EventRefused:
+		return "refused"
 	}
 	return "unknown"
 }

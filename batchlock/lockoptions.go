@@ -21,6 +21,7 @@ type lockConfig struct {
 	ack      script.Ack
 	ackSet   bool
 	shared   []string
+	refusals *[]Refusal
 }
 
 // lockConfigOf applies opts, and validates what they say.
@@ -123,6 +124,16 @@ func WithOwner(owner string) LockOption {
 // Default: no key is shared.
 func WithShared(keys ...string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.shared = append(c.shared, keys...) })
+}
+
+// WithRefusals has TryEach append to *dst, in basket order, why it refused
+// each basket it refused (see Refusal): beaten by an earlier basket of the
+// call, which goes first next time, or held by another lock or Client,
+// which is what a rule against starvation counts. It costs nothing when not
+// given. A call that fails as a whole appends nothing; Lock, TryLock and Do
+// ignore it. Default: not told.
+func WithRefusals(dst *[]Refusal) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.refusals = dst })
 }
 
 // WithWait bounds how long Lock (and Do) waits for the keys: once d has passed

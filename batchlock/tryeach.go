@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -38,9 +39,9 @@ const MaxEachKeys = 1 << 16
 // more call per master to give back what it took on the others. A basket is
 // refused in Redis when another owner holds one of its keys there or waits
 // for it in a queue: a try never overtakes a waiter. A refused basket holds
-// nothing once the call returns. Its conflict, which an observer is told
-// (EventConflict, EventFailed with a *ConflictError), names the keys of
-// earlier baskets or other locks of the Client it met, or the first key
+// nothing once the call returns. WithRefusals says why each was refused,
+// and an observer is told (EventRefused, with a *ConflictError): the keys
+// of earlier baskets or other locks of the Client it met, or the first key
 // found held on each master, without holders: a refusal stops there, the
 // cheapest it can be.
 //
@@ -139,7 +140,8 @@ type eachCall struct {
 	refused []bool
 	// sent are the baskets sent to Redis: admitted in the process.
 	sent  []bool
-	marks []string // cancel marks of the slots where a call may have run unseen
+	marks []string  // cancel marks of the slots where a call may have run unseen
+	why   []Refusal // with WithRefusals: why each refused basket was refused
 }
 
 // take admits the baskets in the process, then tries those admitted in
@@ -168,6 +170,10 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 			t.c.handOut(l, t.lc, start)
 		}
 	}
+	if t.lc.refusals != nil {
+		slices.SortFunc(t.why, func(a, b Refusal) int { return cmp.Compare(a.Basket, b.Basket) })
+		*t.lc.refusals = append(*t.lc.refusals, t.why...)
+	}
 	return nil
 }
 
@@ -186,7 +192,7 @@ func (t *eachCall) admit() error {
 			}
 		}
 		if len(busy) > 0 {
-			t.refuse(i, &ConflictError{Keys: busy})
+			t.refuse(i, ByEarlierBasket, &ConflictError{Keys: busy})
 			continue
 		}
 		var exclusive, readers []string
@@ -208,7 +214,7 @@ func (t *eachCall) admit() error {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
+			t.refuse(i, ByThisClient, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
 			continue
 		}
 		t.sent[i] = true
@@ -243,11 +249,14 @@ func (t *eachCall) enterGates(l *Lock) ([]string, error) {
 	return busy, nil
 }
 
-// refuse drops basket i, with the conflict that refused it; a basket
-// refused before it got its lock gets one to be told with only when an
-// observer listens.
-func (t *eachCall) refuse(i int, conflict *ConflictError) {
+// refuse drops basket i, with the conflict that refused it, met by, which
+// WithRefusals and the observer are told; a basket refused before it got
+// its lock gets one to be told with only when an observer listens.
+func (t *eachCall) refuse(i int, by RefusedBy, conflict *ConflictError) {
 	t.refused[i] = true
+	if t.lc.refusals != nil {
+		t.why = append(t.why, Refusal{Basket: i, By: by, Keys: conflict.Keys})
+	}
 	l := t.locks[i]
 	if l == nil {
 		if t.c.cfg.observer == nil {
@@ -256,6 +265,42 @@ func (t *eachCall) refuse(i int, conflict *ConflictError) {
 		l = t.c.newLockFor(t.ctx, t.lc, t.baskets[i], nil)
 	}
 	l.leaveGates()
-	l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
-	l.emit(Event{Kind: EventFailed, Err: conflict})
+	l.emit(Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict})
+}
+
+// Refusal says why TryEach refused a basket (see WithRefusals).
+type Refusal struct {
+	Basket int       // the basket's index among the call's baskets
+	By     RefusedBy // who held what it met
+	// Keys are keys it met (without the prefix): those an earlier basket or
+	// another lock of the Client took, or the first key found held on each
+	// master (a refusal in Redis stops there).
+	Keys []string
+}
+
+// RefusedBy says who held the keys a refused basket met.
+type RefusedBy int
+
+const (
+	// ByEarlierBasket: an earlier basket of the same call took one of its
+	// keys: no starvation, since put first in the next call it wins.
+	ByEarlierBasket RefusedBy = iota + 1
+	// ByThisClient: another lock of the Client holds one (settled in the
+	// process, without a call).
+	ByThisClient
+	// ByOtherClient: another Client, in this process or another, holds one
+	// or waits for it in Redis.
+	ByOtherClient
+)
+
+func (b RefusedBy) String() string {
+	switch b {
+	case ByEarlierBasket:
+		return "earlier basket"
+	case ByThisClient:
+		return "this client"
+	case ByOtherClient:
+		return "other client"
+	}
+	return "unknown"
 }

@@ -93,7 +93,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 		return nil, err
 	}
 	for i, conflict := range refused {
-		t.refuse(i, conflict)
+		t.refuse(i, ByOtherClient, conflict)
 	}
 	return held, nil
 }

@@ -35,20 +35,26 @@ func TestTryEachEarlierBasketsWin(t *testing.T) {
 	var mu sync.Mutex
 	conflicts := map[string][]string{}
 	c, err := New(rdb, WithObserver(func(e Event) {
-		if e.Kind == EventConflict {
+		switch e.Kind {
+		case EventRefused:
 			mu.Lock()
 			conflicts[e.Keys[0]] = e.Conflict
 			mu.Unlock()
+			assert.ErrorIs(t, e.Err, ErrNotObtained)
+		case EventFailed, EventConflict:
+			t.Errorf("a refused basket is neither a failure nor a call's conflict: %v", e.Kind)
 		}
 	}))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()
 
-	locks, err := c.TryEach(ctx, [][]string{{"a", "b"}, {"b", "c"}, {"c", "d"}, {"a"}})
+	var why []Refusal
+	locks, err := c.TryEach(ctx, [][]string{{"a", "b"}, {"b", "c"}, {"c", "d"}, {"a"}}, WithRefusals(&why))
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true, false, true, false}, taken(locks))
 	assert.Equal(t, map[string][]string{"b": {"b"}, "a": {"a"}}, conflicts, "each refused basket is told its conflict")
+	assert.Equal(t, []Refusal{{Basket: 1, By: ByEarlierBasket, Keys: []string{"b"}}, {Basket: 3, By: ByEarlierBasket, Keys: []string{"a"}}}, why)
 	assert.EqualValues(t, 1, c.Stats().Acquires, "one call for every basket")
 	assert.NotEqual(t, locks[0].Owner(), locks[2].Owner(), "each basket has an owner of its own")
 	assert.Equal(t, []string{"a", "b"}, locks[0].Keys())
@@ -93,9 +99,12 @@ func TestTryEachMeetsOtherLocks(t *testing.T) {
 	theirs, err := other.Lock(ctx, []string{"theirs"})
 	require.NoError(t, err)
 	sent := c.Stats().Acquires
-	locks, err := c.TryEach(ctx, [][]string{{"mine", "x1"}, {"theirs", "x2"}, {"x3"}})
+	why := []Refusal{{Basket: -1}} // appended to
+	locks, err := c.TryEach(ctx, [][]string{{"mine", "x1"}, {"theirs", "x2"}, {"x3"}}, WithRefusals(&why))
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false, false, true}, taken(locks))
+	assert.Equal(t, []Refusal{{Basket: -1}, {Basket: 0, By: ByThisClient, Keys: []string{"mine"}},
+		{Basket: 1, By: ByOtherClient, Keys: []string{"theirs"}}}, why, "who held what each refused basket met")
 	assert.Equal(t, sent+1, c.Stats().Acquires, "the gate's conflict costs no call")
 	held, err := c.Held(ctx, "x*")
 	require.NoError(t, err)

@@ -27,6 +27,7 @@ const (
 type instruments struct {
 	acquisitions metric.Int64Counter
 	conflicts    metric.Int64Counter
+	refusals     metric.Int64Counter
 	wait         metric.Float64Histogram
 	hold         metric.Float64Histogram
 	keys         metric.Int64Histogram
@@ -42,6 +43,7 @@ type instruments struct {
 //
 //	batchlock.acquisitions     counter, by outcome (acquired, conflict, no_replicas, timeout, closed, error)
 //	batchlock.conflicts        counter of attempts that found keys held by another owner
+//	batchlock.refusals         counter of TryEach baskets refused (a refusal, not a failure)
 //	batchlock.wait.duration    histogram, seconds from asking for a lock to holding it
 //	batchlock.hold.duration    histogram, seconds from holding a lock to its unlock
 //	batchlock.lock.keys        histogram, keys per acquired lock
@@ -60,6 +62,8 @@ func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	in.acquisitions, err = m.Int64Counter("batchlock.acquisitions", metric.WithDescription("Lock, TryLock and Do calls by outcome"), metric.WithUnit("{call}"))
 	add(err)
 	in.conflicts, err = m.Int64Counter("batchlock.conflicts", metric.WithDescription("Attempts that found keys held by another owner"), metric.WithUnit("{attempt}"))
+	add(err)
+	in.refusals, err = m.Int64Counter("batchlock.refusals", metric.WithDescription("TryEach baskets refused: another basket, lock or Client held a key"), metric.WithUnit("{basket}"))
 	add(err)
 	in.wait, err = m.Float64Histogram("batchlock.wait.duration", metric.WithDescription("Time from asking for a lock to holding it"), metric.WithUnit("s"))
 	add(err)
@@ -98,6 +102,8 @@ func (in *instruments) record(e batchlock.Event) {
 		in.acquisitions.Add(ctx, 1, outcome(Outcome(e.Err)))
 	case batchlock.EventConflict:
 		in.conflicts.Add(ctx, 1)
+	case batchlock.EventRefused:
+		in.refusals.Add(ctx, 1)
 	case batchlock.EventRenewed:
 		in.renewals.Add(ctx, 1)
 		in.margin.Record(ctx, e.Duration.Seconds())
