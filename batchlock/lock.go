@@ -148,12 +148,15 @@ var nilLock = func() *lifetime.Lifetime {
 	return life
 }()
 
-// Token returns the fencing token of key in this lock, or 0 when key is not
-// one of its keys. A key's token is taken from its slot's counter when an
-// owner takes the key fresh (keys of one slot taken fresh by one call share
-// it), and only ever grows: storage that remembers the largest token it has
-// seen per key can refuse writes from a stale holder.
-// Reentrant locks of one owner share the token of the ownership they joined.
+// Token returns the fencing token of key in this lock. Tokens start at 1;
+// Token returns 0 when key is not one of the lock's keys (given without the
+// prefix, as to Lock), so storage that refuses a token below 1 catches a
+// wrong key at its first write (README's fenced script does). A key's token
+// is taken from its slot's counter when an owner takes the key fresh (keys
+// of one slot taken fresh by one call share it), and only ever grows:
+// storage that remembers the largest token it has seen per key can refuse
+// writes from a stale holder. Reentrant locks of one owner share the token
+// of the ownership they joined.
 func (l *Lock) Token(key string) int64 {
 	if l == nil {
 		return 0

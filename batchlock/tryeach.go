@@ -12,8 +12,9 @@ import (
 )
 
 // MaxEachKeys bounds the keys of all the baskets of one TryEach call
-// together: past it the call is ErrInvalid. (Its calls to Redis carry at
-// most 1024 keys each, as every call does.)
+// together, repeats counted: past it the call is ErrInvalid. (Its calls to
+// Redis carry at most 1024 keys each, as every call does.) Lock, TryLock
+// and Do take a batch of any size.
 const MaxEachKeys = 1 << 16
 
 // TryEach tries every basket at once: each is taken whole or not at all, and
@@ -106,10 +107,13 @@ func (c *Client) checkEach(baskets [][]string, shared []string) (map[string]bool
 		isShared[k] = true
 	}
 	total := 0
+	for _, basket := range baskets {
+		total += len(basket)
+	}
+	if total > MaxEachKeys {
+		return nil, invalid("%d keys in all: at most %d (MaxEachKeys) in one call", total, MaxEachKeys)
+	}
 	for i, basket := range baskets {
-		if total += len(basket); total > MaxEachKeys {
-			return nil, invalid("%d keys or more in all: at most %d in one call", total, MaxEachKeys)
-		}
 		if len(basket) == 0 {
 			return nil, invalid("basket %d has no keys", i)
 		}

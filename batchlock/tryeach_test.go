@@ -182,7 +182,8 @@ func TestTryEachBadInput(t *testing.T) {
 		{"an empty key", [][]string{{"a", ""}}, nil, "basket 0: key 1 must not be empty"},
 		{"a reserved key", [][]string{{"fence:{x}"}}, nil, "reserved"},
 		{"an empty shared key", [][]string{{"a"}}, []LockOption{WithShared("")}, "shared key 0 must not be empty"},
-		{"too many keys", [][]string{many, many}, nil, "at most 65536 in one call"},
+		{"too many keys", [][]string{many, many}, nil, "65538 keys in all: at most 65536 (MaxEachKeys) in one call"},
+		{"too many keys, an empty basket after", [][]string{many, many, {}}, nil, "65538 keys in all"},
 		{"a bad ttl", [][]string{{"a"}}, []LockOption{WithTTL(-time.Second)}, "ttl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

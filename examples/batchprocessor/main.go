@@ -43,13 +43,18 @@ type order struct {
 }
 
 // take is the fenced write: it decrements one SKU's units, unless a holder
-// with a newer fencing token has already written the SKU.
+// with a newer fencing token has already written the SKU. A token below 1
+// is refused: Token returns 0 for a key the lock does not hold.
 var take = redis.NewScript(`
+local token = tonumber(ARGV[1])
+if token < 1 then
+  return redis.error_reply('NOTOKEN ' .. ARGV[1] .. ': not a key of the lock')
+end
 local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < seen then
+if token < seen then
   return redis.error_reply('STALE fencing token ' .. ARGV[1] .. ' < ' .. seen)
 end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+redis.call('HSET', KEYS[1], 'fence', token)
 return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))
 `)
 

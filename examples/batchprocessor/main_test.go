@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/localcluster"
 )
 
@@ -38,4 +39,22 @@ func TestBatchProcessor(t *testing.T) {
 	assert.Positive(t, sum.refusals, "orders met busy baskets: %v", sum)
 	assert.Equal(t, sum.ordered, sum.sold, "the stock sold is what the accepted orders took: %v", sum)
 	assert.Zero(t, sum.below, "nothing oversold: %v", sum)
+
+	// A write fenced with the token of a key the lock does not hold (the
+	// stock key's name mistyped) is refused rather than let through.
+	c, err := batchlock.New(rdb)
+	require.NoError(t, err)
+	defer c.Close()
+	sku := keyPrefix + "sku-00"
+	l, err := c.Lock(ctx, []string{sku})
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, sku, "units", 5, "fence", 0).Err())
+	t.Cleanup(func() { _ = rdb.Del(context.WithoutCancel(ctx), sku).Err() })
+	err = take.Run(ctx, rdb, []string{sku}, l.Token("sku-00"), 1).Err()
+	assert.ErrorContains(t, err, "NOTOKEN", "a token of 0 is no token")
+	after, err := rdb.HGet(ctx, sku, "units").Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, after, "nothing written")
+	require.NoError(t, take.Run(ctx, rdb, []string{sku}, l.Token(sku), 1).Err(), "the lock's own token passes")
+	require.NoError(t, l.Unlock(ctx))
 }

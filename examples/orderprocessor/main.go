@@ -47,15 +47,20 @@ var orders = []order{
 var initialStock = map[string]int64{"apple": 8, "pear": 5, "plum": 4, "fig": 4, "kiwi": 3}
 
 // take is the fenced write: it decrements one SKU's units, unless a holder
-// with a newer fencing token has already written the SKU. A holder whose
+// with a newer fencing token has already written the SKU. A token below 1
+// is refused: Token returns 0 for a key the lock does not hold. A holder whose
 // lock was lost (paused past its lease, say) while another took the SKU
 // over then cannot write: its token is older than the one stored.
 var take = redis.NewScript(`
+local token = tonumber(ARGV[1])
+if token < 1 then
+  return redis.error_reply('NOTOKEN ' .. ARGV[1] .. ': not a key of the lock')
+end
 local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < seen then
+if token < seen then
   return redis.error_reply('STALE fencing token ' .. ARGV[1] .. ' < ' .. seen)
 end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+redis.call('HSET', KEYS[1], 'fence', token)
 return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))
 `)
 
@@ -126,9 +131,13 @@ func process(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterCli
 
 	// Do locks every key at once (one round trip per master, whatever the
 	// number of keys), waits while other orders hold some of them, and
-	// always unlocks. The owner "order-<id>" makes the lock reentrant for
-	// this order: code called inside Do (with its ctx, which carries the
-	// owner) may lock the same keys again without deadlocking with itself.
+	// always unlocks. Its owner is fresh, made by batchlock for this call,
+	// and rides on ctx: code called inside Do may lock the same keys again
+	// without deadlocking with itself. An owner of our own, such as
+	// WithOwner("order-"+o.id), would be wrong here: two processes that
+	// handle one order at once (a redelivery) would both hold its keys,
+	// since locks of one owner are reentrant. A shared owner is right only
+	// for holders that are one holder, such as calls inside one Do.
 	return locks.Do(ctx, keys, func(ctx context.Context) error {
 		// The lock Do holds rides on ctx: its fencing tokens are what the
 		// writes below carry.
@@ -168,7 +177,7 @@ func process(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterCli
 			return fmt.Errorf("taking stock: %w", err)
 		}
 		return nil
-	}, batchlock.WithOwner("order-"+o.id))
+	})
 }
 
 func setUp(ctx context.Context, rdb *redis.ClusterClient) error {

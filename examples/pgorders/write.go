@@ -16,11 +16,12 @@ var ErrFenced = errors.New("pgorders: refused a stale fencing token")
 
 // takeLine decrements one stock row and records the line, in one statement,
 // only when no newer token than the writer's ($4) has written the row. A
-// stale token updates no row, and so inserts no line.
+// stale token updates no row, and so inserts no line; nor does a token of 0,
+// what Token returns for a key the lock does not hold.
 const takeLine = `
 WITH w AS (
 	UPDATE stock SET units = units - $3, fence = $4, writes = writes + 1
-	WHERE sku = $2 AND fence <= $4
+	WHERE sku = $2 AND $4 > 0 AND fence <= $4
 	RETURNING writes
 )
 INSERT INTO order_lines (order_id, sku, qty, token, write_seq)
