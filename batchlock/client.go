@@ -188,9 +188,17 @@ func (c *Client) beginTaking(ctx context.Context) (_ context.Context, end func()
 
 // Stats is what a Client did and holds, for metrics and tests.
 type Stats struct {
-	// The script calls the Client sent, by script, each attempt counted: an
-	// uncontended lock and unlock costs one acquire and one release per
-	// master (per 1024 keys), a renewal round one extend per master.
+	// The script calls the Client sent, by script, each attempt counted
+	// (a call sent again after a lost reply or a moved slot too), not
+	// locks: an uncontended lock and unlock costs one acquire and one
+	// release per master (per 1024 keys), a TryEach one acquire per master
+	// for all its baskets and an UnlockEach one release per master.
+	// Acquires also counts a waiting call's every attempt (each refusal, and
+	// the attempts that take the keys after the one waited for); Releases
+	// also counts the give-backs of keys taken out of order or of refused
+	// baskets, and rollbacks; Extends counts the watchdog's rounds (one per
+	// master), Extend, and the restarts of leases as a lock is handed out.
+	// So Acquires and Releases differ under contention and faults.
 	Acquires, Releases, Extends, ForceUnlocks uint64
 	// LocalWaits counts the times a Lock call waited in the process for a
 	// key another lock of the Client held or was taking.

@@ -135,9 +135,16 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 		}
 		// Each basket whole or not at all; an earlier basket wins a SKU
 		// over a later one. A refused basket holds nothing.
-		got, err := locks.TryEach(ctx, baskets)
+		var why []batchlock.Refusal
+		got, err := locks.TryEach(ctx, baskets, batchlock.WithRefusals(&why))
 		if err != nil {
 			return sum, err // nothing of the tick is held
+		}
+		// A basket beaten by an earlier one of the tick goes first in the
+		// next: only refusals by other locks or processes can starve it.
+		beaten := map[int]bool{}
+		for _, r := range why {
+			beaten[r.Basket] = r.By == batchlock.ByEarlierBasket
 		}
 		var taken []int
 		var starving []order
@@ -148,7 +155,9 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 				continue
 			}
 			sum.refusals++
-			if refused[tick[i].id]++; refused[tick[i].id] < maxRefusals {
+			if beaten[i] {
+				carry = append(carry, tick[i])
+			} else if refused[tick[i].id]++; refused[tick[i].id] < maxRefusals {
 				carry = append(carry, tick[i])
 			} else {
 				starving = append(starving, tick[i])
