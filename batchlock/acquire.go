@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -71,12 +70,12 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	out := acquireOutcome{refused: -1}
 	wait := mode != wire.ModeTry
 	leaseMs, placeMs := lease.Millis(l.lease), lease.Millis(c.placeLease())
-	parts := make([]script.Part, len(groups))
+	parts := make([]routing.Part, len(groups))
 	for i, g := range groups {
-		parts[i] = script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)}
+		parts[i] = routing.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)}
 	}
-	results := c.route(ctx, script.Batch{
-		Step:    "batchlock: acquire",
+	results := c.route(ctx, routing.Batch{
+		Step:    "acquire",
 		Sent:    &c.sent.acquires,
 		Script:  wire.AcquireScript,
 		Parts:   parts,
@@ -85,7 +84,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 		Args: func(at []int) []any {
 			return acquireArgs(l, groups, at, leaseMs, mode, placeMs)
 		},
-		Read: func(cl *script.Call, at []int) ([]int, error) {
+		Read: func(cl *routing.Call, at []int) ([]int, error) {
 			return c.acquired(l, &out, groups, at, cl, wait)
 		},
 	})
@@ -136,7 +135,7 @@ func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, 
 // acquired records what the call for groups at (indices into groups) did. It
 // returns them all when their slots were elsewhere (nothing was changed), or
 // the error the reply means.
-func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int, cl *script.Call, wait bool) ([]int, error) {
+func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int, cl *routing.Call, wait bool) ([]int, error) {
 	vals, _ := cl.Reply.Slice()
 	r, err := wire.DecodeAcquire(vals)
 	if err != nil {
@@ -148,7 +147,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 	case wire.AcquireGranted:
 		c.granted(l, out, groups, at, r.Tokens)
 		if !l.ack.Acknowledged(cl) {
-			return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, l.ack)))
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, inner(unacknowledged(cl, l.ack)))
 		}
 	case wire.AcquireRefused:
 		held := min(r.Held, len(at)-1)
@@ -175,13 +174,13 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 			out.blockerToken = r.BlockerToken
 		}
 		if held+part > 0 && !l.ack.Acknowledged(cl) {
-			return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, l.ack)))
+			return nil, fmt.Errorf("%w: %w", ErrNotObtained, inner(unacknowledged(cl, l.ack)))
 		}
 	case wire.AcquireElsewhere:
 		return at, nil
 	case wire.AcquireUpgrade:
 		// Nothing was changed, and waiting would not help.
-		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(r.Key))
+		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(r.Key))
 	case wire.AcquireCancelled:
 		// A rollback overtook this acquire: the groups may or may not be
 		// held.
@@ -238,7 +237,7 @@ func inGroup(g group, keys []string) []string {
 }
 
 // unacknowledged says that fewer replicas than asked for acknowledged cl.
-func unacknowledged(cl *script.Call, ack script.Ack) error {
+func unacknowledged(cl *routing.Call, ack routing.Ack) error {
 	return fmt.Errorf("%w: slot %d: %d of %d replicas acknowledged within %v",
 		ErrNoReplicas, cl.Slot, max(cl.Acks, 0), ack.Replicas, ack.Timeout)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
@@ -55,13 +55,13 @@ func slotsServedWith(key string, keys []string) int {
 	return len(slots)
 }
 
-type failure func(name string, c *script.Call) (bool, error)
+type failure func(name string, c *routing.Call) (bool, error)
 
 // failOn fails the calls of name on lock key, times times (forever when
 // negative), with err; ran says whether the script took effect anyway.
 func failOn(name, key string, times int, ran bool, err error) failure {
 	var n atomic.Int64
-	return func(got string, c *script.Call) (bool, error) {
+	return func(got string, c *routing.Call) (bool, error) {
 		if got != name || !slicesContains(c.Args, key) {
 			return false, nil
 		}
@@ -577,7 +577,7 @@ func TestSlotFoundElsewhere(t *testing.T) {
 	order := bySlot(basket)
 	t.Run("moved: tried again slot by slot", func(t *testing.T) {
 		c, f := newFaked(t)
-		f.Elsewhere = func(name string, c *script.Call) bool {
+		f.Elsewhere = func(name string, c *routing.Call) bool {
 			return (name == "acquire" && wiretest.SlotsIn(c) > 1 || name == "release" && wiretest.KeysIn(name, c) > 1) && slicesContains(c.Args, order[0])
 		}
 		l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
@@ -588,7 +588,7 @@ func TestSlotFoundElsewhere(t *testing.T) {
 	})
 	t.Run("in migration until the context ends", func(t *testing.T) {
 		c, f := newFaked(t)
-		f.Elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
+		f.Elsewhere = func(name string, c *routing.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		_, err := c.Lock(ctx, basket)
@@ -599,7 +599,7 @@ func TestSlotFoundElsewhere(t *testing.T) {
 	})
 	t.Run("in migration until WithWait ends", func(t *testing.T) {
 		c, f := newFaked(t)
-		f.Elsewhere = func(name string, c *script.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
+		f.Elsewhere = func(name string, c *routing.Call) bool { return name == "acquire" && slicesContains(c.Args, order[2]) }
 		_, err := c.Lock(t.Context(), basket, WithWait(100*time.Millisecond))
 		require.ErrorIs(t, err, ErrNotObtained, "as the README's error switch expects of a WithWait that runs out")
 		require.ErrorIs(t, err, context.DeadlineExceeded)

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lease"
 )
@@ -145,7 +144,7 @@ func (a *acquisition) keepInOrder(ctx context.Context, outcome acquireOutcome, s
 		// A give-back that failed is tried again by the rollback; one
 		// whose call ended goes on in the background meanwhile.
 		a.rollback(append(slices.Clip(l.groups[:failed+1]), after...))
-		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, errprefix.Inner(err))
+		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, inner(err))
 	}
 	if a.since.IsZero() && outcome.refused+outcome.partHeld > 0 {
 		a.since = start
@@ -198,7 +197,7 @@ func (a *acquisition) finishTaking(ctx context.Context, start time.Time) error {
 			if err == nil {
 				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.UserKeys(lost)[0])
 			}
-			return fmt.Errorf("%w: could not restart the lease: %w", ErrNotObtained, errprefix.Inner(err))
+			return fmt.Errorf("%w: could not restart the lease: %w", ErrNotObtained, inner(err))
 		}
 		if len(restart) == len(l.groups) || start.IsZero() {
 			start = sent

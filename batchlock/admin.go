@@ -11,8 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -64,7 +63,7 @@ func (c *Client) Held(ctx context.Context, pattern string) ([]HeldKey, error) {
 		return err
 	}
 	if err := c.deployment.forEachMaster(ctx, scan); err != nil {
-		return nil, fmt.Errorf("batchlock: listing held keys: %w", errprefix.Inner(err))
+		return nil, fmt.Errorf("batchlock: listing held keys: %w", inner(err))
 	}
 	slices.SortFunc(found, func(a, b HeldKey) int { return strings.Compare(a.Key, b.Key) })
 	return found, nil
@@ -147,7 +146,7 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error)
 		// A master that died answers nothing that would make go-redis
 		// read the map of slots again.
 		c.deployment.reloadSlots()
-		return nil, fmt.Errorf("batchlock: inspecting %d keys: %w", len(keys), errprefix.Inner(err))
+		return nil, fmt.Errorf("batchlock: inspecting %d keys: %w", len(keys), inner(err))
 	}
 	return out, nil
 }
@@ -223,13 +222,13 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 		return nil, err
 	}
 	defer end()
-	parts := make([]script.Part, len(lockKeys))
+	parts := make([]routing.Part, len(lockKeys))
 	for i, k := range lockKeys {
-		parts[i] = script.Part{Slot: c.deployment.slot(k), Route: k, Keys: 1}
+		parts[i] = routing.Part{Slot: c.deployment.slot(k), Route: k, Keys: 1}
 	}
 	released := map[string]bool{} // the holds of the keys released
-	results := c.route(ctx, script.Batch{
-		Step:   "batchlock: force unlock",
+	results := c.route(ctx, routing.Batch{
+		Step:   "force unlock",
 		Sent:   &c.sent.forces,
 		Script: wire.ForceScript,
 		Parts:  parts,
@@ -241,7 +240,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 			}
 			return args
 		},
-		Read: func(cl *script.Call, at []int) ([]int, error) {
+		Read: func(cl *routing.Call, at []int) ([]int, error) {
 			r, err := wire.DecodeForce(cl.Reply.Val(), len(at))
 			if err != nil {
 				return nil, cl.Describe(ctx, err)

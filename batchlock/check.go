@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // ClockBound is how far apart the masters' clocks (TIME, less half the
@@ -60,9 +58,9 @@ func (c *Client) Check(ctx context.Context) error {
 	for _, r := range c.Preflight(ctx) {
 		if r.Err != nil && !r.Warning {
 			if r.Node != "" {
-				errs = append(errs, fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, errprefix.Inner(r.Err)))
+				errs = append(errs, fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, inner(r.Err)))
 			} else {
-				errs = append(errs, fmt.Errorf("batchlock: check: %s: %w", r.Check, errprefix.Inner(r.Err)))
+				errs = append(errs, fmt.Errorf("batchlock: check: %s: %w", r.Check, inner(r.Err)))
 			}
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -128,7 +128,7 @@ func checkState(ctx context.Context, node *redis.Client, cluster bool) error {
 			return err
 		}
 		if infoField(info, "cluster_enabled") == "1" {
-			return fmt.Errorf("cluster_enabled:1 behind a *redis.Client: every lock would fail; %w", script.ErrClusterNode)
+			return fmt.Errorf("cluster_enabled:1 behind a *redis.Client: every lock would fail; %w", routing.ErrClusterNode)
 		}
 		return nil
 	}

@@ -13,11 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lifetime"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -28,7 +27,7 @@ type Client struct {
 	rdb        redis.UniversalClient
 	deployment deployment
 	cfg        config
-	runner     *script.Runner
+	runner     *routing.Runner
 
 	watchdog *watchdog
 	waiters  *handoff.Hub
@@ -140,9 +139,9 @@ func (c *Client) releaseHeld(locks []*Lock) error {
 	var wg sync.WaitGroup
 	for i, l := range locks {
 		wg.Go(func() {
-			l.lose(fmt.Errorf("%w: %w", ErrLockLost, errprefix.Inner(ErrClosed)))
+			l.lose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
 			if err := l.releaseLost(context.Background()); err != nil {
-				errs[i] = fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(l.sortedKeys()), errprefix.Inner(err))
+				errs[i] = fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(l.sortedKeys()), inner(err))
 			}
 		})
 	}

@@ -6,7 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 )
 
 // deployment is the Redis a Client locks on: a cluster, or a single node (a
@@ -61,11 +61,11 @@ func (d deployment) slot(key string) int {
 }
 
 // runner is the script pipeline of the deployment.
-func (d deployment) runner() *script.Runner {
+func (d deployment) runner() *routing.Runner {
 	if d.isCluster() {
-		return script.NewCluster(d.cluster)
+		return routing.NewCluster(d.cluster)
 	}
-	return script.NewNode(d.node)
+	return routing.NewNode(d.node)
 }
 
 // forEachMaster calls fn with the client of every master, at once.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
+	"github.com/batchlock/batchlock/internal/routing"
 )
 
 var (
@@ -70,7 +70,7 @@ type ConflictError struct {
 func (e *ConflictError) Error() string {
 	msg := "batchlock: not obtained: held by another owner: " + describeHeld(e.Keys, e.Holders)
 	if e.cause != nil {
-		msg += ": " + errprefix.Inner(e.cause).Error()
+		msg += ": " + inner(e.cause).Error()
 	}
 	return msg
 }
@@ -93,7 +93,7 @@ func checkContext(ctx context.Context) error {
 // ended is the error of a call whose context ended, before it began or
 // while it ran: the context's cause, wrapped.
 func ended(ctx context.Context) error {
-	return fmt.Errorf("batchlock: the call's context ended: %w", errprefix.Inner(context.Cause(ctx)))
+	return fmt.Errorf("batchlock: the call's context ended: %w", inner(context.Cause(ctx)))
 }
 
 func invalid(format string, args ...any) error {
@@ -126,4 +126,36 @@ func describeHeld(keys []string, holders map[string][]string) string {
 		}
 	}
 	return b.String()
+}
+
+// prefix starts the message of every error the library makes, once: the
+// outer error says it, and each error of the library written after the
+// start of its message is wrapped with inner.
+const prefix = "batchlock: "
+
+// inner returns err for writing inside the message of another error of the
+// library, after its start: its message without its own leading prefix. It
+// unwraps to err, so that errors.Is and errors.As see through it. An error
+// that does not start with the prefix (a caller's, go-redis's, a
+// context's) is written as it is.
+func inner(err error) error {
+	if err == nil {
+		return nil
+	}
+	return innerError{err}
+}
+
+type innerError struct{ err error }
+
+func (e innerError) Error() string { return strings.TrimPrefix(e.err.Error(), prefix) }
+func (e innerError) Unwrap() error { return e.err }
+
+// described is what a call's part met (see routing.Error), said by the
+// library: its step and slot, and the context's cause when it ended the
+// call.
+func described(e *routing.Error) error {
+	if e.Cause != nil {
+		return fmt.Errorf("batchlock: %s: slot %d%s: %w: %w", e.Step, e.Slot, e.What, inner(e.Cause), inner(e.Err))
+	}
+	return fmt.Errorf("batchlock: %s: slot %d%s: %w", e.Step, e.Slot, e.What, inner(e.Err))
 }

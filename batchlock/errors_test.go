@@ -2,6 +2,8 @@ package batchlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
@@ -94,8 +95,8 @@ func TestErrorsSayBatchlockOnce(t *testing.T) {
 			}
 			for _, err := range tc.errs(t, c, f) {
 				require.Error(t, err)
-				assert.Equal(t, 1, strings.Count(err.Error(), errprefix.Prefix), err.Error())
-				assert.True(t, strings.HasPrefix(err.Error(), errprefix.Prefix), err.Error())
+				assert.Equal(t, 1, strings.Count(err.Error(), prefix), err.Error())
+				assert.True(t, strings.HasPrefix(err.Error(), prefix), err.Error())
 				for _, want := range tc.is {
 					assert.ErrorIs(t, err, want)
 				}
@@ -126,4 +127,28 @@ func TestConflictMessageNamesTheHolders(t *testing.T) {
 			assert.Equal(t, tc.want, (&ConflictError{Keys: tc.keys, Holders: tc.holders}).Error())
 		})
 	}
+}
+
+// inner writes an error of the library inside another one's message
+// without its prefix, and keeps it visible to errors.Is.
+func TestInnerSaysThePrefixOnce(t *testing.T) {
+	closed, callers := ErrClosed, errors.New("saving the order")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"two of ours", fmt.Errorf("%w: %w", ErrLockLost, inner(closed)), "batchlock: lock lost: client closed"},
+		{"a step around ours", fmt.Errorf("batchlock: unlock: %w", inner(fmt.Errorf("%w: %w", ErrLockLost, inner(closed)))), "batchlock: unlock: lock lost: client closed"},
+		{"not ours", fmt.Errorf("%w: %w", ErrLockLost, inner(callers)), "batchlock: lock lost: saving the order"},
+		{"the prefix later in the text", fmt.Errorf("%w: %w", ErrLockLost, inner(errors.New(`key "batchlock: a"`))), `batchlock: lock lost: key "batchlock: a"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.err.Error())
+		})
+	}
+	err := fmt.Errorf("%w: %w", ErrLockLost, inner(closed))
+	assert.ErrorIs(t, err, ErrLockLost)
+	assert.ErrorIs(t, err, closed, "what inner wraps stays visible")
+	assert.NoError(t, inner(nil))
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -39,19 +39,19 @@ func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.D
 
 // extendAll extends the holds of several locks (the watchdog's round): the
 // keys each master serves, for all the locks, go in one call per master (at
-// most script.MaxCallKeys keys each), and the masters are asked apart, so
+// most routing.MaxCallKeys keys each), and the masters are asked apart, so
 // that done is called for each lock as soon as the masters of its keys have
 // answered, not held up by a master that is slow for others. Locks of one
 // owner may share keys: every hold is extended on its own. It returns once
 // every lock is done.
-func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack, done func(lock int, e extended)) {
-	var parts []script.Part
+func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack routing.Ack, done func(lock int, e extended)) {
+	var parts []routing.Part
 	var lockOf []int                   // the lock of parts[i]
 	pending := make([]int, len(locks)) // parts of each lock not settled yet
 	for i, h := range locks {
 		for _, g := range h.groups {
 			for _, k := range g.keys {
-				parts = append(parts, script.Part{Slot: g.slot, Route: k, Keys: 1})
+				parts = append(parts, routing.Part{Slot: g.slot, Route: k, Keys: 1})
 				lockOf = append(lockOf, i)
 				pending[i]++
 			}
@@ -72,8 +72,8 @@ func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack
 			results[i].err = err
 		}
 	}
-	c.route(ctx, script.Batch{
-		Step:   "batchlock: extend",
+	c.route(ctx, routing.Batch{
+		Step:   "extend",
 		Sent:   &c.sent.extends,
 		Script: wire.ExtendScript,
 		Parts:  parts,
@@ -90,7 +90,7 @@ func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack
 			}
 			return args
 		},
-		Read: func(cl *script.Call, in []int) ([]int, error) {
+		Read: func(cl *routing.Call, in []int) ([]int, error) {
 			segs := segmentsBy(lockOf, in)
 			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
 			if err != nil {
@@ -111,7 +111,7 @@ func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack script.Ack
 			}
 			return again, nil
 		},
-		Settled: func(at []int, routed []script.Result) {
+		Settled: func(at []int, routed []routing.Result) {
 			var ready []int
 			mu.Lock()
 			for _, j := range at {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
@@ -14,6 +14,6 @@ func newFaked(t *testing.T, opts ...Option) (*Client, *wiretest.Fake) {
 	t.Helper()
 	c := newOffline(t, true, append([]Option{WithoutPubSub(), WithPollInterval(5 * time.Millisecond)}, opts...)...)
 	f := wiretest.NewFake()
-	c.runner = script.NewWith(f, wiretest.FakeMaster, nil)
+	c.runner = routing.NewWith(f, wiretest.FakeMaster, nil)
 	return c, f
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/gates"
 )
 
@@ -137,7 +136,7 @@ func (a *acquisition) waitAtGate(ctx context.Context, w *gates.Waiter) error {
 		renewed, err := a.renewHeld(ctx)
 		if err != nil {
 			w.Abandon()
-			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(w.Key()), errprefix.Inner(err))
+			return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(w.Key()), inner(err))
 		}
 		if renewed {
 			retries, retryAt = 0, time.Time{}
@@ -160,13 +159,13 @@ func (a *acquisition) waitingAtGate(key string) {
 
 // gateWaitEnded is the error of a wait at the gate of key that ctx ended.
 func (c *Client) gateWaitEnded(ctx context.Context, key string) error {
-	return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(key), errprefix.Inner(context.Cause(ctx)))
+	return fmt.Errorf("%w: waiting for %q, held by another lock of this Client: %w", ErrNotObtained, c.names.UserKey(key), inner(context.Cause(ctx)))
 }
 
 // upgradeAtGate is the error of an owner asking exclusively for key, which
 // it holds shared.
 func (c *Client) upgradeAtGate(key string) error {
-	return fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(key))
+	return fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(key))
 }
 
 // gateHolders returns, by key without the prefix, the owners holding the

@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lifetime"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -30,7 +29,7 @@ type Lock struct {
 	groups   []group
 	lease    time.Duration
 	renew    bool // kept alive by the watchdog, rather than a fixed TTL
-	ack      script.Ack
+	ack      routing.Ack
 	// gated are the keys whose gates the lock holds (see internal/gates), given
 	// back when it ends; guarded by mu.
 	gated []gatedKey
@@ -265,7 +264,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	lost, err := l.c.extend(ctx, l, l.groups, ttl)
 	if len(lost) > 0 {
 		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.names.UserKeys(lost)[0])
-		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, errprefix.Inner(notHeld)))
+		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, inner(notHeld)))
 		return errors.Join(notHeld, err)
 	}
 	if err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // Lock takes every key for the caller, waiting while other owners hold some
@@ -84,7 +82,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 		} else {
 			// No key was refused: the wait ran out in the routing's retries
 			// (a slot in migration, a master down).
-			err = fmt.Errorf("%w: %w: %w", ErrNotObtained, waited, errprefix.Inner(err))
+			err = fmt.Errorf("%w: %w: %w", ErrNotObtained, waited, inner(err))
 		}
 	}
 	if err == nil {

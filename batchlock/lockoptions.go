@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 )
 
 // LockOption configures one Lock, TryLock or Do call.
@@ -18,7 +18,7 @@ type lockConfig struct {
 	waitSet  bool
 	owner    string
 	ownerSet bool
-	ack      script.Ack
+	ack      routing.Ack
 	ackSet   bool
 	shared   []string
 	refusals *[]Refusal

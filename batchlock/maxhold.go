@@ -3,8 +3,6 @@ package batchlock
 import (
 	"fmt"
 	"time"
-
-	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // capHold ends l d from now (WithMaxHold).
@@ -24,6 +22,6 @@ func (l *Lock) endAtMaxHold(d time.Duration) {
 	ended := l.released || l.Err() != nil
 	l.unlocking.Unlock()
 	if !ended {
-		l.letGo(fmt.Errorf("%w: %w: %v", ErrLockLost, errprefix.Inner(ErrMaxHold), d))
+		l.letGo(fmt.Errorf("%w: %w: %v", ErrLockLost, inner(ErrMaxHold), d))
 	}
 }

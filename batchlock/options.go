@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 )
 
 // DefaultPrefix is the prefix of the keys batchlock writes, unless
@@ -16,7 +16,7 @@ const (
 	defaultLease = 30 * time.Second
 	// maxGroupKeys bounds the keys of one group: a huge single-slot batch is
 	// cut into groups, which are taken in order like slots. (Every script
-	// call carries at most script.MaxCallKeys keys.)
+	// call carries at most routing.MaxCallKeys keys.)
 	maxGroupKeys = 512
 	// rollbackTimeout bounds the releases made after a failed call, whose own
 	// context may already be done: long enough to ride out a failover.
@@ -32,7 +32,7 @@ type config struct {
 	lease       time.Duration
 	maxHold     maxHold
 	observer    func(Event)
-	ack         script.Ack
+	ack         routing.Ack
 	pollMax     time.Duration
 	pubsub      bool
 }
@@ -66,7 +66,7 @@ func (c *config) validate() error {
 // validateAck checks a replica acknowledgement: how many replicas of each
 // master must acknowledge a write that grants or lengthens a lease, and how
 // long to wait for them; zero replicas waits for none.
-func validateAck(a script.Ack) error {
+func validateAck(a routing.Ack) error {
 	if a.Replicas < 0 {
 		return invalid("replicas %d must be >= 0", a.Replicas)
 	}
@@ -172,7 +172,7 @@ func (o maxHoldSetting) applyLock(c *lockConfig) { c.maxHold = maxHold{o.d, true
 // overrides that. d <= 0 is ErrInvalid. Default: no cap.
 func WithMaxHold(d time.Duration) Setting { return maxHoldSetting{d} }
 
-type replicasSetting struct{ ack script.Ack }
+type replicasSetting struct{ ack routing.Ack }
 
 func (o replicasSetting) apply(c *config) { c.ack = o.ack }
 
@@ -190,5 +190,5 @@ func (o replicasSetting) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, tru
 // that.
 // WithReplicas(0, 0) waits for none. Default: none.
 func WithReplicas(n int, timeout time.Duration) Setting {
-	return replicasSetting{ack: script.Ack{Replicas: n, Timeout: timeout}}
+	return replicasSetting{ack: routing.Ack{Replicas: n, Timeout: timeout}}
 }

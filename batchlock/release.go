@@ -7,7 +7,7 @@ import (
 
 	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -30,19 +30,19 @@ type releaseOutcome struct {
 
 // releaseAll releases several locks' shares: the keys and marks each master
 // serves, for all of them, go in one call per master (at most
-// script.MaxCallKeys keys each).
+// routing.MaxCallKeys keys each).
 func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcome {
-	var parts []script.Part
+	var parts []routing.Part
 	var lockOf []int  // the share of parts[i]
 	var isMark []bool // parts[i] is a cancel mark
 	for i, r := range rs {
 		for _, m := range r.marks {
-			parts = append(parts, script.Part{Slot: hashtag.Slot(m), Route: m, Keys: 1})
+			parts = append(parts, routing.Part{Slot: hashtag.Slot(m), Route: m, Keys: 1})
 			lockOf, isMark = append(lockOf, i), append(isMark, true)
 		}
 		for _, g := range r.groups {
 			for _, k := range g.keys {
-				parts = append(parts, script.Part{Slot: g.slot, Route: k, Keys: 1})
+				parts = append(parts, routing.Part{Slot: g.slot, Route: k, Keys: 1})
 				lockOf, isMark = append(lockOf, i), append(isMark, false)
 			}
 		}
@@ -52,8 +52,8 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 		return out
 	}
 	var taken []int // parts found held by another owner
-	results := c.route(ctx, script.Batch{
-		Step:   "batchlock: release",
+	results := c.route(ctx, routing.Batch{
+		Step:   "release",
 		Sent:   &c.sent.releases,
 		Script: wire.ReleaseScript,
 		Parts:  parts,
@@ -73,7 +73,7 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 			}
 			return args
 		},
-		Read: func(cl *script.Call, at []int) ([]int, error) {
+		Read: func(cl *routing.Call, at []int) ([]int, error) {
 			segs := segmentsBy(lockOf, at)
 			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs))
 			if err != nil {
@@ -276,7 +276,7 @@ func (c *Client) releaseAsideAll(ctx context.Context, rs []releasing) error {
 
 // partsNamed returns the indices, among at, of the parts whose route key is
 // named.
-func partsNamed(parts []script.Part, at []int, named []string) []int {
+func partsNamed(parts []routing.Part, at []int, named []string) []int {
 	if len(named) == 0 {
 		return nil
 	}
@@ -293,7 +293,7 @@ func partsNamed(parts []script.Part, at []int, named []string) []int {
 	return out
 }
 
-func firstError(results []script.Result) error {
+func firstError(results []routing.Result) error {
 	for _, r := range results {
 		if r.Err != nil {
 			return r.Err

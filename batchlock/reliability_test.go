@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
@@ -25,7 +25,7 @@ func keysNamed(prefix string, n int) []string {
 	return keys
 }
 
-// Every call carries at most script.MaxCallKeys keys, whatever it does: an
+// Every call carries at most routing.MaxCallKeys keys, whatever it does: an
 // acquire of a big batch, its release, an Extend, a forced release, and a
 // watchdog round that merges several big locks on each master.
 func TestEveryCallIsCapped(t *testing.T) {
@@ -53,8 +53,8 @@ func TestEveryCallIsCapped(t *testing.T) {
 			total += n
 			largest = max(largest, n)
 		}
-		assert.LessOrEqual(t, largest, script.MaxCallKeys, "a %s call carries %d keys", name, largest)
-		assert.Greater(t, total, script.MaxCallKeys, "%s calls carried a big lock", name)
+		assert.LessOrEqual(t, largest, routing.MaxCallKeys, "a %s call carries %d keys", name, largest)
+		assert.Greater(t, total, routing.MaxCallKeys, "%s calls carried a big lock", name)
 	}
 }
 
@@ -69,13 +69,13 @@ func TestUnlockRetriedAfterItHandedAKeyOn(t *testing.T) {
 	key := bySlot(basket)[2]
 	var runs atomic.Int64
 	f.With(func() {
-		f.Fault = func(name string, cl *script.Call) (bool, error) {
+		f.Fault = func(name string, cl *routing.Call) (bool, error) {
 			if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
 				return true, io.ErrUnexpectedEOF // it ran; its reply was lost
 			}
 			return false, nil
 		}
-		f.After = func(name string, cl *script.Call) {
+		f.After = func(name string, cl *routing.Call) {
 			if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
 				// The waiter it was handed to takes it.
 				f.Put(key, "waiter", "h:waiter", 2000, time.Minute)
@@ -98,13 +98,13 @@ func TestUnlockRetriedAfterAnEarlierOneHandedAKeyOn(t *testing.T) {
 	key := bySlot(basket)[2]
 	var runs atomic.Int64
 	f.With(func() {
-		f.Fault = func(name string, cl *script.Call) (bool, error) {
+		f.Fault = func(name string, cl *routing.Call) (bool, error) {
 			if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
 				return true, context.DeadlineExceeded // it ran; the caller gave up on its reply
 			}
 			return false, nil
 		}
-		f.After = func(name string, cl *script.Call) {
+		f.After = func(name string, cl *routing.Call) {
 			if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
 				f.Put(key, "waiter", "h:waiter", 2000, time.Minute)
 			}
@@ -184,13 +184,13 @@ func TestAcquireFoundElsewhereAfterALostReplyRollsBack(t *testing.T) {
 	key := bySlot(basket)[3]
 	var sent atomic.Int64
 	f.With(func() {
-		f.Fault = func(name string, cl *script.Call) (bool, error) {
+		f.Fault = func(name string, cl *routing.Call) (bool, error) {
 			if name == "acquire" && slicesContains(cl.Args, key) && sent.Add(1) == 1 {
 				return true, io.ErrUnexpectedEOF // it ran; its reply was lost
 			}
 			return false, nil
 		}
-		f.Elsewhere = func(name string, cl *script.Call) bool {
+		f.Elsewhere = func(name string, cl *routing.Call) bool {
 			return name == "acquire" && slicesContains(cl.Args, key) && sent.Load() > 1
 		}
 	})
@@ -296,7 +296,7 @@ func TestUnlockRetriedSendsOnlyWhatFailed(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
 	f.With(func() {
-		f.Fault = func(name string, cl *script.Call) (bool, error) {
+		f.Fault = func(name string, cl *routing.Call) (bool, error) {
 			if name == "release" && slicesContains(cl.Args, failing) && down.Load() {
 				return false, fmt.Errorf("dial tcp: %w", io.ErrUnexpectedEOF) // it did not run
 			}

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -23,7 +22,7 @@ type eachPart struct {
 // refused on any master is refused.
 func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	c := t.c
-	var parts []script.Part
+	var parts []routing.Part
 	var of []eachPart
 	var lockOf []int // the basket of parts[j]
 	held := make([][]bool, len(t.locks))
@@ -41,7 +40,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 		}
 		held[i] = make([]bool, len(l.groups))
 		for gi, g := range l.groups {
-			parts = append(parts, script.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)})
+			parts = append(parts, routing.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)})
 			of = append(of, eachPart{i, gi})
 			lockOf = append(lockOf, i)
 			tried = append(tried, false)
@@ -52,8 +51,8 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	}
 	refused := map[int]*ConflictError{}
 	leaseMs := lease.Millis(first.lease)
-	results := c.route(ctx, script.Batch{
-		Step:   "batchlock: try each",
+	results := c.route(ctx, routing.Batch{
+		Step:   "try each",
 		Sent:   &c.sent.acquires,
 		Script: wire.TryEachScript,
 		Parts:  parts,
@@ -66,7 +65,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 			}
 			return t.args(parts, of, lockOf, at, leaseMs, again)
 		},
-		Read: func(cl *script.Call, at []int) ([]int, error) {
+		Read: func(cl *routing.Call, at []int) ([]int, error) {
 			return t.read(cl, of, lockOf, at, held, refused, first.ack)
 		},
 	})
@@ -101,7 +100,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 // args are the arguments of tryeach.lua for the parts at (ascending): the
 // parts of one basket are consecutive. again says that some of them were
 // sent before.
-func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, leaseMs int64, again bool) []any {
+func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, leaseMs int64, again bool) []any {
 	shared := false
 	n := 3
 	for _, j := range at {
@@ -133,8 +132,8 @@ func (t *eachCall) args(parts []script.Part, of []eachPart, lockOf, at []int, le
 // read records what one call of tryeach.lua did: the groups it took, the
 // baskets it refused (with their conflicts); it returns the parts of the
 // baskets that found a slot elsewhere (which changed nothing of them).
-func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
-	held [][]bool, refused map[int]*ConflictError, ack script.Ack) ([]int, error) {
+func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
+	held [][]bool, refused map[int]*ConflictError, ack routing.Ack) ([]int, error) {
 	c := t.c
 	vals, _ := cl.Reply.Slice()
 	if len(vals) == 1 {
@@ -184,13 +183,13 @@ func (t *eachCall) read(cl *script.Call, of []eachPart, lockOf, at []int,
 		case wire.AcquireElsewhere:
 			again = append(again, seg...)
 		case wire.AcquireUpgrade:
-			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, errprefix.Inner(ErrUpgrade), c.names.UserKey(r.Key))
+			return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(r.Key))
 		default:
 			return nil, cl.Describe(context.Background(), fmt.Errorf("unexpected reply %v", list))
 		}
 	}
 	if tookSome && !ack.Acknowledged(cl) {
-		return nil, fmt.Errorf("%w: %w", ErrNotObtained, errprefix.Inner(unacknowledged(cl, ack)))
+		return nil, fmt.Errorf("%w: %w", ErrNotObtained, inner(unacknowledged(cl, ack)))
 	}
 	return again, nil
 }
@@ -220,7 +219,7 @@ func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
 	}
 	back[0].marks = t.marks
 	if err := t.c.releaseAsideAll(ctx, back); err != nil {
-		return fmt.Errorf("%w: could not give back what refused baskets took: %w", ErrNotObtained, errprefix.Inner(err))
+		return fmt.Errorf("%w: could not give back what refused baskets took: %w", ErrNotObtained, inner(err))
 	}
 	return nil
 }

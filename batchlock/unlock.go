@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lifetime"
 )
 
@@ -73,7 +72,7 @@ func (c *Client) unlockAll(ctx context.Context, locks []*Lock) []error {
 // an Unlock, or on its own once it was lost.
 func (l *Lock) alreadyReleased() error {
 	if err := l.Err(); errors.Is(err, ErrLockLost) {
-		return fmt.Errorf("%w: %w", ErrNotHeld, errprefix.Inner(err))
+		return fmt.Errorf("%w: %w", ErrNotHeld, inner(err))
 	}
 	return fmt.Errorf("%w: already released", ErrNotHeld)
 }
@@ -85,7 +84,7 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	held := time.Since(l.acquiredAt)
 	if err != nil {
 		l.emit(Event{Kind: EventReleased, Duration: held, Err: err})
-		return fmt.Errorf("batchlock: unlock: %w", errprefix.Inner(err))
+		return fmt.Errorf("batchlock: unlock: %w", inner(err))
 	}
 	l.released = true
 	lost := l.Err()
@@ -95,7 +94,7 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	case len(taken) > 0:
 		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
 	case lost != nil:
-		return fmt.Errorf("%w: %w", ErrNotHeld, errprefix.Inner(lost))
+		return fmt.Errorf("%w: %w", ErrNotHeld, inner(lost))
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/backoff"
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/wire"
@@ -48,7 +47,7 @@ func (a *acquisition) waitForTurn(ctx context.Context, outcome acquireOutcome, c
 		// The group waited for goes too: our place in its queue, and the
 		// key itself if it was handed to us meanwhile.
 		a.rollback(l.groups[:a.held+1])
-		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), errprefix.Inner(err))
+		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), inner(err))
 	}
 	if g, ok := a.sub.GrantedKey(); ok && slices.Contains(a.queuedFor, g.Key) {
 		// The key waited for is ours: the next attempt takes all the rest,

@@ -6,9 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/errprefix"
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -157,7 +156,7 @@ func (wd *watchdog) next() (time.Time, bool) {
 func (wd *watchdog) startRound() {
 	horizon := time.Now().Add(lease.RoundHorizon(wd.c.cfg.lease))
 	wd.mu.Lock()
-	batches := make(map[script.Ack][]renewing)
+	batches := make(map[routing.Ack][]renewing)
 	for l, r := range wd.due {
 		if !r.busy && !r.at.After(horizon) {
 			batches[l.ack] = append(batches[l.ack], wd.renewingOf(l, horizon))
@@ -196,7 +195,7 @@ func (wd *watchdog) renewingOf(l *Lock, horizon time.Time) renewing {
 // ends only the lock it belongs to. A lock whose renewal could not be
 // confirmed is tried again a twelfth of a lease later (a twelfth of a grant
 // for a lock with keys granted), while its expiry timer counts down.
-func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack script.Ack) {
+func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack routing.Ack) {
 	ms := lease.Millis(wd.c.cfg.lease)
 	holds := make([]holdKeys, len(locks))
 	for i, r := range locks {
@@ -256,6 +255,6 @@ func (wd *watchdog) close() {
 		<-wd.done
 	}
 	for l := range locks {
-		l.lose(fmt.Errorf("%w: %w", ErrLockLost, errprefix.Inner(ErrClosed)))
+		l.lose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
 	}
 }

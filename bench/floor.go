@@ -7,11 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
 )
 
 // Floor is the least a lock in Redis must do, the reference the other
@@ -39,7 +39,6 @@ type Floor struct {
 	fenced bool
 	owned  bool // the lock floor
 	rdb    *redis.ClusterClient
-	runner *script.Runner
 }
 
 var (
@@ -77,7 +76,7 @@ func NewLockFloor(rdb *redis.ClusterClient) *Floor {
 }
 
 func newFloor(rdb *redis.ClusterClient, name string, fenced bool) *Floor {
-	return &Floor{name: name, fenced: fenced, rdb: rdb, runner: script.NewCluster(rdb)}
+	return &Floor{name: name, fenced: fenced, rdb: rdb}
 }
 
 // FenceKey is the fenced floor's token counter of slot, named as
@@ -107,11 +106,11 @@ func (f *Floor) lock(ctx context.Context, keys []string) (floorHeld, error) {
 	if f.owned {
 		h.owner = randomOwner()
 	}
-	calls := make([]*script.Call, len(masters))
+	calls := make([]*floorCall, len(masters))
 	for i, groups := range masters {
 		calls[i] = lockCall(groups, f.fenced, h.owner)
 	}
-	f.runner.Send(ctx, s, calls, script.Ack{})
+	sendCalls(ctx, f.rdb, s, calls)
 	if !f.owned {
 		if err := callErrors(f.name, calls, keyCounts(masters)); err != nil {
 			return floorHeld{}, err
@@ -160,7 +159,7 @@ func randomOwner() string {
 // is the lease, then every key; fenced, the lease, then for each slot its
 // counter, its number of keys and its keys; owned (owner not empty), the
 // lease, the owner, then as fenced.
-func lockCall(groups []hashtag.Group, fenced bool, owner string) *script.Call {
+func lockCall(groups []hashtag.Group, fenced bool, owner string) *floorCall {
 	n := 1
 	if owner != "" {
 		n++
@@ -196,7 +195,7 @@ type floorHeld struct {
 
 func (h floorHeld) Unlock(ctx context.Context) error {
 	counts := keyCounts(h.masters)
-	calls := make([]*script.Call, len(h.masters))
+	calls := make([]*floorCall, len(h.masters))
 	for i, groups := range h.masters {
 		args := make([]any, 0, counts[i]+1)
 		if h.owner != "" {
@@ -210,10 +209,10 @@ func (h floorHeld) Unlock(ctx context.Context) error {
 		calls[i] = masterCall(groups, args)
 	}
 	if h.owner == "" {
-		h.f.runner.Send(ctx, floorUnlock, calls, script.Ack{})
+		sendCalls(ctx, h.f.rdb, floorUnlock, calls)
 		return callErrors(h.f.name, calls, counts)
 	}
-	h.f.runner.Send(ctx, lockFloorUnlock, calls, script.Ack{})
+	sendCalls(ctx, h.f.rdb, lockFloorUnlock, calls)
 	var errs []error
 	for _, c := range calls {
 		if err := c.Reply.Err(); err != nil {
@@ -224,8 +223,61 @@ func (h floorHeld) Unlock(ctx context.Context) error {
 }
 
 // masterCall is a call with args, routed by the first key of groups.
-func masterCall(groups []hashtag.Group, args []any) *script.Call {
-	return &script.Call{Slot: groups[0].Slot, Keys: []string{groups[0].Keys[0]}, Args: args}
+func masterCall(groups []hashtag.Group, args []any) *floorCall {
+	return &floorCall{Slot: groups[0].Slot, Key: groups[0].Keys[0], Args: args}
+}
+
+// floorCall is one script call of a floor: to the master of Key, which it
+// declares (KEYS[1], to route it), with Args; Reply once sent.
+type floorCall struct {
+	Slot  int
+	Key   string
+	Args  []any
+	Reply *redis.Cmd
+}
+
+// sendCalls sends every call once, the calls of each master in one
+// pipeline (by digest, again by source where a master does not know the
+// script), the masters at once: one round trip per master, as batchlock's
+// calls go.
+func sendCalls(ctx context.Context, rdb *redis.ClusterClient, s *redis.Script, calls []*floorCall) {
+	byNode := map[*redis.Client][]*floorCall{}
+	for _, c := range calls {
+		node, err := rdb.MasterForKey(ctx, c.Key)
+		if err != nil {
+			c.Reply = redis.NewCmd(ctx)
+			c.Reply.SetErr(err)
+			continue
+		}
+		byNode[node] = append(byNode[node], c)
+	}
+	var wg sync.WaitGroup
+	for node, calls := range byNode {
+		wg.Go(func() {
+			exec := func(calls []*floorCall, bySource bool) {
+				pipe := node.Pipeline()
+				for _, c := range calls {
+					if bySource {
+						c.Reply = s.Eval(ctx, pipe, []string{c.Key}, c.Args...)
+					} else {
+						c.Reply = s.EvalSha(ctx, pipe, []string{c.Key}, c.Args...)
+					}
+				}
+				_, _ = pipe.Exec(ctx)
+			}
+			exec(calls, false)
+			var unknown []*floorCall
+			for _, c := range calls {
+				if redis.HasErrorPrefix(c.Reply.Err(), "NOSCRIPT") {
+					unknown = append(unknown, c)
+				}
+			}
+			if len(unknown) > 0 {
+				exec(unknown, true)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // byMaster groups keys by master and, within a master, by slot (bySlot).
@@ -270,7 +322,7 @@ func bySlot(keys []string) []hashtag.Group {
 // callErrors are the errors of calls, and a reply that is not the number of
 // keys of its call (keys written, or deleted: the floors' scripts return
 // it), which would say that a script read its arguments wrong.
-func callErrors(name string, calls []*script.Call, keys []int) error {
+func callErrors(name string, calls []*floorCall, keys []int) error {
 	var errs []error
 	for i, c := range calls {
 		n, err := c.Reply.Int()

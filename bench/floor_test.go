@@ -54,8 +54,8 @@ func TestLockCallArgs(t *testing.T) {
 		if fmt.Sprint(c.Args) != fmt.Sprint(tc.want) || cap(c.Args) != len(tc.want) {
 			t.Errorf("fenced %v: args %v (cap %d), want %v", tc.fenced, c.Args, cap(c.Args), tc.want)
 		}
-		if c.Slot != 7 || !slices.Equal(c.Keys, []string{"x"}) {
-			t.Errorf("fenced %v: routed by slot %d, keys %v", tc.fenced, c.Slot, c.Keys)
+		if c.Slot != 7 || c.Key != "x" {
+			t.Errorf("fenced %v: routed by slot %d, key %v", tc.fenced, c.Slot, c.Key)
 		}
 	}
 }

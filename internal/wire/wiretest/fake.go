@@ -10,12 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/hashtag"
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // Fake models in memory what batchlock's scripts do to lock keys,
-// fencing counters and cancel marks, as a script.Sender: the acquisition
+// fencing counters and cancel marks, as a routing.Sender: the acquisition
 // loop, rollback, the watchdog, Extend and Unlock run against it without a
 // server, under the real retry layer, with the faults those tests stage (a
 // lost reply, a slot found elsewhere, a slow master, a holder changed
@@ -33,15 +33,15 @@ type Fake struct {
 	Delay  time.Duration        // before each round's replies
 	// Fault, when set, may fail a call: with err as its reply, and with
 	// the script's effect still made when ran is true (a reply lost).
-	Fault func(name string, c *script.Call) (ran bool, err error)
+	Fault func(name string, c *routing.Call) (ran bool, err error)
 	// Elsewhere, when set, makes a call find its slots not served here (a
 	// slot moved, or in migration): nothing is changed.
-	Elsewhere func(name string, c *script.Call) bool
+	Elsewhere func(name string, c *routing.Call) bool
 	// Delays, by script, slow each call of that script (after delay).
 	Delays map[string]time.Duration
 	// After, when set, is called once a call ran, with the fake locked, to
 	// change what others hold meanwhile.
-	After    func(name string, c *script.Call)
+	After    func(name string, c *routing.Call)
 	log      []string         // name and first lock key of every call, in order
 	callKeys map[string][]int // by script, the lock keys of each call
 }
@@ -76,7 +76,7 @@ func scriptName(s *redis.Script) string {
 	return "unknown"
 }
 
-func (f *Fake) Send(ctx context.Context, s *redis.Script, calls []*script.Call, ack script.Ack) {
+func (f *Fake) Send(ctx context.Context, s *redis.Script, calls []*routing.Call, ack routing.Ack) {
 	if f.Delay > 0 {
 		time.Sleep(f.Delay) // a slow master: the replies come late
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -58,7 +58,7 @@ func TestScriptFakeAgrees(t *testing.T) {
 		}
 		real, err := run.Run(ctx, rdb, nil, args...).Result()
 		require.NoError(t, err, "step %d: %s %v", step, name, args)
-		modelled := fake.run(name, &script.Call{Args: args})
+		modelled := fake.run(name, &routing.Call{Args: args})
 		what := fmt.Sprintf("step %d: %s %v: real %v, fake %v", step, name, args, real, modelled)
 		if name == "acquire" {
 			r, err := wire.DecodeAcquire(real.([]any))

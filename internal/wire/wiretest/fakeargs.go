@@ -5,13 +5,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 )
 
 // How Fake reads the scripts' arguments (see their headers).
 
 // KeysIn counts the lock keys a call of the script name carries.
-func KeysIn(name string, c *script.Call) int {
+func KeysIn(name string, c *routing.Call) int {
 	switch name {
 	case "acquire":
 		n := 0
@@ -36,7 +36,7 @@ func KeysIn(name string, c *script.Call) int {
 }
 
 // firstLockKey is the first lock key a call carries, for the log.
-func (f *Fake) firstLockKey(name string, c *script.Call) string {
+func (f *Fake) firstLockKey(name string, c *routing.Call) string {
 	switch name {
 	case "acquire":
 		return acquireSlots(c)[0].keys[0]
@@ -74,7 +74,7 @@ type releaseLock struct {
 }
 
 // releaseLocks reads the locks of a release call's arguments.
-func releaseLocks(c *script.Call) []releaseLock {
+func releaseLocks(c *routing.Call) []releaseLock {
 	var out []releaseLock
 	for i := 0; i < len(c.Args); {
 		m, n := c.Args[i+3].(int), c.Args[i+4].(int)
@@ -99,7 +99,7 @@ type extendLock struct {
 }
 
 // extendLocks reads the locks of an extend call's arguments.
-func extendLocks(c *script.Call) []extendLock {
+func extendLocks(c *routing.Call) []extendLock {
 	var out []extendLock
 	for i := 0; i < len(c.Args); {
 		n := c.Args[i+2].(int)
@@ -110,7 +110,7 @@ func extendLocks(c *script.Call) []extendLock {
 }
 
 // SlotsIn counts the slots of an acquire call.
-func SlotsIn(c *script.Call) int { return len(acquireSlots(c)) }
+func SlotsIn(c *routing.Call) int { return len(acquireSlots(c)) }
 
 // acquireSlot is one slot of an acquire call: its fencing counter and keys.
 type acquireSlot struct {
@@ -120,7 +120,7 @@ type acquireSlot struct {
 
 // acquireSlots reads the slots of an acquire call's arguments (see
 // acquire.lua: a mode ending in "s" has each slot's modes after its count).
-func acquireSlots(c *script.Call) []acquireSlot {
+func acquireSlots(c *routing.Call) []acquireSlot {
 	modes := 0
 	if strings.HasSuffix(c.Args[3].(string), "s") {
 		modes = 1

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/script"
+	"github.com/batchlock/batchlock/internal/routing"
 )
 
 // What Fake does for each script, as the scripts do it.
@@ -29,7 +29,7 @@ func (f *Fake) live(key string, now time.Time) *fakeEntry {
 	return k
 }
 
-func (f *Fake) run(name string, c *script.Call) []any {
+func (f *Fake) run(name string, c *routing.Call) []any {
 	now := time.Now()
 	switch name {
 	case "acquire":
@@ -92,7 +92,7 @@ func (f *Fake) run(name string, c *script.Call) []any {
 }
 
 // notHere is the reply of a script that finds its keys elsewhere.
-func (f *Fake) notHere(name string, c *script.Call) []any {
+func (f *Fake) notHere(name string, c *routing.Call) []any {
 	switch name {
 	case "acquire":
 		return []any{int64(-2)}
@@ -125,7 +125,7 @@ func (f *Fake) notHere(name string, c *script.Call) []any {
 // acquire is acquire.lua's logic but for queues and shared keys (taken as
 // exclusive ones): the groups of a run in
 // order, all or none ("try") or up to the first refused key ("wait").
-func (f *Fake) acquire(c *script.Call, now time.Time) []any {
+func (f *Fake) acquire(c *routing.Call, now time.Time) []any {
 	owner, hold, lease, mode, mark := c.Args[0].(string), c.Args[1].(string), ms(c.Args[2]), c.Args[3].(string), c.Args[4].(string)
 	if until, ok := f.marks[mark]; ok && until.After(now) {
 		return []any{int64(-1)}

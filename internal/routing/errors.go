@@ -1,4 +1,4 @@
-package script
+package routing
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"net"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/batchlock/batchlock/internal/errprefix"
 )
 
 // errUnrouted marks a call that was not sent because no master could be
@@ -48,18 +46,45 @@ func Refused(err error) bool {
 		redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Describe explains the failure err of call c in step (such as "batchlock:
-// acquire"): the slot, what the error means there, and the context's cause
-// when it ended the call.
-func Describe(ctx context.Context, step string, c *Call, err error) error {
-	what := ""
+// Error is what a call's part met: err, in step (such as "acquire"), on
+// slot, with the context's cause when it ended the call. Its message names
+// all four; the library renders it in its own words (one prefix per
+// message).
+type Error struct {
+	Step  string
+	Slot  int
+	What  string // " moved", " is being migrated", or ""
+	Cause error  // the context's cause, when it ended the call
+	Err   error
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%s: slot %d%s: ", e.Step, e.Slot, e.What)
+	if e.Cause != nil {
+		msg += e.Cause.Error() + ": "
+	}
+	return msg + e.Err.Error()
+}
+
+// Unwrap returns the cause and the error met.
+func (e *Error) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{e.Cause, e.Err}
+	}
+	return []error{e.Err}
+}
+
+// Describe explains the failure err of call c in step: the slot, what the
+// error means there, and the context's cause when it ended the call.
+func Describe(ctx context.Context, step string, c *Call, err error) *Error {
+	e := &Error{Step: step, Slot: c.Slot, Err: err}
 	if _, ask := redis.IsAskError(err); ask || redis.IsTryAgainError(err) {
-		what = " is being migrated"
+		e.What = " is being migrated"
 	} else if _, moved := redis.IsMovedError(err); moved {
-		what = " moved"
+		e.What = " moved"
 	}
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-		return fmt.Errorf("%s: slot %d%s: %w: %w", step, c.Slot, what, errprefix.Inner(cause), errprefix.Inner(err))
+		e.Cause = cause
 	}
-	return fmt.Errorf("%s: slot %d%s: %w", step, c.Slot, what, errprefix.Inner(err))
+	return e
 }

@@ -1,4 +1,4 @@
-// Package script runs Lua scripts for batchlock: the calls of each master in
+// Package routing runs Lua scripts for batchlock: the calls of each master in
 // one pipeline on that master's own connection (EVALSHA, EVAL again for a
 // master that does not know the script, WAIT for replicas at the end when
 // asked), masters in parallel, so that a round costs one round trip per
@@ -14,4 +14,4 @@
 // redirections out of it; a cluster client's per-node retries
 // (ClusterOptions.MaxRetries) would stack on it and should stay off, as they
 // are by default.
-package script
+package routing

@@ -1,4 +1,4 @@
-package script
+package routing
 
 import (
 	"context"
@@ -29,7 +29,7 @@ type Call struct {
 
 // Describe explains err, which the call met, in the words of its batch's
 // Step (see the function Describe): for a Read that finds its reply wrong.
-func (c *Call) Describe(ctx context.Context, err error) error { return Describe(ctx, c.step, c, err) }
+func (c *Call) Describe(ctx context.Context, err error) *Error { return Describe(ctx, c.step, c, err) }
 
 // route is the key whose master receives c.
 func (c *Call) route() string {

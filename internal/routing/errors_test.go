@@ -1,4 +1,4 @@
-package script
+package routing
 
 import (
 	"context"
@@ -60,17 +60,17 @@ func TestDescribe(t *testing.T) {
 		want string
 	}{
 		{"migrating", context.Background, redisError("TRYAGAIN Multiple keys request during rehashing of slot"),
-			"batchlock: acquire: slot 42 is being migrated: TRYAGAIN Multiple keys request during rehashing of slot"},
-		{"asked elsewhere", context.Background, redisError("ASK 42 127.0.0.1:1"), "batchlock: acquire: slot 42 is being migrated: ASK 42 127.0.0.1:1"},
-		{"moved", context.Background, redisError("MOVED 42 127.0.0.1:1"), "batchlock: acquire: slot 42 moved: MOVED 42 127.0.0.1:1"},
+			"acquire: slot 42 is being migrated: TRYAGAIN Multiple keys request during rehashing of slot"},
+		{"asked elsewhere", context.Background, redisError("ASK 42 127.0.0.1:1"), "acquire: slot 42 is being migrated: ASK 42 127.0.0.1:1"},
+		{"moved", context.Background, redisError("MOVED 42 127.0.0.1:1"), "acquire: slot 42 moved: MOVED 42 127.0.0.1:1"},
 		{"context ended", func() context.Context {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			return ctx
-		}, io.EOF, "batchlock: acquire: slot 42: context canceled: EOF"},
+		}, io.EOF, "acquire: slot 42: context canceled: EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Describe(tc.ctx(), "batchlock: acquire", c, tc.err)
+			err := Describe(tc.ctx(), "acquire", c, tc.err)
 			if err.Error() != tc.want {
 				t.Errorf("got %q, want %q", err, tc.want)
 			}

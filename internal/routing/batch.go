@@ -1,4 +1,4 @@
-package script
+package routing
 
 import (
 	"sync/atomic"
@@ -23,7 +23,7 @@ type Part struct {
 
 // Batch is one script run over parts.
 type Batch struct {
-	Step   string // names the call in errors, such as "batchlock: release"
+	Step   string // names the call in errors, such as "release"
 	Script *redis.Script
 	Parts  []Part
 	// Ordered keeps the parts of a call consecutive in the order given, for

@@ -1,4 +1,4 @@
-package script
+package routing
 
 import (
 	"context"
@@ -205,12 +205,12 @@ func TestReadDescribesWithTheStep(t *testing.T) {
 	})
 	r := NewWith(sender, func(context.Context, string) (string, error) { return "m", nil }, nil)
 	results := r.Route(t.Context(), Batch{
-		Step: "batchlock: test", Parts: []Part{{Slot: 7, Route: "k", Keys: 1}},
+		Step: "test", Parts: []Part{{Slot: 7, Route: "k", Keys: 1}},
 		Args: func([]int) []any { return nil },
 		Read: func(c *Call, _ []int) ([]int, error) {
 			return nil, c.Describe(t.Context(), errors.New("unexpected reply nonsense"))
 		},
 	})
 	require.Len(t, results, 1)
-	assert.EqualError(t, results[0].Err, "batchlock: test: slot 7: unexpected reply nonsense")
+	assert.EqualError(t, results[0].Err, "test: slot 7: unexpected reply nonsense")
 }
