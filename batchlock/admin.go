@@ -272,3 +272,12 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 	}
 	return out, firstError(results)
 }
+
+func firstError(results []routing.Result) error {
+	for _, r := range results {
+		if r.Err != nil {
+			return r.Err
+		}
+	}
+	return nil
+}

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,16 +63,14 @@ type Client struct {
 	// contexts of calls in flight end with it.
 	closing   context.Context
 	stopCalls context.CancelCauseFunc
-	// calls counts calls in flight and the rollbacks they left running.
+	// calls counts calls in flight and the releases they left running.
 	calls lifetime.Calls
 }
 
-// New returns a Client that locks keys through rdb: a *redis.ClusterClient,
-// or a *redis.Client for a single node (or a Sentinel failover client).
-// A *redis.Ring is refused: it spreads keys by its own hashing, with no
-// atomicity across them. rdb stays the caller's; Close does not close it.
-//
-// Redis 7.0 or newer is required (sharded pub/sub).
+// New returns a Client that locks keys through rdb: a *redis.ClusterClient
+// (best made with ClusterOptions), or a *redis.Client for a single node; a
+// *redis.Ring is refused. rdb stays the caller's: Close does not close it.
+// Redis 7.0 or newer is required.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	d, err := newDeployment(rdb)
 	if err != nil {
@@ -96,15 +95,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 }
 
 // Close ends the Client: calls in flight fail with ErrClosed and roll back,
-// waiting calls return ErrClosed, and every later call fails with ErrClosed.
-// Every lock the Client handed out that is still held ends (Done closes, Err
-// wraps ErrLockLost and ErrClosed) and is released, all at once, as Unlock
-// would release it, so that nothing the Client held outlives it; a later
-// Unlock of such a lock returns ErrNotHeld wrapping that cause. Then the
-// watchdog and the waiters' pub/sub connections stop. Close waits for the
-// rollbacks of failed calls and for those releases (each at most 5s), and
-// returns the releases' errors (their keys then go at the end of their
-// lease). Close is idempotent; no goroutine of the Client outlives it.
+// and every later call fails with ErrClosed. Every lock it handed out still
+// held ends (Err wraps ErrLockLost and ErrClosed) and is released: nothing
+// the Client held outlives it. It waits for those releases and rollbacks
+// (each at most 5s) and returns the releases' errors. It is idempotent; no
+// goroutine of the Client outlives it.
 func (c *Client) Close() error {
 	// Every lock held now, and none after: a call that would hand one out
 	// from now on rolls it back instead. One lost from now on, whose own
@@ -115,9 +110,19 @@ func (c *Client) Close() error {
 	}
 	c.stopCalls(ErrClosed)
 	c.calls.Wait()
-	released := c.releaseHeld(held)
+	shares := make([]releasing, len(held))
+	for i, l := range held {
+		l.lose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
+		shares[i].l = l
+	}
+	var errs []error
+	for i, err := range c.release(context.Background(), lettingGo, shares) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(held[i].sortedKeys()), inner(err)))
+		}
+	}
 	c.watchdog.close()
-	return errors.Join(released, c.waiters.Close(), c.runner.Close())
+	return errors.Join(errors.Join(errs...), c.waiters.Close(), c.runner.Close())
 }
 
 // stopHolding returns the locks handed out and not ended yet, and makes
@@ -127,26 +132,6 @@ func (c *Client) stopHolding() []*Lock {
 	defer c.heldMu.Unlock()
 	c.heldClosed = true
 	return slices.Collect(maps.Keys(c.held))
-}
-
-// releaseHeld ends locks (lost, ErrClosed) unless they ended already, and
-// releases what they hold unless an Unlock did, in parallel, each for at
-// most rollbackTimeout.
-func (c *Client) releaseHeld(locks []*Lock) error {
-	slices.SortFunc(locks, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
-	locks = slices.CompactFunc(locks, func(a, b *Lock) bool { return a == b })
-	errs := make([]error, len(locks))
-	var wg sync.WaitGroup
-	for i, l := range locks {
-		wg.Go(func() {
-			l.lose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
-			if err := l.releaseLost(context.Background()); err != nil {
-				errs[i] = fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(l.sortedKeys()), inner(err))
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // begin registers a call that sends requests, so that Close can end it and
@@ -185,50 +170,88 @@ func (c *Client) beginTaking(ctx context.Context) (_ context.Context, end func()
 	}, nil
 }
 
-// Stats is what a Client did and holds, for metrics and tests.
-type Stats struct {
-	// The script calls the Client sent, by script, each attempt counted
-	// (a call sent again after a lost reply or a moved slot too), not
-	// locks: an uncontended lock and unlock costs one acquire and one
-	// release per master (per 1024 keys), a TryEach one acquire per master
-	// for all its baskets and an UnlockEach one release per master.
-	// Acquires also counts a waiting call's every attempt (each refusal, and
-	// the attempts that take the keys after the one waited for); Releases
-	// also counts the give-backs of keys taken out of order or of refused
-	// baskets, and rollbacks; Extends counts the watchdog's rounds (one per
-	// master), Extend, and the restarts of leases as a lock is handed out.
-	// So Acquires and Releases differ under contention and faults.
-	Acquires, Releases, Extends, ForceUnlocks uint64
-	// LocalWaits counts the times a Lock call waited in the process for a
-	// key another lock of the Client held or was taking.
-	LocalWaits uint64
-	// Held counts the locks the Client handed out that have not ended;
-	// Waiting the Lock, TryLock and Do calls taking their keys now.
-	Held, Waiting int
-	// Gated counts the keys whose gate, the in-process level of locking, a
-	// lock of the Client holds or a call of it waits for: zero once every
-	// lock ended.
-	Gated int
-}
-
-// Stats returns what the Client did and holds so far.
-func (c *Client) Stats() Stats {
-	return Stats{
-		Acquires:     c.sent.acquires.Load(),
-		Releases:     c.sent.releases.Load(),
-		Extends:      c.sent.extends.Load(),
-		ForceUnlocks: c.sent.forces.Load(),
-		LocalWaits:   c.localWaits.Load(),
-		Held:         c.heldCount(),
-		Waiting:      int(c.taking.Load()),
-		Gated:        c.gates.Count(),
+// route runs b through the Client's one routing loop, and says what its
+// parts met in the library's words. A single-node client whose server is a
+// cluster node is bad input, said at once, not a slot on the move to wait
+// for.
+func (c *Client) route(ctx context.Context, b routing.Batch) []routing.Result {
+	results := c.runner.Route(ctx, b)
+	for i := range results {
+		if e, ok := results[i].Err.(*routing.Error); ok {
+			results[i].Err = described(e)
+		}
+		if errors.Is(results[i].Err, routing.ErrClusterNode) {
+			results[i].Err = fmt.Errorf("%w: %w", ErrInvalid, inner(results[i].Err))
+		}
 	}
+	return results
 }
 
-func (c *Client) heldCount() int {
-	c.heldMu.Lock()
-	defer c.heldMu.Unlock()
-	return len(c.held)
+// newLockFor is the lock a call with lc takes of groups: its owner (WithOwner,
+// else the context's, else a fresh one), its lease (WithTTL, else the
+// Client's, renewed) and the acknowledgement it needs of replicas.
+func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
+	owner := lc.owner
+	if !lc.ownerSet {
+		if o, ok := OwnerFromContext(ctx); ok && o != "" {
+			owner = o
+		} else {
+			owner = c.newOwner()
+		}
+	}
+	leaseLen, renew := c.cfg.lease, true
+	if lc.ttlSet {
+		leaseLen, renew = lc.ttl, false
+	}
+	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
+	l.ack = c.cfg.ack
+	if lc.ackSet {
+		l.ack = lc.ack
+	}
+	return l
+}
+
+// newOwner is an owner id of the Client's own: its owner prefix, then 8
+// random bytes, enough that no two such ids meet.
+func (c *Client) newOwner() string { return c.cfg.ownerPrefix + wire.RandomID(8) }
+
+// defaultOwnerPrefix is "host:pid:", which WithOwnerPrefix replaces.
+func defaultOwnerPrefix() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
+}
+
+// keep keeps locks, every key of them taken, as the Client's, unless their
+// call's caller gave up (a context cancelled rather than past its deadline
+// is noticed only once replies arrive) or Close began: then the caller
+// rolls them back.
+func (c *Client) keep(ctx context.Context, locks ...*Lock) error {
+	if ctx.Err() != nil && c.closing.Err() == nil {
+		return ended(ctx)
+	}
+	if !c.hold(locks...) {
+		return ErrClosed
+	}
+	for _, l := range locks {
+		c.watchdog.add(l)
+	}
+	return nil
+}
+
+// handOut starts l's life with its caller: its hold counted from now, capped
+// by WithMaxHold (the call's, else the Client's).
+func (c *Client) handOut(l *Lock, lc lockConfig, start time.Time) {
+	l.acquiredAt = time.Now()
+	if capped := lc.maxHold; capped.set || c.cfg.maxHold.set {
+		if !capped.set {
+			capped = c.cfg.maxHold
+		}
+		l.capHold(capped.d)
+	}
+	l.emit(Event{Kind: EventAcquired, Duration: l.acquiredAt.Sub(start)})
 }
 
 // hold registers locks about to be handed out, until each ends (see
@@ -266,4 +289,39 @@ func (c *Client) holding(holds map[string]bool) []*Lock {
 		}
 	}
 	return out
+}
+
+// Stats is what a Client did and holds, for metrics and tests.
+type Stats struct {
+	// The script calls the Client sent, by script, each attempt counted,
+	// not locks: an uncontended lock and unlock costs one acquire and one
+	// release per master (per 1024 keys), a TryEach one acquire per master
+	// for all its baskets. Acquires also counts a waiting call's refused
+	// attempts, Releases the give-backs and rollbacks, Extends the
+	// watchdog's rounds (per master), Extend and lease restarts.
+	Acquires, Releases, Extends, ForceUnlocks uint64
+	// LocalWaits counts the waits of Lock calls at the gates: for a key
+	// another lock of the Client held or was taking.
+	LocalWaits uint64
+	// Held counts the locks handed out that have not ended; Waiting the
+	// calls taking their keys now; Gated the keys whose gate a lock holds or
+	// a call waits for (zero once every lock ended).
+	Held, Waiting, Gated int
+}
+
+// Stats returns what the Client did and holds so far.
+func (c *Client) Stats() Stats {
+	c.heldMu.Lock()
+	held := len(c.held)
+	c.heldMu.Unlock()
+	return Stats{
+		Acquires:     c.sent.acquires.Load(),
+		Releases:     c.sent.releases.Load(),
+		Extends:      c.sent.extends.Load(),
+		ForceUnlocks: c.sent.forces.Load(),
+		LocalWaits:   c.localWaits.Load(),
+		Held:         held,
+		Waiting:      int(c.taking.Load()),
+		Gated:        c.gates.Count(),
+	}
 }

@@ -60,12 +60,17 @@ func (d deployment) slot(key string) int {
 	return 0
 }
 
-// runner is the script pipeline of the deployment.
+// runner is the script pipeline of the deployment, retrying for at most
+// retryWindow.
 func (d deployment) runner() *routing.Runner {
+	var r *routing.Runner
 	if d.isCluster() {
-		return routing.NewCluster(d.cluster)
+		r = routing.NewCluster(d.cluster)
+	} else {
+		r = routing.NewNode(d.node)
 	}
-	return routing.NewNode(d.node)
+	r.Window = retryWindow
+	return r
 }
 
 // forEachMaster calls fn with the client of every master, at once.

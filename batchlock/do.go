@@ -6,21 +6,14 @@ import (
 	"github.com/batchlock/batchlock/internal/lifetime"
 )
 
-// Do locks keys as Lock does, runs fn, and always unlocks afterwards (for at
-// most 2s once ctx is done), also when fn panics (the panic goes on after the
-// unlock). fn runs in a child of the lock's Context: it is cancelled, with an
-// error wrapping ErrLockLost as its cause, once the lock is lost (see the
-// package documentation for how soon), and also when ctx ends. It carries the lock's owner (ContextWithOwner), so that
-// locks taken inside fn with that context on the same keys are reentrant, and
-// the Lock itself (LockFromContext), for its fencing tokens.
-//
-// When its context ends, fn should stop and return an error that wraps the
-// context's cause (context.Cause(ctx)), as fmt.Errorf("...: %w",
-// context.Cause(ctx)) does: then a loss is said once, by fn's error.
-//
-// Do returns the error of Lock when the keys could not be taken (fn did not
-// run), and otherwise fn's error joined with the loss of the lock (unless
-// fn's error wraps it already) and with any error of the unlock.
+// Do locks keys as Lock does, runs fn, and always unlocks (for at most 2s
+// once ctx is done), also when fn panics. fn's context is a child of the
+// lock's: it ends, with a cause wrapping ErrLockLost, once the lock is lost,
+// and with ctx; it carries the lock (LockFromContext) and its owner
+// (ContextWithOwner), so that locks taken inside fn are reentrant. Do returns
+// Lock's error when fn did not run, else fn's error joined with the loss
+// (unless fn's error wraps it, as fmt.Errorf("...: %w", context.Cause(ctx))
+// does) and with any error of the unlock.
 func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -35,6 +28,24 @@ func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Cont
 			return context.WithValue(ContextWithOwner(ctx, l.Owner()), lockKey{}, l)
 		},
 		ErrLockLost, ErrNotHeld)
+}
+
+type ownerKey struct{}
+
+// ContextWithOwner returns a context whose Lock, TryLock and Do calls use
+// owner as their owner id unless WithOwner says otherwise. Do passes such a
+// context to its function, so that a lock taken inside it on the same keys is
+// reentrant rather than a deadlock with itself.
+func ContextWithOwner(ctx context.Context, owner string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, owner)
+}
+
+// OwnerFromContext returns the owner id set on ctx with ContextWithOwner, so
+// that code which takes locks through several Clients (Redlock) can give
+// them all the same owner.
+func OwnerFromContext(ctx context.Context) (string, bool) {
+	owner, ok := ctx.Value(ownerKey{}).(string)
+	return owner, ok
 }
 
 type lockKey struct{}

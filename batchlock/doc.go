@@ -5,11 +5,10 @@
 //
 // A Client works on a go-redis *redis.ClusterClient, made best with
 // ClusterOptions, or a *redis.Client for one node that is not a cluster node.
-// batchlock is its calls' one retry layer: with options of your own, leave
-// go-redis's per-node retries off (MaxRetries unset for a cluster client, -1
-// for a single one), set ContextTimeoutEnabled and a short ReadTimeout, and
-// set OnConnect to NoEvictOnConnect. Client.Check tells whether a deployment
-// is fit.
+// batchlock is its calls' one retry layer: start from ClusterOptions and
+// change what you must, keeping go-redis's per-node retries off,
+// ContextTimeoutEnabled on and a short ReadTimeout. Client.Check tells
+// whether a deployment is fit.
 //
 // # What is guaranteed
 //

@@ -46,43 +46,77 @@ func TestTakeGrantedOnlyWhatCanBeCountedOn(t *testing.T) {
 			a.takeGranted(tc.g)
 			if !tc.taken {
 				assert.Zero(t, a.held, "not counted as held")
-				assert.Empty(t, a.granted)
+				assert.Empty(t, a.valid.granted)
 				return
 			}
 			assert.Equal(t, 1, a.held)
 			assert.Equal(t, tc.g.Token, l.tokens[key])
-			assert.WithinDuration(t, a.placedAt.Add(wire.GrantTime), a.grantUntil, 0, "counted on from the attempt that found the place")
+			assert.WithinDuration(t, a.placedAt.Add(wire.GrantTime), a.valid.grantUntil, 0, "counted on from the attempt that found the place")
 		})
 	}
 }
 
 // A lock with a key granted and not renewed yet counts on it until the
-// grant ends, however its other keys are lengthened: an Extend shorter than
+// grant ends, however its other keys are lengthened: a renewal shorter than
 // the grant keeps the grant's end (and the renewal still due); a longer one
-// makes the whole lock run until the Extend's end.
+// makes the whole lock run until the renewal's end. Renewing only the
+// granted keys leaves the others' end as it was, unless it is later.
 func TestValidityWithAGrant(t *testing.T) {
 	now := time.Now()
 	grantEnd := now.Add(2 * time.Second)
 	for _, tc := range []struct {
-		name   string
-		base   time.Time // the other groups' validity; zero: every group granted
-		extend time.Time
-		want   time.Time
-		still  bool // the grant still to be renewed
+		name      string
+		base      time.Time // the other groups' end; zero: every group granted
+		renew     time.Time
+		grantOnly bool
+		want      time.Time
+		still     bool // the grant still to be renewed
 	}{
-		{name: "short Extend", base: now.Add(30 * time.Second), extend: now.Add(time.Second), want: grantEnd, still: true},
-		{name: "Extend past the grant", base: now.Add(30 * time.Second), extend: now.Add(10 * time.Second), want: now.Add(10 * time.Second)},
-		{name: "every group granted, short Extend", extend: now.Add(time.Second), want: grantEnd, still: true},
-		{name: "every group granted, Extend past the grant", extend: now.Add(20 * time.Second), want: now.Add(20 * time.Second)},
+		{name: "short renewal", base: now.Add(30 * time.Second), renew: now.Add(time.Second), want: grantEnd, still: true},
+		{name: "renewal past the grant", base: now.Add(30 * time.Second), renew: now.Add(10 * time.Second), want: now.Add(10 * time.Second)},
+		{name: "every group granted, short renewal", renew: now.Add(time.Second), want: grantEnd, still: true},
+		{name: "every group granted, renewal past the grant", renew: now.Add(20 * time.Second), want: now.Add(20 * time.Second)},
+		{name: "the grant alone renewed past it", base: now.Add(30 * time.Second), renew: now.Add(10 * time.Second), grantOnly: true, want: now.Add(10 * time.Second)},
+		{name: "the grant alone renewed past the others", base: now.Add(5 * time.Second), renew: now.Add(10 * time.Second), grantOnly: true, want: now.Add(5 * time.Second)},
+		{name: "the grant alone renewed short of it", base: now.Add(30 * time.Second), renew: now.Add(time.Second), grantOnly: true, want: grantEnd, still: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &Lock{validUntil: tc.base}
-			l.expectGrant([]group{{keys: []string{"p:k"}}}, grantEnd)
-			assert.Equal(t, grantEnd, l.ValidUntil(), "the grant's end first")
-			l.extended(tc.extend)
-			assert.Equal(t, tc.want, l.ValidUntil())
-			granted, _ := l.grant()
-			assert.Equal(t, tc.still, granted != nil)
+			v := validity{until: tc.base}
+			v.grant(group{keys: []string{"p:k"}}, grantEnd)
+			assert.Equal(t, grantEnd, v.end(), "the grant's end first")
+			if tc.grantOnly {
+				v.grantRenewed(tc.renew)
+			} else {
+				v.renewed(tc.renew)
+			}
+			assert.Equal(t, tc.want, v.end())
+			assert.Equal(t, tc.still, v.granted != nil)
 		})
 	}
+}
+
+// A validity is renewed a third of a lease after its oldest lease began,
+// and half a grant before a grant ends, whichever comes first; it counts
+// as lost a sixth of a lease before its end when renewed, at its end when
+// not, and a sixth of a grant before a grant's end.
+func TestValidityRenewalAndLoss(t *testing.T) {
+	now := time.Now()
+	const leaseLen = 30 * time.Second
+	v := validity{until: now.Add(leaseLen)}
+	assert.Equal(t, now.Add(10*time.Second), v.renewAt(leaseLen))
+	at, ok := v.lossAt(leaseLen, true)
+	assert.True(t, ok)
+	assert.Equal(t, now.Add(25*time.Second), at)
+	at, _ = v.lossAt(leaseLen, false)
+	assert.Equal(t, now.Add(leaseLen), at)
+
+	v.grant(group{keys: []string{"p:k"}}, now.Add(grantTime))
+	assert.Equal(t, now.Add(grantTime/2), v.renewAt(leaseLen), "the grant is due first")
+	at, _ = v.lossAt(leaseLen, true)
+	assert.Equal(t, now.Add(grantTime-grantTime/6), at)
+	assert.Equal(t, now.Add(10*time.Second), v.leaseRenewal(leaseLen), "the keys taken, apart")
+
+	_, ok = validity{}.lossAt(leaseLen, true)
+	assert.False(t, ok, "nothing held, nothing bounds it")
+	assert.True(t, validity{}.renewAt(leaseLen).IsZero())
 }

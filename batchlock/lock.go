@@ -8,16 +8,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
-// Lock is a batch of keys held by one owner. Its methods are safe for
-// concurrent use. A nil *Lock, what a call that failed returns, holds
-// nothing: its Unlock and Extend return ErrNotHeld, Err returns it, Done is
-// closed, and the rest return zero values, so that a deferred Unlock
-// written before the error check does not panic.
+// Lock is a batch of keys held by one owner, safe for concurrent use. A nil
+// *Lock, what a failed call returns, holds nothing: Unlock and Extend return
+// ErrNotHeld, Err returns it, Done is closed, and the rest return zero
+// values, so that a deferred Unlock before the error check does not panic.
 type Lock struct {
 	c     *Client
 	owner string
@@ -30,9 +30,6 @@ type Lock struct {
 	lease    time.Duration
 	renew    bool // kept alive by the watchdog, rather than a fixed TTL
 	ack      routing.Ack
-	// gated are the keys whose gates the lock holds (see internal/gates), given
-	// back when it ends; guarded by mu.
-	gated []gatedKey
 
 	// marks are the cancel marks of the hold in the slots where a call of
 	// the acquire may have run unseen: set when the lock ends, so that
@@ -40,24 +37,22 @@ type Lock struct {
 	// by the acquiring call only, before the lock is handed out.
 	marks []string
 
-	unlocking sync.Mutex // one Unlock at a time
-	released  bool       // an Unlock succeeded; guarded by unlocking
+	unlocking sync.Mutex // one release of what it holds at a time
+	released  bool       // a release of all it held went through; guarded by unlocking
 	// rest is what a release that failed in part left to release; guarded
 	// by unlocking.
-	rest *unreleased
+	rest *releasing
 
 	life *lifetime.Lifetime
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// gated are the keys whose gates the lock holds (see internal/gates),
+	// given back when it ends.
+	gated      []gatedKey
 	tokens     map[string]int64 // by lock key
-	validUntil time.Time        // the lease is confirmed to run at least until then
-	// granted are the groups granted by a release while the call that took
-	// the lock waited, which no call has renewed yet: counted on until
-	// grantUntil (see waiting.takeGranted), and renewed by the watchdog.
-	granted    []group
-	grantUntil time.Time
+	valid      validity
 	acquiredAt time.Time
-	expiry     *time.Timer // fires when validUntil is near and unconfirmed
+	expiry     *time.Timer // fires when the lock must count as lost, unless renewed
 	maxHold    *time.Timer // fires when the lock has been held for WithMaxHold
 }
 
@@ -88,22 +83,6 @@ func (l *Lock) Keys() []string {
 	return append([]string(nil), l.sortedKeys()...)
 }
 
-// emit hands e, about l, to the Client's observer, if it has one.
-func (l *Lock) emit(e Event) {
-	if l.c.cfg.observer == nil {
-		return
-	}
-	e.Owner, e.Keys = l.owner, l.sortedKeys()
-	l.c.cfg.observer(e)
-}
-
-// sortedKeys sorts the lock's keys, once: most locks are never asked for
-// them, and a big batch sorts for a while.
-func (l *Lock) sortedKeys() []string {
-	l.sortKeys.Do(func() { slices.Sort(l.keys) })
-	return l.keys
-}
-
 // Owner returns the lock's owner id.
 func (l *Lock) Owner() string {
 	if l == nil {
@@ -112,11 +91,10 @@ func (l *Lock) Owner() string {
 	return l.owner
 }
 
-// Context returns a context that ends the moment the lock ends: its cause
-// wraps ErrLockLost once the lock is lost, and is ErrNotHeld once it was
-// released. It carries the values of the context the lock was taken with,
-// but not its cancellation. Work that must stop when the lock goes runs in
-// it, or in a child of it, as Do's function does.
+// Context returns a context that ends the moment the lock ends, with a cause
+// that wraps ErrLockLost once it is lost and is ErrNotHeld once released. It
+// keeps the values, not the cancellation, of the context the lock was taken
+// with: work that must stop when the lock goes runs in it, as Do's does.
 func (l *Lock) Context() context.Context {
 	if l == nil {
 		return nilLock.Context()
@@ -124,12 +102,10 @@ func (l *Lock) Context() context.Context {
 	return l.life.Context()
 }
 
-// Done returns a channel that is closed when the lock is released or lost:
-// Context().Done().
+// Done is closed when the lock is released or lost: Context().Done().
 func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
-// Err returns nil while the lock is held, an error wrapping ErrLockLost once
-// it is lost, and ErrNotHeld once it was released: the cause of Context.
+// Err returns nil while the lock is held, then the cause of Context.
 func (l *Lock) Err() error {
 	if l == nil {
 		return nilLock.Err()
@@ -147,15 +123,11 @@ var nilLock = func() *lifetime.Lifetime {
 	return life
 }()
 
-// Token returns the fencing token of key in this lock. Tokens start at 1;
-// Token returns 0 when key is not one of the lock's keys (given without the
-// prefix, as to Lock), so storage that refuses a token below 1 catches a
-// wrong key at its first write (README's fenced script does). A key's token
-// is taken from its slot's counter when an owner takes the key fresh (keys
-// of one slot taken fresh by one call share it), and only ever grows:
-// storage that remembers the largest token it has seen per key can refuse
-// writes from a stale holder. Reentrant locks of one owner share the token
-// of the ownership they joined.
+// Token returns the fencing token of key (without the prefix) in this lock,
+// or 0 when key is not one of its keys: tokens start at 1, so storage that
+// refuses a token below 1 catches a wrong key. A key's token grows with
+// each new ownership of it (taken fresh, or handed on); locks of one owner
+// share the token of the ownership they joined.
 func (l *Lock) Token(key string) int64 {
 	if l == nil {
 		return 0
@@ -165,91 +137,22 @@ func (l *Lock) Token(key string) int64 {
 	return l.tokens[l.c.names.LockKey(key)]
 }
 
-// ValidUntil returns the time until which the lock's lease is known to run,
-// measured from before the request that set it (the acquire, a renewal or
-// Extend) was sent, so that it holds as long as clocks advance at the same
-// rate. Algorithms built on several locks, such as Redlock, derive their own
-// validity from it.
+// ValidUntil returns until when the lock's keys are known held: the lease
+// counted from before the request that set it was sent (the acquire, a
+// renewal, Extend), or a grant's end.
 func (l *Lock) ValidUntil() time.Time {
 	if l == nil {
 		return time.Time{}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.grantUntil.IsZero() && (l.validUntil.IsZero() || l.grantUntil.Before(l.validUntil)) {
-		return l.grantUntil
-	}
-	return l.validUntil
+	return l.valid.end()
 }
 
-// confirmedUntil is until when the lease of the groups not granted is
-// confirmed; zero when every group was granted and none renewed yet.
-func (l *Lock) confirmedUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.validUntil
-}
-
-// expectGrant records the groups granted to the lock, and renewed by no
-// call yet, which it counts on until until.
-func (l *Lock) expectGrant(groups []group, until time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.granted, l.grantUntil = groups, until
-}
-
-// grant returns the groups granted to the lock and not renewed yet, and
-// until when they are counted on; none when there are none.
-func (l *Lock) grant() ([]group, time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.granted, l.grantUntil
-}
-
-// confirmGrant records that the groups granted to the lock were renewed
-// until t. A grant that runs longer than t (a lease shorter than a grant)
-// is kept, to be renewed again; otherwise the lock's validity is the
-// earlier of t and that of its other groups.
-func (l *Lock) confirmGrant(t time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.granted == nil || t.Before(l.grantUntil) {
-		return
-	}
-	l.granted, l.grantUntil = nil, time.Time{}
-	if l.validUntil.IsZero() || t.Before(l.validUntil) {
-		l.validUntil = t
-	}
-	if l.expiry != nil {
-		l.expiry.Reset(l.untilExpiry())
-	}
-}
-
-// extended records that every group of the lock was renewed until at least
-// t, a lease that ran longer kept: the groups not granted run until the
-// later of t and what they had, the granted ones until t, or until their
-// grant ends if that is later (then still to be renewed).
-func (l *Lock) extended(t time.Time) {
-	l.mu.Lock()
-	granted := l.granted != nil
-	if (!granted || !l.validUntil.IsZero()) && t.After(l.validUntil) {
-		l.validUntil = t
-	}
-	if l.expiry != nil {
-		l.expiry.Reset(l.untilExpiry())
-	}
-	l.mu.Unlock()
-	if granted {
-		l.confirmGrant(t)
-	}
-}
-
-// Extend makes every key's lease run for at least ttl from now; a lease that
-// already runs longer (another hold of the same owner) is kept. When keys are
-// found no longer held, the lock is lost and the error wraps ErrNotHeld. With
-// WithReplicas, the extension counts only once replicas acknowledged it:
-// otherwise the error wraps ErrNoReplicas and the lock's validity (ValidUntil)
-// is not lengthened. On any error the validity stays as it was.
+// Extend makes every key's lease run for at least ttl from now (a longer one
+// is kept); with WithReplicas only once acknowledged. Keys found no longer
+// held end the lock (lost) and the error wraps ErrNotHeld; on any error
+// ValidUntil stays as it was.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -270,23 +173,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	l.extended(start.Add(ttl))
+	l.renewed(start.Add(ttl), true)
 	return nil
 }
 
-// Unlock releases the lock's holds on all its keys; a key with no hold left
-// is deleted and its waiters are woken. It returns an error wrapping
-// ErrNotHeld when the lock was already released, when it had been lost, or
-// when another owner holds some of its keys; the other keys are released all
-// the same. A key found gone is not reported: a release that the redis client
-// ran twice finds the same, and the watchdog reports such a loss.
-//
-// When ctx is already done, Unlock still makes its attempt, for at most 2s,
-// so that a deferred Unlock with a request's ended context releases. When
-// the release fails (the network, a master down, ctx ending), Unlock returns
-// the error and the lock can be unlocked again: the next Unlock sends only
-// what did not go through. The lock is no longer renewed, so its keys are
-// freed when their lease runs out if no later Unlock succeeds.
+// Unlock releases the lock's holds; a key with no hold left is deleted and
+// handed to its first waiter. With a context already done it still tries,
+// for at most 2s. It returns ErrNotHeld when the lock was released or lost
+// before, or another owner holds some keys (the others are released all the
+// same). A failed Unlock can be called again: it sends only what did not go
+// through, and meanwhile the keys go at the end of their lease.
 func (l *Lock) Unlock(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err
@@ -295,4 +191,285 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return errNilLock
 	}
 	return l.c.unlockAll(ctx, []*Lock{l})[0]
+}
+
+// emit hands e, about l, to the Client's observer, if it has one.
+func (l *Lock) emit(e Event) {
+	if l.c.cfg.observer == nil {
+		return
+	}
+	e.Owner, e.Keys = l.owner, l.sortedKeys()
+	l.c.cfg.observer(e)
+}
+
+// sortedKeys sorts the lock's keys, once: most locks are never asked for
+// them, and a big batch sorts for a while.
+func (l *Lock) sortedKeys() []string {
+	l.sortKeys.Do(func() { slices.Sort(l.keys) })
+	return l.keys
+}
+
+// setTokens records the fencing tokens of keys, in order, as far as tokens
+// go.
+func (l *Lock) setTokens(keys []string, tokens []int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, k := range keys[:min(len(keys), len(tokens))] {
+		l.tokens[k] = tokens[i]
+	}
+}
+
+// split cuts l.groups[i] after its first n keys into two groups of the same
+// slot: a waiting call holds the first, and waits at the first key of the
+// second. l is not yet shared with the watchdog.
+func (l *Lock) split(i, n int) {
+	g := l.groups[i]
+	head, tail := g, g
+	head.keys, tail.keys = g.keys[:n:n], g.keys[n:]
+	if g.modes != nil {
+		head.modes, tail.modes = g.modes[:n:n], g.modes[n:]
+	}
+	l.groups = slices.Insert(l.groups, i+1, tail)
+	l.groups[i] = head
+}
+
+// locate returns the group and the index in it of l's key at position n in
+// the global order (len(l.groups) and 0 past the last).
+func (l *Lock) locate(n int) (gi, ki int) {
+	for gi = range l.groups {
+		if n < len(l.groups[gi].keys) {
+			return gi, n
+		}
+		n -= len(l.groups[gi].keys)
+	}
+	return len(l.groups), 0
+}
+
+// keysBefore counts the keys of l's groups before group gi.
+func (l *Lock) keysBefore(gi int) int {
+	n := 0
+	for _, g := range l.groups[:gi] {
+		n += len(g.keys)
+	}
+	return n
+}
+
+// The validity of a lock, and its end.
+
+// validity returns the lock's validity (see validity).
+func (l *Lock) validity() validity {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.valid
+}
+
+// handValidity gives l the validity its call took it with.
+func (l *Lock) handValidity(v validity) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.valid = v
+}
+
+// renewed records a renewal until end: of every key (all), or of the
+// granted ones only (see validity.renewed and grantRenewed).
+func (l *Lock) renewed(end time.Time, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if all {
+		l.valid.renewed(end)
+	} else {
+		l.valid.grantRenewed(end)
+	}
+	if l.expiry != nil {
+		l.expiry.Reset(l.untilLoss())
+	}
+}
+
+// arm starts the timer that reports the lock lost when its validity was not
+// moved on in time.
+func (l *Lock) arm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expiry = time.AfterFunc(l.untilLoss(), l.expire)
+}
+
+// untilLoss is the time left before the lock must count as lost (see
+// validity.lossAt). Called with l.mu held.
+func (l *Lock) untilLoss() time.Duration {
+	at, ok := l.valid.lossAt(l.lease, l.renew)
+	if !ok {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Until(at)
+}
+
+func (l *Lock) expire() {
+	l.mu.Lock()
+	if d := l.untilLoss(); d > 0 {
+		l.expiry.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	if !l.renew {
+		l.letGo(fmt.Errorf("%w: its lease (WithTTL) ran out", ErrLockLost))
+		return
+	}
+	l.letGo(fmt.Errorf("%w: lease ran out before it could be renewed", ErrLockLost))
+}
+
+// capHold ends l d from now (WithMaxHold).
+func (l *Lock) capHold(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Err() == nil {
+		l.maxHold = time.AfterFunc(d, func() { l.endAtMaxHold(d) })
+	}
+}
+
+// endAtMaxHold ends l, held for d, its longest hold, and lets its keys go
+// (see letGo). An Unlock under way when the cap comes wins: the lock is then
+// released, not lost.
+func (l *Lock) endAtMaxHold(d time.Duration) {
+	l.unlocking.Lock()
+	ended := l.released || l.Err() != nil
+	l.unlocking.Unlock()
+	if !ended {
+		l.letGo(fmt.Errorf("%w: %w: %v", ErrLockLost, inner(ErrMaxHold), d))
+	}
+}
+
+// lose marks the lock lost with err (which wraps ErrLockLost), unless it
+// already ended, and reports whether it did.
+func (l *Lock) lose(err error) bool {
+	if !l.finish(err) {
+		return false
+	}
+	l.c.watchdog.remove(l)
+	l.emit(Event{Kind: EventLost, Err: err})
+	return true
+}
+
+// letGo marks the lock lost with err, unless it already ended, and releases
+// what it still holds in the background (see Client.release, lettingGo):
+// once lost, the lock is no use to its holder, and its other keys go to
+// their waiters now rather than at the end of their lease. Once Close
+// began, Close releases it instead: the lock was among those it found held
+// (see Client.stopHolding).
+func (l *Lock) letGo(err error) {
+	counted := l.c.calls.Enter(1)
+	if !l.lose(err) || !counted {
+		if counted {
+			l.c.calls.Leave()
+		}
+		return
+	}
+	go func() {
+		defer l.c.calls.Leave()
+		_ = l.c.release(context.Background(), lettingGo, []releasing{{l: l}})
+	}()
+}
+
+// finish ends the lock with err; only the first end counts.
+func (l *Lock) finish(err error) bool {
+	if !l.life.End(err) {
+		return false
+	}
+	l.c.unhold(l)
+	l.leaveGates()
+	l.mu.Lock()
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
+	if l.maxHold != nil {
+		l.maxHold.Stop()
+	}
+	l.mu.Unlock()
+	return true
+}
+
+// The lock's gates, the in-process level of locking (see internal/gates),
+// are kept in step with its keys in Redis: a call first takes the gate of
+// each of its keys in the global order, but once Redis refuses it at a key,
+// it gives back the gates of every key after that one while it waits, and
+// takes them again, in order, before the attempt that asks for them. So at
+// both levels a waiting call holds only keys before the one it waits for
+// (and that key's gate, while it waits for the key in Redis).
+
+// gatedKey is a key whose gate a lock holds, and how.
+type gatedKey struct {
+	key    string
+	shared bool
+}
+
+// enterGates takes, for l, the gate of each of its keys in the global
+// order: with wait, waiting while another lock of the Client holds one
+// (waiting is told of each such key); without, taking none of them and
+// returning every key another lock holds. On an error, or busy keys, l
+// holds no gate.
+func (l *Lock) enterGates(ctx context.Context, wait bool, waiting func(key string)) (busy []string, err error) {
+	c := l.c
+	for _, g := range l.groups {
+		for i, key := range g.keys {
+			shared := g.shared(i)
+			switch c.gates.Enter(ctx, key, l.owner, shared, wait, waiting) {
+			case gates.Pass:
+				l.addGated(key, shared)
+			case gates.Upgrade:
+				l.leaveGates()
+				return nil, c.upgradeAtGate(key)
+			case gates.Wait:
+				if wait {
+					l.leaveGates()
+					return nil, c.gateWaitEnded(ctx, key)
+				}
+				busy = append(busy, key)
+			}
+		}
+	}
+	if len(busy) > 0 {
+		l.leaveGates()
+	}
+	return busy, nil
+}
+
+// addGated records that l holds the gate of key.
+func (l *Lock) addGated(key string, shared bool) {
+	l.mu.Lock()
+	l.gated = append(l.gated, gatedKey{key, shared})
+	l.mu.Unlock()
+}
+
+// gatedCount is how many of l's keys, the first in the global order, have
+// their gate held by l.
+func (l *Lock) gatedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.gated)
+}
+
+// leaveGatesAfter gives back the gates l holds of its keys after the first
+// n, in the global order.
+func (l *Lock) leaveGatesAfter(n int) {
+	l.mu.Lock()
+	var after []gatedKey
+	if n < len(l.gated) {
+		after = slices.Clone(l.gated[n:])
+		l.gated = l.gated[:n]
+	}
+	l.mu.Unlock()
+	for i := len(after) - 1; i >= 0; i-- {
+		l.c.gates.Leave(after[i].key, l.owner, after[i].shared)
+	}
+}
+
+// leaveGates gives back the gates l holds; once done, it does nothing.
+func (l *Lock) leaveGates() {
+	l.mu.Lock()
+	gated := l.gated
+	l.gated = nil
+	l.mu.Unlock()
+	for _, g := range gated {
+		l.c.gates.Leave(g.key, l.owner, g.shared)
+	}
 }

@@ -1,30 +1,69 @@
 package batchlock
 
 import (
+	"context"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/routing"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // DefaultPrefix is the prefix of the keys batchlock writes, unless
 // WithPrefix gives another.
 const DefaultPrefix = "batchlock:"
 
-// Defaults, in one place.
+// MaxEachKeys bounds the keys of all the baskets of one TryEach call
+// together, repeats counted: past it the call is ErrInvalid. Lock, TryLock
+// and Do take a batch of any size.
+const MaxEachKeys = 1 << 16
+
+// The package's tunable defaults, in one place: every duration the library
+// waits for or counts on, but the leases its options set.
 const (
-	defaultLease = 30 * time.Second
+	defaultLease    = 30 * time.Second
+	defaultPollMax  = time.Second
+	rollbackTimeout = 5 * time.Second // releases a failed call owes, also once its context is done
+	// unlockTimeout bounds an Unlock (and Do's) made with a context that
+	// already ended.
+	unlockTimeout = lifetime.UnlockTimeout
+	// retryWindow bounds the retries of a call whose context has no
+	// deadline: long enough to ride out a failover.
+	retryWindow = routing.RetryWindow
+	// grantTime is how long a key granted to a waiter that listens is its
+	// without a call of its own: a dead waiter's grant lapses that soon.
+	grantTime = wire.GrantTime
+	// leastPlace is the shortest a waiter's place in a queue lasts unless
+	// it asks again (see Client.placeLease).
+	leastPlace = 2 * time.Second
+	// contendedFor is how long after a refusal in Redis a Client's waiting
+	// calls ask one master at a time (see Client.contended).
+	contendedFor = time.Second
+	// clockBound is how far apart the masters' clocks may be for the
+	// preflight to pass: leases are measured by each master's clock.
+	clockBound = 500 * time.Millisecond
 	// maxGroupKeys bounds the keys of one group: a huge single-slot batch is
-	// cut into groups, which are taken in order like slots. (Every script
-	// call carries at most routing.MaxCallKeys keys.)
+	// cut into groups, taken in order like slots.
 	maxGroupKeys = 512
-	// rollbackTimeout bounds the releases made after a failed call, whose own
-	// context may already be done: long enough to ride out a failover.
-	rollbackTimeout = 5 * time.Second
 )
 
 // Option configures a Client.
 type Option interface{ apply(*config) }
+
+// LockOption configures one Lock, TryLock, Do or TryEach call.
+type LockOption interface{ applyLock(*lockConfig) }
+
+// Setting is an option that is both: given to New, the default of every
+// lock of the Client; given to a call, that call's.
+type Setting interface {
+	Option
+	LockOption
+}
 
 type config struct {
 	prefix      string
@@ -38,24 +77,19 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{
-		prefix:      DefaultPrefix,
-		ownerPrefix: defaultOwnerPrefix(),
-		lease:       defaultLease,
-		pollMax:     time.Second,
-		pubsub:      true,
-	}
+	return config{prefix: DefaultPrefix, ownerPrefix: defaultOwnerPrefix(), lease: defaultLease, pollMax: defaultPollMax, pubsub: true}
 }
 
 func (c *config) validate() error {
-	if c.prefix == "" {
+	switch {
+	case c.prefix == "":
 		return invalid("prefix must not be empty: lock keys would share their names with your own keys")
-	}
-	if strings.ContainsAny(c.prefix, "{}") {
+	case strings.ContainsAny(c.prefix, "{}"):
 		return invalid("prefix %q must not contain { or }: it would change the slot of every key", c.prefix)
-	}
-	if c.lease < 3*time.Millisecond {
+	case c.lease < 3*time.Millisecond:
 		return invalid("lease %v must be at least 3ms: it is renewed every third of it", c.lease)
+	case c.pollMax <= 0:
+		return invalid("poll interval %v must be > 0", c.pollMax)
 	}
 	if err := c.maxHold.validate(); err != nil {
 		return err
@@ -63,9 +97,57 @@ func (c *config) validate() error {
 	return validateAck(c.ack)
 }
 
-// validateAck checks a replica acknowledgement: how many replicas of each
-// master must acknowledge a write that grants or lengthens a lease, and how
-// long to wait for them; zero replicas waits for none.
+type lockConfig struct {
+	ttl      time.Duration
+	ttlSet   bool
+	maxHold  maxHold
+	wait     time.Duration
+	waitSet  bool
+	owner    string
+	ownerSet bool
+	ack      routing.Ack
+	ackSet   bool
+	shared   []string
+	refusals *[]Refusal
+}
+
+// lockConfigOf applies opts, and validates what they say.
+func lockConfigOf(opts []LockOption) (lockConfig, error) {
+	var lc lockConfig
+	for _, o := range opts {
+		o.applyLock(&lc)
+	}
+	return lc, lc.validate()
+}
+
+func (c *lockConfig) validate() error {
+	if c.ttlSet {
+		if err := validateTTL(c.ttl); err != nil {
+			return err
+		}
+	}
+	if c.ownerSet && c.owner == "" {
+		return invalid("owner must not be empty")
+	}
+	if err := c.maxHold.validate(); err != nil {
+		return err
+	}
+	if c.waitSet && c.wait <= 0 {
+		return invalid("wait %v must be > 0", c.wait)
+	}
+	return validateAck(c.ack)
+}
+
+// validateTTL checks a fixed lease, WithTTL's or Extend's.
+func validateTTL(ttl time.Duration) error {
+	if err := lease.Check(ttl); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+// validateAck checks a replica acknowledgement: zero replicas waits for
+// none.
 func validateAck(a routing.Ack) error {
 	if a.Replicas < 0 {
 		return invalid("replicas %d must be >= 0", a.Replicas)
@@ -74,61 +156,6 @@ func validateAck(a routing.Ack) error {
 		return invalid("replica timeout %v must be at least 1ms", a.Timeout)
 	}
 	return nil
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
-
-// WithPrefix sets the prefix of every key batchlock writes. It must not be
-// empty (a lock key would be one of your own keys) nor contain { or }.
-// Default "batchlock:".
-func WithPrefix(prefix string) Option {
-	return optionFunc(func(c *config) { c.prefix = prefix })
-}
-
-// WithOwnerPrefix sets how the owner ids the Client makes start: a lock
-// taken without WithOwner or ContextWithOwner has the owner id prefix
-// followed by 16 random hex digits, so that Held, Inspect, a
-// *ConflictError's Holders and the batchlock command show which process holds
-// a key. Default: the host name and the process id, "host:pid:". The random
-// part alone keeps such locks exclusive. Owner ids given with WithOwner or
-// ContextWithOwner are used as they are.
-func WithOwnerPrefix(prefix string) Option {
-	return optionFunc(func(c *config) { c.ownerPrefix = prefix })
-}
-
-// WithLease sets the lease of locks taken without WithTTL: the watchdog
-// renews them every lease/3, and a lock whose renewal cannot be confirmed
-// within the lease is reported lost. Default 30s.
-func WithLease(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.lease = d })
-}
-
-// WithObserver sets a function called for every lock event (see Event), so
-// that applications can count and log them; batchlock itself never logs. It is
-// called synchronously from the goroutine that caused the event and must not
-// block. Default none.
-func WithObserver(fn func(Event)) Option {
-	return optionFunc(func(c *config) { c.observer = fn })
-}
-
-// WithPollInterval caps the pause between two attempts of a waiting Lock when
-// no release message arrives: the pause grows from 1ms, doubling with jitter,
-// up to this cap, and never runs past the blocker's lease or the context.
-// Default 1s.
-func WithPollInterval(max time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if max > 0 {
-			c.pollMax = max
-		}
-	})
-}
-
-// WithoutPubSub makes waiting Locks poll instead of listening for release
-// messages, for servers where sharded pub/sub is refused. Default: pub/sub.
-func WithoutPubSub() Option {
-	return optionFunc(func(c *config) { c.pubsub = false })
 }
 
 // maxHold is a WithMaxHold setting; zero when none was given.
@@ -144,51 +171,155 @@ func (m maxHold) validate() error {
 	return nil
 }
 
-// Setting is an option that is both: given to New, the default of every
-// lock of the Client (an Option); given to a call, that call's (a
-// LockOption), which overrides the default.
-type Setting interface {
-	Option
-	LockOption
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type lockOptionFunc func(*lockConfig)
+
+func (f lockOptionFunc) applyLock(c *lockConfig) { f(c) }
+
+type setting struct {
+	client func(*config)
+	lock   func(*lockConfig)
 }
 
-type maxHoldSetting struct{ d time.Duration }
+func (s setting) apply(c *config)         { s.client(c) }
+func (s setting) applyLock(c *lockConfig) { s.lock(c) }
 
-func (o maxHoldSetting) apply(c *config) { c.maxHold = maxHold{o.d, true} }
+// WithPrefix sets the prefix of every key batchlock writes: not empty, and
+// without { or }. Default "batchlock:".
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.prefix = prefix })
+}
 
-func (o maxHoldSetting) applyLock(c *lockConfig) { c.maxHold = maxHold{o.d, true} }
+// WithOwnerPrefix sets how the owner ids the Client makes start, so that
+// tools show which process holds a key; 16 random hex digits follow.
+// Default "host:pid:".
+func WithOwnerPrefix(prefix string) Option {
+	return optionFunc(func(c *config) { c.ownerPrefix = prefix })
+}
 
-// WithMaxHold caps how long a lock is held: d after Lock returned it, the
-// lock ends, whatever its lease or renewals (one stuck holder must not pin
-// its keys, and the queue behind them, for ever). Its context is cancelled
-// with a cause that wraps ErrLockLost and ErrMaxHold, Done closes, Err says
-// so, and the Client releases its keys as Unlock would, handing them to
-// their waiters; a holder still writing is refused by storage that checks
-// fencing tokens, since the next owner's are newer. Unlock then returns
-// ErrNotHeld wrapping that cause. A WithTTL lock is already capped by its
-// TTL; WithMaxHold caps it also when Extend pushes its lease further. If
-// the release fails (a master unreachable), the keys go at the end of their
-// lease. Given to New it is the default of every lock; given to a call it
-// overrides that. d <= 0 is ErrInvalid. Default: no cap.
-func WithMaxHold(d time.Duration) Setting { return maxHoldSetting{d} }
+// WithLease sets the lease of locks taken without WithTTL: the watchdog
+// renews them every lease/3, and one not renewed in time is lost. Default
+// 30s.
+func WithLease(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.lease = d })
+}
 
-type replicasSetting struct{ ack routing.Ack }
+// WithObserver sets a function called, synchronously and without blocking,
+// for every lock event (see Event); batchlock itself never logs. Default
+// none.
+func WithObserver(fn func(Event)) Option {
+	return optionFunc(func(c *config) { c.observer = fn })
+}
 
-func (o replicasSetting) apply(c *config) { c.ack = o.ack }
+// WithPollInterval caps the pause between two attempts of a waiting Lock
+// that hears of no release; d <= 0 is ErrInvalid. Default 1s.
+func WithPollInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.pollMax = d })
+}
 
-func (o replicasSetting) applyLock(c *lockConfig) { c.ack, c.ackSet = o.ack, true }
+// WithoutPubSub makes waiting Locks poll instead of listening for release
+// messages, for servers that refuse sharded pub/sub. Default: pub/sub.
+func WithoutPubSub() Option {
+	return optionFunc(func(c *config) { c.pubsub = false })
+}
 
-// WithReplicas makes a lock count as taken only once n replicas of every
-// master it touches acknowledged the acquire within timeout: WAIT n timeout
-// goes in the same pipeline, on the same connection, after the acquire
-// scripts of each master. With fewer acknowledgements the call rolls back and
-// fails with an error that wraps ErrNotObtained and ErrNoReplicas. A failover
-// keeps such a lock only when n is the number of replicas of each master:
-// with more, Redis can promote a replica that did not acknowledge it (a
-// CLUSTER FAILOVER TAKEOVER on it, or a failover while the others are down).
-// Given to New it is the default of every lock; given to a call it overrides
-// that.
-// WithReplicas(0, 0) waits for none. Default: none.
+// WithMaxHold caps how long a lock is held: d after it was handed out it
+// ends, lost with ErrMaxHold, however it was renewed, and its keys go to
+// their waiters. d <= 0 is ErrInvalid. Default: no cap.
+func WithMaxHold(d time.Duration) Setting {
+	m := maxHold{d, true}
+	return setting{func(c *config) { c.maxHold = m }, func(c *lockConfig) { c.maxHold = m }}
+}
+
+// WithReplicas makes every write that grants or lengthens a lease count only
+// once n replicas of its master acknowledged it within timeout (WAIT);
+// otherwise the call fails with ErrNoReplicas, rolled back. A failover keeps
+// the lock only when n is every master's number of replicas. Default: none.
 func WithReplicas(n int, timeout time.Duration) Setting {
-	return replicasSetting{ack: routing.Ack{Replicas: n, Timeout: timeout}}
+	a := routing.Ack{Replicas: n, Timeout: timeout}
+	return setting{func(c *config) { c.ack = a }, func(c *lockConfig) { c.ack, c.ackSet = a, true }}
+}
+
+// WithTTL gives the lock a fixed lease of d, which nothing renews but
+// Extend. A lock is handed out only with at least half of d left (nine
+// tenths after a wait, or its leases are restarted). Default: the Client's
+// lease, renewed by its watchdog.
+func WithTTL(d time.Duration) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.ttl, c.ttlSet = d, true })
+}
+
+// WithOwner sets the lock's owner id: locks of one owner are reentrant, in
+// every process, so give an id unique to one holder (two processes locking
+// under one order's id both hold its keys). Default: ContextWithOwner's,
+// else a fresh one per call.
+func WithOwner(owner string) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.owner, c.ownerSet = owner, true })
+}
+
+// WithShared takes keys shared, in the same call as its own keys (taken
+// exclusively): readers share a key and its token, a writer excludes every
+// other owner, later readers queue behind a waiting writer, and an owner
+// that holds a key shared and asks for it exclusively gets ErrUpgrade.
+// Default: no key shared.
+func WithShared(keys ...string) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.shared = append(c.shared, keys...) })
+}
+
+// WithWait bounds how long Lock and Do wait for the keys, not how long they
+// are held: past d the call fails holding nothing, with a *ConflictError
+// that also wraps context.DeadlineExceeded. d <= 0 is ErrInvalid. Default:
+// as long as the context.
+func WithWait(d time.Duration) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.wait, c.waitSet = d, true })
+}
+
+// WithRefusals has TryEach append to *dst, in basket order, why it refused
+// each basket (see Refusal). It costs nothing when not given; a call that
+// fails as a whole appends nothing.
+func WithRefusals(dst *[]Refusal) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.refusals = dst })
+}
+
+// ClusterOptions returns fresh go-redis cluster settings for the seeds addrs
+// with which calls end with their context and recover within about a second
+// after a failover, a restart or a migration (go-redis's defaults take tens
+// of seconds): short timeouts, no per-node retries (batchlock is its calls'
+// one retry layer), and connections kept from client eviction.
+func ClusterOptions(addrs ...string) *redis.ClusterOptions {
+	return &redis.ClusterOptions{
+		Addrs:                 addrs,
+		ContextTimeoutEnabled: true, // calls end with their context
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialerRetries:         2,
+		DialerRetryTimeout:    50 * time.Millisecond,
+		MaxRedirects:          16, // ride out MOVED and TRYAGAIN in failovers and migrations
+		MinRetryBackoff:       16 * time.Millisecond,
+		MaxRetryBackoff:       256 * time.Millisecond,
+		PoolTimeout:           2 * time.Second,
+		FailingTimeoutSeconds: 1,
+		DisableIdentity:       true, // no CLIENT SETINFO on every new connection
+		// Not CLIENT MAINT_NOTIFICATIONS on every new connection either: a
+		// Redis Cloud feature, tried (and refused) by default.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		OnConnect:                noEvictOnConnect,
+	}
+}
+
+// noEvictOnConnect keeps each new connection from client eviction (CLIENT
+// NO-EVICT on): a server with maxmemory-clients set may otherwise close the
+// connection a waiter listens on for its hand-off, and the waiter would hear
+// of it only when it polls next. A server that refuses the command (an ACL
+// without client|no-evict) leaves the connection as it was. The map of slots
+// is reloaded when a call meets a redirection (go-redis) or fails
+// (batchlock), not on a timer more often than go-redis's minute: a reload cut
+// short by the cluster client's Close prints "Unexpected conn[N] state
+// changed by hook to CLOSED".
+func noEvictOnConnect(ctx context.Context, cn *redis.Conn) error {
+	_ = cn.Do(ctx, "CLIENT", "NO-EVICT", "on").Err()
+	return nil
 }

@@ -102,20 +102,6 @@ func modeOf(exclusive bool) byte {
 	return 's'
 }
 
-// split cuts l.groups[i] after its first n keys into two groups of the same
-// slot: a waiting call holds the first, and waits at the first key of the
-// second. l is not yet shared with the watchdog.
-func (l *Lock) split(i, n int) {
-	g := l.groups[i]
-	head, tail := g, g
-	head.keys, tail.keys = g.keys[:n:n], g.keys[n:]
-	if g.modes != nil {
-		head.modes, tail.modes = g.modes[:n:n], g.modes[n:]
-	}
-	l.groups = slices.Insert(l.groups, i+1, tail)
-	l.groups[i] = head
-}
-
 // fenceKey is the fencing counter of slot, made once per slot and kept: a
 // batch names one per slot it touches.
 func (c *Client) fenceKey(slot int) string {

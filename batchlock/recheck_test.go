@@ -66,7 +66,7 @@ func TestRecheckReadsTheKey(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		value  string // "" for no key
-		want   since
+		want   recheckResult
 		shared bool // the key asked for shared
 	}{
 		{"gone", "", mayBeFree, false},

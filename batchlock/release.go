@@ -3,7 +3,11 @@ package batchlock
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/internal/lease"
@@ -11,15 +15,269 @@ import (
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
+// Every hold ends through Client.release, for one of these reasons, which
+// say how the release runs.
+type releaseReason int
+
+const (
+	// unlocking: Unlock and UnlockEach. Each lock releases what it still
+	// owes on the caller's context (one attempt of at most unlockTimeout
+	// once that is done), and ends; a failure can be retried.
+	unlocking releaseReason = iota
+	// lettingGo: a lock that ended (lost, or ended by Close) releases what
+	// it still owes, for at most rollbackTimeout whatever the context, so
+	// that its keys go to their waiters now rather than at the end of
+	// their lease.
+	lettingGo
+	// rollingBack: a call that failed, or gives back part of what it took,
+	// releases the given groups and sets the given cancel marks (of its
+	// calls of unknown outcome: such a call, still in flight, can then take
+	// nothing). That goes on in the background for at most rollbackTimeout
+	// (Close waits for it), and the caller waits for it while its context
+	// lasts.
+	rollingBack
+)
+
 // releasing is one lock's share of a release: the groups to drop its hold
-// from, and the cancel marks to set.
+// from, the cancel marks to set, and what earlier releases of the lock
+// found.
 type releasing struct {
 	l      *Lock
 	groups []group
 	marks  []string
+	lost   []string // keys found held by another owner so far
+	// unknown are the keys an earlier call may have released unseen: one
+	// of them found held by another owner was handed on by that call.
+	unknown []string
 }
 
-// releaseOutcome is what a release did for one lock: the lock keys another
+// release ends holds for why (see releaseReason) and returns an error per
+// share. For unlocking and lettingGo only each share's lock counts: it
+// releases what it owes (owed); the shares' locks are distinct. For
+// rollingBack the one error is the first of the release, or ctx's cause
+// when ctx ended first.
+func (c *Client) release(ctx context.Context, why releaseReason, shares []releasing) []error {
+	if why == rollingBack {
+		return []error{c.rollBack(ctx, shares)}
+	}
+	// Taken in one order whatever the caller's, so that two releases of
+	// the same locks cannot wait for each other.
+	locks := make([]*Lock, len(shares))
+	for i, s := range shares {
+		locks[i] = s.l
+	}
+	slices.SortFunc(locks, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
+	for _, l := range locks {
+		l.unlocking.Lock()
+		defer l.unlocking.Unlock()
+	}
+	var cancel context.CancelFunc
+	switch {
+	case why == lettingGo:
+		ctx, cancel = context.WithTimeout(ctx, rollbackTimeout)
+		defer cancel()
+	case ctx.Err() != nil:
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+	}
+	errs := make([]error, len(shares))
+	var owed []releasing
+	var which []int
+	for i, s := range shares {
+		if s.l.released {
+			if why == unlocking {
+				errs[i] = s.l.alreadyReleased()
+			}
+			continue
+		}
+		if why == unlocking {
+			c.watchdog.remove(s.l)
+		}
+		owed = append(owed, s.l.owed())
+		which = append(which, i)
+	}
+	for n, out := range c.releaseAll(ctx, owed) {
+		l := shares[which[n]].l
+		if why == unlocking {
+			errs[which[n]] = l.unlocked(out)
+			continue
+		}
+		if _, err := l.settle(out); err != nil {
+			errs[which[n]] = err
+		} else {
+			l.released = true
+		}
+	}
+	return errs
+}
+
+// rollBack is release for rollingBack.
+func (c *Client) rollBack(ctx context.Context, shares []releasing) error {
+	if !slices.ContainsFunc(shares, func(s releasing) bool { return len(s.groups)+len(s.marks) > 0 }) {
+		return nil
+	}
+	done := make(chan error, 1)
+	c.calls.Join()
+	go func() {
+		defer c.calls.Leave()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		var err error
+		for _, o := range c.releaseAll(rctx, shares) {
+			err = cmp.Or(err, o.err)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// rollback rolls back groups of l, which its call may hold, and the cancel
+// marks of its calls of unknown outcome (see rollingBack).
+func (c *Client) rollback(ctx context.Context, l *Lock, groups []group) {
+	_ = c.release(ctx, rollingBack, []releasing{{l: l, groups: groups, marks: l.marks}})
+}
+
+// abandon ends locks that a call that panicked may have taken (or began to
+// take), and rolls back shares, what of them it sent to Redis.
+func (c *Client) abandon(ctx context.Context, locks []*Lock, shares []releasing) {
+	for _, l := range locks {
+		c.watchdog.remove(l)
+		l.finish(fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
+	}
+	_ = c.release(ctx, rollingBack, shares)
+}
+
+// UnlockEach releases every non-nil lock of locks as its Unlock would, one
+// call per master for all of them, and returns their errors joined. A lock
+// given twice is released once; a lock of another Client is ErrInvalid,
+// before anything is sent.
+func (c *Client) UnlockEach(ctx context.Context, locks []*Lock) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	var own []*Lock
+	for i, l := range locks {
+		if l == nil {
+			continue
+		}
+		if l.c != c {
+			return invalid("lock %d was taken through another Client", i)
+		}
+		own = append(own, l)
+	}
+	slices.SortFunc(own, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
+	return errors.Join(c.unlockAll(ctx, slices.Compact(own))...)
+}
+
+// unlockAll releases distinct locks as Unlock says, one call per master for
+// all of them, and returns each one's error.
+func (c *Client) unlockAll(ctx context.Context, locks []*Lock) []error {
+	shares := make([]releasing, len(locks))
+	for i, l := range locks {
+		shares[i].l = l
+	}
+	return c.release(ctx, unlocking, shares)
+}
+
+// alreadyReleased is the error of an Unlock of a lock released before: by
+// an Unlock, or on its own once it was lost.
+func (l *Lock) alreadyReleased() error {
+	if err := l.Err(); errors.Is(err, ErrLockLost) {
+		return fmt.Errorf("%w: %w", ErrNotHeld, inner(err))
+	}
+	return fmt.Errorf("%w: already released", ErrNotHeld)
+}
+
+// unlocked ends l once its release went as out says, and returns Unlock's
+// error. Called with l.unlocking held.
+func (l *Lock) unlocked(out releaseOutcome) error {
+	taken, err := l.settle(out)
+	held := time.Since(l.acquiredAt)
+	if err != nil {
+		l.emit(Event{Kind: EventReleased, Duration: held, Err: err})
+		return fmt.Errorf("batchlock: unlock: %w", inner(err))
+	}
+	l.released = true
+	lost := l.Err()
+	l.finish(ErrNotHeld)
+	l.emit(Event{Kind: EventReleased, Duration: held})
+	switch {
+	case len(taken) > 0:
+		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
+	case lost != nil:
+		return fmt.Errorf("%w: %w", ErrNotHeld, inner(lost))
+	}
+	return nil
+}
+
+// owed is what l's release still owes: what its earlier releases left, all
+// of l at first. Called with l.unlocking held.
+func (l *Lock) owed() releasing {
+	if l.rest == nil {
+		return releasing{l: l, groups: l.groups, marks: l.marks}
+	}
+	return *l.rest
+}
+
+// settle records what a release of owed() did, and returns the keys found
+// held by another owner, by it and the earlier ones, or its error. Called
+// with l.unlocking held.
+func (l *Lock) settle(out releaseOutcome) ([]string, error) {
+	rest := l.owed()
+	lost := slices.Clip(rest.lost)
+	for _, k := range out.lost {
+		if !slices.Contains(rest.unknown, k) {
+			lost = append(lost, k)
+		}
+	}
+	if out.err != nil {
+		// A retry sends only what did not go through: a key released
+		// since taken by another owner is no loss of this lock.
+		left := rest.without(out.left)
+		left.lost, left.unknown = lost, append(slices.Clip(rest.unknown), out.unknown...)
+		l.rest = &left
+		return nil, out.err
+	}
+	l.rest = nil
+	return lost, nil
+}
+
+// without is r less everything but the keys and marks left.
+func (r releasing) without(left []string) releasing {
+	keep := make(map[string]bool, len(left))
+	for _, k := range left {
+		keep[k] = true
+	}
+	out := releasing{l: r.l}
+	for _, m := range r.marks {
+		if keep[m] {
+			out.marks = append(out.marks, m)
+		}
+	}
+	for _, g := range r.groups {
+		kept := g
+		kept.keys, kept.modes = nil, nil
+		for i, k := range g.keys {
+			if keep[k] {
+				kept.keys = append(kept.keys, k)
+				if g.modes != nil {
+					kept.modes = append(kept.modes, g.modes[i])
+				}
+			}
+		}
+		if len(kept.keys) > 0 {
+			out.groups = append(out.groups, kept)
+		}
+	}
+	return out
+}
+
+// releaseOutcome is what a release did for one share: the lock keys another
 // owner holds, the lock keys and marks whose release did not go through,
 // those a call may have released without its reply being read, and the
 // first error among them.
@@ -28,9 +286,9 @@ type releaseOutcome struct {
 	err                 error
 }
 
-// releaseAll releases several locks' shares: the keys and marks each master
-// serves, for all of them, go in one call per master (at most
-// routing.MaxCallKeys keys each).
+// releaseAll releases shares: the keys and marks each master serves, for
+// all of them, go in one call per master (at most routing.MaxCallKeys keys
+// each).
 func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcome {
 	var parts []routing.Part
 	var lockOf []int  // the share of parts[i]
@@ -99,16 +357,13 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 		}
 	}
 	for i, r := range results {
+		o := &out[lockOf[i]]
 		if r.Unknown {
-			o := &out[lockOf[i]]
 			o.unknown = append(o.unknown, parts[i].Route)
 		}
 		if r.Err != nil {
-			o := &out[lockOf[i]]
 			o.left = append(o.left, parts[i].Route)
-			if o.err == nil {
-				o.err = r.Err
-			}
+			o.err = cmp.Or(o.err, r.Err)
 		}
 	}
 	return out
@@ -128,152 +383,6 @@ func segmentsBy(ownerOf []int, at []int) [][]int {
 	return out
 }
 
-// unreleased is what a lock's release still owes after a release that
-// failed in part, and what it found so far.
-type unreleased struct {
-	groups []group  // the keys whose release did not go through
-	marks  []string // the cancel marks not set
-	lost   []string // keys found held by another owner
-	// unknown are the keys an earlier call may have released unseen: one
-	// of them found held by another owner was handed on by that call.
-	unknown []string
-}
-
-// releaseRest releases what l's earlier releases left (all of l at first),
-// and returns the keys found held by another owner, by this release and
-// the earlier ones. Called with l.unlocking held.
-func (l *Lock) releaseRest(ctx context.Context) ([]string, error) {
-	return l.settle(l.c.releaseAll(ctx, []releasing{l.owed()})[0])
-}
-
-// owing is what l's release still owes: what its earlier releases left,
-// all of l at first. Called with l.unlocking held.
-func (l *Lock) owing() *unreleased {
-	if l.rest == nil {
-		return &unreleased{groups: l.groups, marks: l.marks}
-	}
-	return l.rest
-}
-
-// owed is owing as a share of a release.
-func (l *Lock) owed() releasing {
-	rest := l.owing()
-	return releasing{l: l, groups: rest.groups, marks: rest.marks}
-}
-
-// settle records what a release of owed() did, and returns the keys found
-// held by another owner, by it and the earlier ones, or its error. Called
-// with l.unlocking held.
-func (l *Lock) settle(out releaseOutcome) ([]string, error) {
-	rest := l.owing()
-	lost := slices.Clip(rest.lost)
-	for _, k := range out.lost {
-		if !slices.Contains(rest.unknown, k) {
-			lost = append(lost, k)
-		}
-	}
-	if out.err != nil {
-		// A retry sends only what did not go through: a key released
-		// since taken by another owner is no loss of this lock.
-		l.rest = rest.without(out.left, lost)
-		l.rest.unknown = append(slices.Clip(rest.unknown), out.unknown...)
-		return nil, out.err
-	}
-	l.rest = nil
-	return lost, nil
-}
-
-// without is what u owes once everything but the keys and marks left went
-// through, lost found so far.
-func (u *unreleased) without(left, lost []string) *unreleased {
-	keep := make(map[string]bool, len(left))
-	for _, k := range left {
-		keep[k] = true
-	}
-	out := &unreleased{lost: lost}
-	for _, m := range u.marks {
-		if keep[m] {
-			out.marks = append(out.marks, m)
-		}
-	}
-	for _, g := range u.groups {
-		kept := g
-		kept.keys, kept.modes = nil, nil
-		for i, k := range g.keys {
-			if keep[k] {
-				kept.keys = append(kept.keys, k)
-				if g.modes != nil {
-					kept.modes = append(kept.modes, g.modes[i])
-				}
-			}
-		}
-		if len(kept.keys) > 0 {
-			out.groups = append(out.groups, kept)
-		}
-	}
-	return out
-}
-
-// rollback releases groups, every hold a failed call may have taken, and
-// sets the lock's cancel marks (of the calls whose outcome was unknown), so
-// that such a call, should it still be in flight (a frozen master), cannot
-// take anything. Releases are idempotent. It waits for them while ctx lasts;
-// once it is done they go on in the background, for at most
-// rollbackTimeout (Close waits for them), so that the call returns within
-// its context.
-func (c *Client) rollback(ctx context.Context, l *Lock, groups []group) {
-	_ = c.releaseAside(ctx, l, groups, l.marks)
-}
-
-// appendNew appends to list the items it does not hold yet.
-func appendNew(list []string, items ...string) []string {
-	for _, it := range items {
-		if !slices.Contains(list, it) {
-			list = append(list, it)
-		}
-	}
-	return list
-}
-
-// releaseAside releases groups and sets marks on a context of their own, so
-// that they are released even when ctx is done, for at most
-// rollbackTimeout. It waits for the release while ctx lasts, and returns
-// its error, or ctx's cause when ctx ended first; the release then goes on
-// in the background (Close waits for it).
-func (c *Client) releaseAside(ctx context.Context, l *Lock, groups []group, marks []string) error {
-	return c.releaseAsideAll(ctx, []releasing{{l: l, groups: groups, marks: marks}})
-}
-
-// releaseAsideAll is releaseAside for several locks' shares, one call per
-// master for all of them; it returns the first error.
-func (c *Client) releaseAsideAll(ctx context.Context, rs []releasing) error {
-	empty := true
-	for _, r := range rs {
-		empty = empty && len(r.groups)+len(r.marks) == 0
-	}
-	if empty {
-		return nil
-	}
-	done := make(chan error, 1)
-	c.calls.Join()
-	go func() {
-		defer c.calls.Leave()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		var err error
-		for _, o := range c.releaseAll(rctx, rs) {
-			err = cmp.Or(err, o.err)
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
 // partsNamed returns the indices, among at, of the parts whose route key is
 // named.
 func partsNamed(parts []routing.Part, at []int, named []string) []int {
@@ -291,13 +400,4 @@ func partsNamed(parts []routing.Part, at []int, named []string) []int {
 		}
 	}
 	return out
-}
-
-func firstError(results []routing.Result) error {
-	for _, r := range results {
-		if r.Err != nil {
-			return r.Err
-		}
-	}
-	return nil
 }

@@ -3,52 +3,24 @@ package batchlock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/batchlock/batchlock/internal/gates"
+	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
-// MaxEachKeys bounds the keys of all the baskets of one TryEach call
-// together, repeats counted: past it the call is ErrInvalid. (Its calls to
-// Redis carry at most 1024 keys each, as every call does.) Lock, TryLock
-// and Do take a batch of any size.
-const MaxEachKeys = 1 << 16
-
 // TryEach tries every basket at once: each is taken whole or not at all, and
-// an earlier basket wins a key over a later one of the same call. locks[i] is
-// basket i's lock, nil where basket i was refused. err is non-nil only where
-// the call failed as a whole (bad input, its context, Redis unreachable, a
-// lease used up while the baskets were taken, ErrUpgrade, ErrNoReplicas):
-// then nothing of it is held, and locks is nil.
-//
-// Each basket taken is an ordinary Lock, with an owner of its own (unless
-// WithOwner or ContextWithOwner gives all of them one), its fencing tokens,
-// its lease (renewed, or WithTTL), WithMaxHold, and Unlock or UnlockEach. The
-// options apply to every basket: WithShared's keys are taken shared in every
-// basket that has them (two baskets reading one promotion are both taken),
-// and WithReplicas waits once per master for the whole call. Within one call
-// two baskets never both get a key exclusively, whatever their owners.
-// WithWait does nothing here: TryEach never waits.
-//
-// Conflicts among the baskets, and with the locks the Client holds (its
-// in-process gates), are settled in the process, without a call. The rest
-// costs one call per master for all the baskets (per 1024 keys), and, only
-// where a basket spanning several masters was refused on one of them, one
-// more call per master to give back what it took on the others. A basket is
-// refused in Redis when another owner holds one of its keys there or waits
-// for it in a queue: a try never overtakes a waiter. A refused basket holds
-// nothing once the call returns. WithRefusals says why each was refused,
-// and an observer is told (EventRefused, with a *ConflictError): the keys
-// of earlier baskets or other locks of the Client it met, or the first key
-// found held on each master, without holders: a refusal stops there, the
-// cheapest it can be.
-//
-// No baskets is no work: an empty result and no error. An empty basket, an
-// empty or reserved key, or more than MaxEachKeys keys in all are ErrInvalid,
-// before anything is sent.
+// an earlier basket wins a key over a later one. locks[i] is basket i's Lock,
+// an ordinary one with its own owner, or nil where basket i was refused,
+// holding nothing (WithRefusals says why). err is set only where the call
+// failed as a whole (bad input, ctx, Redis, ErrUpgrade, ErrNoReplicas): then
+// nothing of it is held. It never waits, and never takes a key a waiter is
+// queued for. It costs one call per master for all the baskets, and one more
+// per master only where a basket spanning masters was refused on another.
 func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOption) (locks []*Lock, err error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
@@ -80,7 +52,7 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 		if !returned {
 			// A panic (an observer's): nothing of the call is left, then
 			// the panic goes on.
-			t.abandon(ctx)
+			c.abandon(ctx, slices.DeleteFunc(slices.Clone(t.locks), func(l *Lock) bool { return l == nil }), t.sentShares())
 		}
 	}()
 	err = t.take(ctx, start)
@@ -94,6 +66,19 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 		}
 	}
 	return locks, nil
+}
+
+// Refusal says why TryEach refused a basket (see WithRefusals).
+type Refusal struct {
+	Basket int // the basket's index among the call's baskets
+	// Earlier says an earlier basket of the call took one of its keys: put
+	// first in the next call, it wins. Otherwise another lock or Client
+	// holds one, or waits for it: what a rule against starvation counts.
+	Earlier bool
+	// Keys are keys it met, without the prefix: those an earlier basket or
+	// another lock of the Client took, or the first found held in Redis on
+	// each master.
+	Keys []string
 }
 
 // checkEach validates every basket and the shared keys, which it returns
@@ -152,7 +137,7 @@ type eachCall struct {
 // Redis, gives back what refused ones took, and keeps the locks of those
 // taken whole; on an error it has rolled back every basket.
 func (t *eachCall) take(ctx context.Context, start time.Time) error {
-	err := t.admit()
+	err := t.admit(ctx)
 	var sent time.Time
 	var held [][]bool
 	if err == nil {
@@ -182,10 +167,11 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 }
 
 // admit settles, in the process, the conflicts among the baskets (an
-// earlier one wins) and with the Client's other locks (the gates): a basket
-// refused here is told its conflict and holds no gate. Only a basket clear
-// of the earlier ones is planned and gets its lock.
-func (t *eachCall) admit() error {
+// earlier one wins) and with the Client's other locks (the gates, asked
+// without waiting): a basket refused here is told its conflict and holds no
+// gate. Only a basket clear of the earlier ones is planned and gets its
+// lock.
+func (t *eachCall) admit(ctx context.Context) error {
 	c := t.c
 	taken := map[string]bool{} // user key: taken by an earlier basket; true when exclusively
 	for i, basket := range t.baskets {
@@ -196,7 +182,7 @@ func (t *eachCall) admit() error {
 			}
 		}
 		if len(busy) > 0 {
-			t.refuse(i, ByEarlierBasket, &ConflictError{Keys: busy})
+			t.refuse(i, true, &ConflictError{Keys: busy})
 			continue
 		}
 		var exclusive, readers []string
@@ -213,12 +199,12 @@ func (t *eachCall) admit() error {
 		}
 		l := c.newLockFor(t.ctx, t.lc, userKeys, groups)
 		t.locks[i] = l
-		gated, err := t.enterGates(l)
+		gated, err := l.enterGates(ctx, false, nil)
 		if err != nil {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, ByThisClient, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
+			t.refuse(i, false, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
 			continue
 		}
 		t.sent[i] = true
@@ -229,37 +215,14 @@ func (t *eachCall) admit() error {
 	return nil
 }
 
-// enterGates takes, without waiting, the gate of each of l's keys; it
-// returns the keys whose gate another lock of the Client holds (then l
-// holds no gate), or ErrUpgrade.
-func (t *eachCall) enterGates(l *Lock) ([]string, error) {
-	var busy []string
-	for _, g := range l.groups {
-		for k, key := range g.keys {
-			switch v, _ := t.c.gates.Ask(key, l.owner, g.shared(k), false); v {
-			case gates.Pass:
-				l.addGated(key, g.shared(k))
-			case gates.Upgrade:
-				l.leaveGates()
-				return nil, t.c.upgradeAtGate(key)
-			default:
-				busy = append(busy, key)
-			}
-		}
-	}
-	if len(busy) > 0 {
-		l.leaveGates()
-	}
-	return busy, nil
-}
-
-// refuse drops basket i, with the conflict that refused it, met by, which
-// WithRefusals and the observer are told; a basket refused before it got
-// its lock gets one to be told with only when an observer listens.
-func (t *eachCall) refuse(i int, by RefusedBy, conflict *ConflictError) {
+// refuse drops basket i, with the conflict that refused it (met with an
+// earlier basket of the call, or not), which WithRefusals and the observer
+// are told; a basket refused before it got its lock gets one to be told
+// with only when an observer listens.
+func (t *eachCall) refuse(i int, earlier bool, conflict *ConflictError) {
 	t.refused[i] = true
 	if t.lc.refusals != nil {
-		t.why = append(t.why, Refusal{Basket: i, By: by, Keys: conflict.Keys})
+		t.why = append(t.why, Refusal{Basket: i, Earlier: earlier, Keys: conflict.Keys})
 	}
 	l := t.locks[i]
 	if l == nil {
@@ -272,39 +235,258 @@ func (t *eachCall) refuse(i int, by RefusedBy, conflict *ConflictError) {
 	l.emit(Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict})
 }
 
-// Refusal says why TryEach refused a basket (see WithRefusals).
-type Refusal struct {
-	Basket int       // the basket's index among the call's baskets
-	By     RefusedBy // who held what it met
-	// Keys are keys it met (without the prefix): those an earlier basket or
-	// another lock of the Client took, or the first key found held on each
-	// master (a refusal in Redis stops there).
-	Keys []string
+// eachPart is one group of one basket, as the call's parts list them.
+type eachPart struct {
+	lock, group int
 }
 
-// RefusedBy says who held the keys a refused basket met.
-type RefusedBy int
-
-const (
-	// ByEarlierBasket: an earlier basket of the same call took one of its
-	// keys: no starvation, since put first in the next call it wins.
-	ByEarlierBasket RefusedBy = iota + 1
-	// ByThisClient: another lock of the Client holds one (settled in the
-	// process, without a call).
-	ByThisClient
-	// ByOtherClient: another Client, in this process or another, holds one
-	// or waits for it in Redis.
-	ByOtherClient
-)
-
-func (b RefusedBy) String() string {
-	switch b {
-	case ByEarlierBasket:
-		return "earlier basket"
-	case ByThisClient:
-		return "this client"
-	case ByOtherClient:
-		return "other client"
+// acquire tries the admitted baskets, one call per master for all of
+// them, and returns, per basket, which of its groups it may now hold: those
+// a reply said it took, and those of a call whose reply was lost. A basket
+// refused on any master is refused.
+func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
+	c := t.c
+	var parts []routing.Part
+	var of []eachPart
+	var lockOf []int // the basket of parts[j]
+	held := make([][]bool, len(t.locks))
+	// tried are the parts sent before: a call sent again after a lost
+	// reply may find the keys that call took for the same hold, so it
+	// reads them (wire.ModeFirst) rather than refuse them unread.
+	var tried []bool
+	var first *Lock // an admitted basket: its lease and acknowledgement are every basket's
+	for i, l := range t.locks {
+		if t.refused[i] {
+			continue
+		}
+		if first == nil {
+			first = l
+		}
+		held[i] = make([]bool, len(l.groups))
+		for gi, g := range l.groups {
+			parts = append(parts, routing.Part{Slot: g.slot, Route: g.fenceKey, Keys: len(g.keys)})
+			of = append(of, eachPart{i, gi})
+			lockOf = append(lockOf, i)
+			tried = append(tried, false)
+		}
 	}
-	return "unknown"
+	if len(parts) == 0 {
+		return held, nil
+	}
+	refused := map[int]*ConflictError{}
+	leaseMs := lease.Millis(first.lease)
+	results := c.route(ctx, routing.Batch{
+		Step:   "try each",
+		Sent:   &c.sent.acquires,
+		Script: wire.TryEachScript,
+		Parts:  parts,
+		Ack:    first.ack,
+		Args: func(at []int) []any {
+			again := false
+			for _, j := range at {
+				again = again || tried[j]
+				tried[j] = true
+			}
+			return t.args(parts, of, lockOf, at, leaseMs, again)
+		},
+		Read: func(cl *routing.Call, at []int) ([]int, error) {
+			return t.read(cl, of, lockOf, at, held, refused, first.ack)
+		},
+	})
+	marked := map[string]bool{}
+	var err error
+	for j, r := range results {
+		if r.Unknown {
+			if mark := c.names.CancelMark(parts[j].Slot, t.hold); !marked[mark] {
+				marked[mark] = true
+				t.marks = append(t.marks, mark)
+			}
+			held[of[j].lock][of[j].group] = true
+		}
+		err = cmp.Or(err, r.Err)
+	}
+	for i, l := range t.locks {
+		if t.sent[i] {
+			l.marks = t.marks
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, conflict := range refused {
+		t.refuse(i, false, conflict)
+	}
+	return held, nil
+}
+
+// args are the arguments of tryeach.lua for the parts at (ascending): the
+// parts of one basket are consecutive. again says that some of them were
+// sent before.
+func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, leaseMs int64, again bool) []any {
+	shared := false
+	n := 3
+	for _, j := range at {
+		g := t.locks[of[j].lock].groups[of[j].group]
+		shared = shared || g.modes != nil
+		n += 3 + len(g.keys)
+	}
+	mode := wire.ModeFirst
+	if t.fresh && !again {
+		mode = wire.ModeFresh
+	}
+	if shared {
+		mode += wire.SharedModes
+	}
+	args := wire.AppendTryEach(make([]any, 0, n), leaseMs, mode, t.c.names.CancelMark(parts[at[0]].Slot, t.hold))
+	for _, seg := range segmentsBy(lockOf, at) {
+		l := t.locks[lockOf[seg[0]]]
+		args = wire.AppendBasket(args, l.owner, l.hold, func(args []any) []any {
+			for _, j := range seg {
+				g := l.groups[of[j].group]
+				args = wire.AppendSlot(args, g.fenceKey, g.keys, g.modes, shared)
+			}
+			return args
+		})
+	}
+	return args
+}
+
+// read records what one call of tryeach.lua did, basket by basket as an
+// attempt's reply reads (Client.read): the groups it took, the baskets it
+// refused (with their conflicts); it returns the parts of the baskets that
+// found a slot elsewhere (which changed nothing of them).
+func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
+	held [][]bool, refused map[int]*ConflictError, ack routing.Ack) ([]int, error) {
+	c := t.c
+	vals, _ := cl.Reply.Slice()
+	if len(vals) == 1 {
+		switch vals[0] {
+		case int64(wire.AcquireElsewhere):
+			return at, nil
+		case int64(wire.AcquireCancelled):
+			return nil, cl.Describe(context.Background(), errors.New("a rollback overtook it"))
+		}
+	}
+	segs := segmentsBy(lockOf, at)
+	if len(vals) != len(segs) {
+		return nil, cl.Describe(context.Background(), fmt.Errorf("unexpected reply %v", vals))
+	}
+	var again []int
+	tookSome := false
+	for n, seg := range segs {
+		i := lockOf[seg[0]]
+		l := t.locks[i]
+		list, _ := vals[n].([]any)
+		r, err := wire.DecodeAcquire(list)
+		if err != nil {
+			return nil, cl.Describe(context.Background(), err)
+		}
+		groups := make([]int, len(seg))
+		for k, j := range seg {
+			groups[k] = of[j].group
+		}
+		out := attemptOutcome{refused: -1}
+		elsewhere, err := c.read(cl, l, &out, l.groups, groups, r, false)
+		switch {
+		case err != nil:
+			return nil, err
+		case elsewhere:
+			again = append(again, seg...)
+		case len(out.conflicts) > 0:
+			conflict := refused[i]
+			if conflict == nil {
+				conflict = &ConflictError{Holders: map[string][]string{}}
+				refused[i] = conflict
+			}
+			conflict.Keys = append(conflict.Keys, c.names.UserKeys(out.conflicts)...)
+			for key, owners := range c.userHolders(out.holders) {
+				conflict.Holders[key] = owners
+			}
+		}
+		for _, gi := range out.granted {
+			held[i][gi] = true
+			tookSome = true
+		}
+	}
+	if tookSome && !ack.Acknowledged(cl) {
+		return nil, fmt.Errorf("%w: %w", ErrNotObtained, inner(unacknowledged(cl, ack)))
+	}
+	return again, nil
+}
+
+// giveBack releases what the baskets refused on some master took, or may
+// have taken, on the others, one call per master for all of them, and sets
+// the call's cancel marks, so that a call of unknown outcome still in
+// flight (a frozen master) cannot take them after.
+func (t *eachCall) giveBack(ctx context.Context, held [][]bool) error {
+	var back []releasing
+	for i, groups := range held {
+		if !t.refused[i] {
+			continue
+		}
+		var taken []group
+		for gi, h := range groups {
+			if h {
+				taken = append(taken, t.locks[i].groups[gi])
+			}
+		}
+		if len(taken) > 0 {
+			back = append(back, releasing{l: t.locks[i], groups: taken})
+		}
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	back[0].marks = t.marks
+	if err := t.c.release(ctx, rollingBack, back)[0]; err != nil {
+		return fmt.Errorf("%w: could not give back what refused baskets took: %w", ErrNotObtained, inner(err))
+	}
+	return nil
+}
+
+// keep keeps the baskets taken whole, whose leases started when the call
+// was sent, each with enough of its lease left (see lease.Enough).
+func (t *eachCall) keep(ctx context.Context, sent time.Time) error {
+	var kept []*Lock
+	for i, l := range t.locks {
+		if t.refused[i] {
+			continue
+		}
+		kept = append(kept, l)
+		l.handValidity(validity{until: sent.Add(l.lease)})
+		if left := time.Until(l.ValidUntil()); !lease.Enough(left, l.lease) {
+			return fmt.Errorf("%w: the lease ran out while the baskets were taken: %v of %v left",
+				ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)
+		}
+	}
+	return t.c.keep(ctx, kept...)
+}
+
+// fail rolls back every basket sent to Redis (what it may have taken, and
+// the cancel marks of calls of unknown outcome) and lets go of their gates;
+// the call failed with err.
+func (t *eachCall) fail(ctx context.Context, start time.Time, err error) {
+	_ = t.c.release(ctx, rollingBack, t.sentShares())
+	for i, l := range t.locks {
+		// A basket after the one whose admission failed has no lock yet.
+		if l != nil && !t.refused[i] {
+			t.refused[i] = true
+			l.leaveGates()
+			l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
+		}
+	}
+}
+
+// sentShares is what to release of the baskets sent to Redis: every group,
+// and the call's cancel marks, set once for all of them.
+func (t *eachCall) sentShares() []releasing {
+	var back []releasing
+	marks := t.marks
+	for i, l := range t.locks {
+		if t.sent[i] {
+			back = append(back, releasing{l: l, groups: l.groups, marks: marks})
+			marks = nil
+		}
+	}
+	return back
 }

@@ -54,7 +54,7 @@ func TestTryEachEarlierBasketsWin(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true, false, true, false}, taken(locks))
 	assert.Equal(t, map[string][]string{"b": {"b"}, "a": {"a"}}, conflicts, "each refused basket is told its conflict")
-	assert.Equal(t, []Refusal{{Basket: 1, By: ByEarlierBasket, Keys: []string{"b"}}, {Basket: 3, By: ByEarlierBasket, Keys: []string{"a"}}}, why)
+	assert.Equal(t, []Refusal{{Basket: 1, Earlier: true, Keys: []string{"b"}}, {Basket: 3, Earlier: true, Keys: []string{"a"}}}, why)
 	assert.EqualValues(t, 1, c.Stats().Acquires, "one call for every basket")
 	assert.NotEqual(t, locks[0].Owner(), locks[2].Owner(), "each basket has an owner of its own")
 	assert.Equal(t, []string{"a", "b"}, locks[0].Keys())
@@ -103,8 +103,8 @@ func TestTryEachMeetsOtherLocks(t *testing.T) {
 	locks, err := c.TryEach(ctx, [][]string{{"mine", "x1"}, {"theirs", "x2"}, {"x3"}}, WithRefusals(&why))
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false, false, true}, taken(locks))
-	assert.Equal(t, []Refusal{{Basket: -1}, {Basket: 0, By: ByThisClient, Keys: []string{"mine"}},
-		{Basket: 1, By: ByOtherClient, Keys: []string{"theirs"}}}, why, "who held what each refused basket met")
+	assert.Equal(t, []Refusal{{Basket: -1}, {Basket: 0, Keys: []string{"mine"}},
+		{Basket: 1, Keys: []string{"theirs"}}}, why, "who held what each refused basket met")
 	assert.Equal(t, sent+1, c.Stats().Acquires, "the gate's conflict costs no call")
 	held, err := c.Held(ctx, "x*")
 	require.NoError(t, err)

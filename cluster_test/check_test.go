@@ -28,7 +28,7 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	require.NoError(t, err)
 	perMaster := map[string]int{}
 	for _, r := range results {
-		if r.Check == batchlock.CheckDurability {
+		if r.Check == "fence durability" {
 			assert.True(t, r.Warning, "a warning, not a failure")
 			assert.ErrorContains(t, r.Err, "appendonly no", "on %s", r.Node)
 		} else {
@@ -45,9 +45,8 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	// In the order documented, the same on every run: the masters by
 	// address, each with its checks in one order, then the clocks, then
 	// the client.
-	perNode := []string{batchlock.CheckVersion, batchlock.CheckScripts, batchlock.CheckPubSub,
-		batchlock.CheckEviction, batchlock.CheckClientEviction, batchlock.CheckState, batchlock.CheckReplicas,
-		batchlock.CheckDurability}
+	perNode := []string{"redis version", "cross-slot scripts", "sharded pub/sub", "maxmemory-policy",
+		"client eviction", "cluster state", "replicas online", "fence durability"}
 	var want []string
 	for _, addr := range slices.Sorted(maps.Keys(perMaster)) {
 		if addr == "" {
@@ -57,11 +56,11 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 			want = append(want, addr+" "+check)
 		}
 	}
-	want = append(want, " "+batchlock.CheckClocks, " "+batchlock.CheckClientOpts)
+	want = append(want, " clocks", " client settings")
 	for range 3 {
 		var got []string
 		for _, r := range c.Preflight(ctx) {
-			got = append(got, r.Node+" "+r.Check)
+			got = append(got, r.Node+" "+string(r.Check))
 		}
 		assert.Equal(t, want, got)
 	}
@@ -106,7 +105,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = cl.Do(context.Background(), masters[0].Addr, "CONFIG", "SET", "maxmemory-clients", "0") })
 		kept, _ := newLocker(t, cl.Client())
-		assert.Empty(t, warnings(ctx, kept, batchlock.CheckClientEviction), "ClusterOptions keeps connections from eviction")
+		assert.Empty(t, warnings(ctx, kept, "client eviction"), "ClusterOptions keeps connections from eviction")
 
 		opts := cl.ClientOptions()
 		opts.OnConnect = nil
@@ -114,16 +113,16 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		evictable, _ := newLocker(t, rdb)
 		require.NoError(t, evictable.Check(ctx), "a warning does not fail Check")
-		assert.Equal(t, []string{masters[0].Addr + ": maxmemory-clients 1073741824 may evict the connections waiters listen on: set OnConnect to batchlock.NoEvictOnConnect (ClusterOptions does)"},
-			warnings(ctx, evictable, batchlock.CheckClientEviction))
+		assert.Equal(t, []string{masters[0].Addr + ": maxmemory-clients 1073741824 may evict the connections waiters listen on: start from ClusterOptions, whose OnConnect keeps them (CLIENT NO-EVICT on)"},
+			warnings(ctx, evictable, "client eviction"))
 	})
 	t.Run("appendonly on one master", func(t *testing.T) {
 		c, _ := newLocker(t, cl.Client())
-		assert.Len(t, warnings(ctx, c, batchlock.CheckDurability), len(masters))
+		assert.Len(t, warnings(ctx, c, "fence durability"), len(masters))
 		_, err := cl.Do(ctx, masters[0].Addr, "CONFIG", "SET", "appendonly", "yes")
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = cl.Do(context.Background(), masters[0].Addr, "CONFIG", "SET", "appendonly", "no") })
-		got := warnings(ctx, c, batchlock.CheckDurability)
+		got := warnings(ctx, c, "fence durability")
 		assert.Len(t, got, len(masters)-1)
 		for _, w := range got {
 			assert.NotContains(t, w, masters[0].Addr)
@@ -159,18 +158,18 @@ func TestCommandCheck(t *testing.T) {
 	require.Len(t, groups, 5, "three masters, the clocks and the client, each once: %q", out)
 	assert.True(t, slices.IsSorted(groups[:3]), "masters by address: %q", groups)
 	assert.Equal(t, []string{"masters", "this command's client"}, groups[3:])
-	assert.Contains(t, out, "ok    "+batchlock.CheckEviction)
-	assert.Contains(t, out, "ok    "+batchlock.CheckClientOpts)
-	assert.Contains(t, out, "WARN  "+batchlock.CheckDurability)
+	assert.Contains(t, out, "ok    maxmemory-policy")
+	assert.Contains(t, out, "ok    client settings")
+	assert.Contains(t, out, "WARN  fence durability")
 	assert.NotContains(t, out, "FAIL")
 	assert.Regexp(t, `(?m)^all \d+ checks passed, \d+ warnings$`, out, "a summary line")
 	code, out, _ = command(t, bin, "check", "--addrs", addrs, "--replicas", "2")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, out, "FAIL  "+batchlock.CheckReplicas)
+	assert.Contains(t, out, "FAIL  replicas online")
 }
 
 // warnings are the warnings of check in c's Preflight, as "node: message".
-func warnings(ctx context.Context, c *batchlock.Client, check string) []string {
+func warnings(ctx context.Context, c *batchlock.Client, check batchlock.CheckName) []string {
 	var out []string
 	for _, r := range c.Preflight(ctx) {
 		if r.Check == check && r.Warning {

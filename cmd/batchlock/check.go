@@ -59,7 +59,7 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 		where := "this command's client"
 		if r.Node != "" {
 			where = r.Node
-		} else if r.Check == batchlock.CheckClocks {
+		} else if r.Check == "clocks" {
 			where = "masters"
 		}
 		if where != group {

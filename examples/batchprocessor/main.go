@@ -144,7 +144,7 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 		// next: only refusals by other locks or processes can starve it.
 		beaten := map[int]bool{}
 		for _, r := range why {
-			beaten[r.Basket] = r.By == batchlock.ByEarlierBasket
+			beaten[r.Basket] = r.Earlier
 		}
 		var taken []int
 		var starving []order

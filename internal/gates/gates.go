@@ -91,9 +91,9 @@ func (gt *gate) judge(owner string, shared bool, ahead []*Waiter) Verdict {
 
 // Enter gives owner's hold the gate of key, and reports Pass, or how it
 // could not: Upgrade at once, or Wait when it may not wait (TryLock)
-// or after ctx ended (then it holds nothing). waiting is called before it
-// waits.
-func (g *Table) Enter(ctx context.Context, key, owner string, shared, mayWait bool, waiting func()) Verdict {
+// or after ctx ended (then it holds nothing). waiting is called with key
+// before it waits.
+func (g *Table) Enter(ctx context.Context, key, owner string, shared, mayWait bool, waiting func(key string)) Verdict {
 	v, w := g.Ask(key, owner, shared, mayWait)
 	if w == nil {
 		return v
@@ -136,17 +136,17 @@ func (g *Table) Ask(key, owner string, shared, mayWait bool) (Verdict, *Waiter) 
 	return Wait, w
 }
 
-// Notify calls waiting for w, queued; a panic in it (an observer's) takes w
-// out of the queue before it goes on, or the gate would be held by nobody
-// once w's turn came.
-func (w *Waiter) Notify(waiting func()) {
+// Notify calls waiting with w's key, for w, queued; a panic in it (an
+// observer's) takes w out of the queue before it goes on, or the gate would
+// be held by nobody once w's turn came.
+func (w *Waiter) Notify(waiting func(key string)) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.Abandon()
 			panic(r)
 		}
 	}()
-	waiting()
+	waiting(w.key)
 }
 
 // Abandon takes w out of its gate's queue, or gives back the gate if it

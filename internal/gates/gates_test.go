@@ -154,12 +154,12 @@ func TestGateEnter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
 	waited := false
-	assert.Equal(t, Wait, g.Enter(ctx, "k", "b", false, true, func() { waited = true }))
+	assert.Equal(t, Wait, g.Enter(ctx, "k", "b", false, true, func(string) { waited = true }))
 	assert.True(t, waited, "told before it waits")
 	assert.Zero(t, g.Queued("k"), "left the queue when its context ended")
 
 	entered := make(chan Verdict, 1)
-	go func() { entered <- g.Enter(t.Context(), "k", "b", false, true, func() {}) }()
+	go func() { entered <- g.Enter(t.Context(), "k", "b", false, true, func(string) {}) }()
 	require.Eventually(t, func() bool { return g.Queued("k") == 1 }, 5*time.Second, time.Millisecond)
 	g.Leave("k", "a", false)
 	assert.Equal(t, Pass, <-entered)
@@ -173,7 +173,7 @@ func TestGateNotifyPanics(t *testing.T) {
 	g.Ask("k", "a", false, false)
 	func() {
 		defer func() { assert.Equal(t, "observer", recover()) }()
-		g.Enter(t.Context(), "k", "b", false, true, func() { panic("observer") })
+		g.Enter(t.Context(), "k", "b", false, true, func(string) { panic("observer") })
 	}()
 	assert.Zero(t, g.Queued("k"))
 	g.Leave("k", "a", false)

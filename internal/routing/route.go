@@ -36,7 +36,7 @@ type plan struct {
 // them to the slot's new master, ASK to the importing master (with Follow),
 // and otherwise they wait for the slot to settle. Calls that failed without
 // running, or in a way that is safe to repeat, are sent again as they were.
-// All of this within ctx and RetryWindow; every script given to Route must
+// All of this within ctx and the Runner's Window; every script given to Route must
 // be safe to repeat.
 func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 	res := make([]Result, len(b.Parts))
@@ -250,10 +250,14 @@ func (r *Runner) perSlot(b Batch, parts []int, hints map[int]plan) []plan {
 
 // wait is the pause before attempt number attempt+1 of a round that began
 // at began: it refreshes the map of slots and sleeps a jittered backoff. It
-// reports false, at once, when ctx is done or RetryWindow has passed since
+// reports false, at once, when ctx is done or the Window has passed since
 // began.
 func (r *Runner) wait(ctx context.Context, began time.Time, attempt int) bool {
-	left := RetryWindow - time.Since(began)
+	window := r.Window
+	if window <= 0 {
+		window = RetryWindow
+	}
+	left := window - time.Since(began)
 	if left <= 0 || ctx.Err() != nil {
 		return false
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 const (
-	// RetryWindow bounds the retries of one Route whose context has no
+	// RetryWindow is the default bound on the retries of one Route whose context has no
 	// deadline: long enough to ride out a failover (a few seconds of
 	// CLUSTERDOWN, MOVED and refused connections), short enough that a slot
 	// left in migration or a master that stays down fails the call.
@@ -27,6 +27,9 @@ type Sender interface {
 
 // Runner runs scripts through a Sender, with retries.
 type Runner struct {
+	// Window bounds the retries of one Route whose context has no
+	// deadline; RetryWindow unless set.
+	Window time.Duration
 	sender Sender
 	master func(ctx context.Context, key string) (string, error)
 	reload func(context.Context) // refreshes the cluster's map of slots; nil for one node

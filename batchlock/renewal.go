@@ -11,6 +11,9 @@ import (
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
+// Renewal: the watchdog, which keeps a Client's renewed locks alive, and the
+// extension calls it, Extend and a waiting call make.
+
 // watchdog renews the leases of a Client's locks taken without WithTTL: one
 // goroutine, started with the first such lock, renews each lock once a third
 // of its lease has passed since the lease was last confirmed, so that a lock
@@ -78,27 +81,8 @@ func (wd *watchdog) wake() {
 	}
 }
 
-// renewalOf is when a lock whose lease is confirmed until validUntil is
-// renewed: a third of a lease after that lease began.
-func (wd *watchdog) renewalOf(validUntil time.Time) time.Time {
-	return validUntil.Add(-wd.c.cfg.lease + lease.RenewalPeriod(wd.c.cfg.lease))
-}
-
-// dueOf is when l is renewed next: a third of a lease after its lease began,
-// and, while it has keys granted and not renewed yet (see
-// waiting.takeGranted), half their grant before it runs out.
-func (wd *watchdog) dueOf(l *Lock) time.Time {
-	var at time.Time
-	if confirmed := l.confirmedUntil(); !confirmed.IsZero() {
-		at = wd.renewalOf(confirmed)
-	}
-	if granted, until := l.grant(); granted != nil {
-		if g := grantRenewal(until); at.IsZero() || g.Before(at) {
-			at = g
-		}
-	}
-	return at
-}
+// dueOf is when l is renewed next (see validity.renewAt).
+func (wd *watchdog) dueOf(l *Lock) time.Time { return l.validity().renewAt(wd.c.cfg.lease) }
 
 func (wd *watchdog) remove(l *Lock) {
 	wd.mu.Lock()
@@ -184,9 +168,9 @@ type renewing struct {
 // renewingOf is what a round that renews the locks due before horizon renews
 // of l.
 func (wd *watchdog) renewingOf(l *Lock, horizon time.Time) renewing {
-	granted, _ := l.grant()
-	if confirmed := l.confirmedUntil(); granted != nil && !confirmed.IsZero() && wd.renewalOf(confirmed).After(horizon) {
-		return renewing{l: l, groups: granted}
+	v := l.validity()
+	if v.granted != nil && !v.until.IsZero() && v.leaseRenewal(wd.c.cfg.lease).After(horizon) {
+		return renewing{l: l, groups: v.granted}
 	}
 	return renewing{l: l, groups: l.groups}
 }
@@ -202,7 +186,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack routin
 		holds[i] = holdKeys{hold: r.l.hold, lease: ms, groups: r.groups}
 	}
 	start := time.Now()
-	wd.c.extendAll(ctx, holds, ack, func(i int, e extended) {
+	wd.c.extendAll(ctx, holds, ack, func(i int, e extension) {
 		l, all := locks[i].l, len(locks[i].groups) == len(locks[i].l.groups)
 		switch {
 		case len(e.lost) > 0:
@@ -214,17 +198,13 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack routin
 			wd.remove(l)
 		case e.err == nil:
 			left := time.Until(l.ValidUntil())
-			if all {
-				l.extended(start.Add(wd.c.cfg.lease))
-			} else {
-				l.confirmGrant(start.Add(wd.c.cfg.lease))
-			}
+			l.renewed(start.Add(wd.c.cfg.lease), all)
 			wd.reschedule(l, wd.dueOf(l))
 			l.emit(Event{Kind: EventRenewed, Duration: left})
 		default:
 			retry := lease.RetryAfter(wd.c.cfg.lease)
-			if granted, _ := l.grant(); granted != nil {
-				retry = min(retry, lease.RetryAfter(wire.GrantTime))
+			if l.validity().granted != nil {
+				retry = min(retry, lease.RetryAfter(grantTime))
 			}
 			wd.reschedule(l, time.Now().Add(retry))
 		}
@@ -257,4 +237,125 @@ func (wd *watchdog) close() {
 	for l := range locks {
 		l.lose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
 	}
+}
+
+// holdKeys is one lock's share of an extension: its hold, the lease and its
+// groups.
+type holdKeys struct {
+	hold   string
+	lease  int64 // ms
+	groups []group
+}
+
+// extension is what an extension did to one lock: the lock keys that no
+// longer carry its hold, and the first error among its keys (or
+// ErrNoReplicas).
+type extension struct {
+	lost []string
+	err  error
+}
+
+// extend makes the lease of l's hold on groups run at least ttl from now, and
+// returns the lock keys that no longer carry it. With WithReplicas, the
+// extension counts only once acknowledged: otherwise the error wraps
+// ErrNoReplicas.
+func (c *Client) extend(ctx context.Context, l *Lock, groups []group, ttl time.Duration) ([]string, error) {
+	var out extension
+	c.extendAll(ctx, []holdKeys{{hold: l.hold, lease: lease.Millis(ttl), groups: groups}}, l.ack,
+		func(_ int, e extension) { out = e })
+	return out.lost, out.err
+}
+
+// extendAll extends the holds of several locks (the watchdog's round): the
+// keys each master serves, for all the locks, go in one call per master (at
+// most routing.MaxCallKeys keys each), and the masters are asked apart, so
+// that done is called for each lock as soon as the masters of its keys have
+// answered, not held up by a master that is slow for others. Locks of one
+// owner may share keys: every hold is extended on its own. It returns once
+// every lock is done.
+func (c *Client) extendAll(ctx context.Context, locks []holdKeys, ack routing.Ack, done func(lock int, e extension)) {
+	var parts []routing.Part
+	var lockOf []int                   // the lock of parts[i]
+	pending := make([]int, len(locks)) // parts of each lock not settled yet
+	for i, h := range locks {
+		for _, g := range h.groups {
+			for _, k := range g.keys {
+				parts = append(parts, routing.Part{Slot: g.slot, Route: k, Keys: 1})
+				lockOf = append(lockOf, i)
+				pending[i]++
+			}
+		}
+	}
+	for i := range locks {
+		if pending[i] == 0 {
+			done(i, extension{})
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	results := make([]extension, len(locks))
+	var mu sync.Mutex // guards results and pending
+	fail := func(i int, err error) {
+		if results[i].err == nil {
+			results[i].err = err
+		}
+	}
+	c.route(ctx, routing.Batch{
+		Step:   "extend",
+		Sent:   &c.sent.extends,
+		Script: wire.ExtendScript,
+		Parts:  parts,
+		Follow: true,
+		Ack:    ack,
+		Args: func(in []int) []any {
+			args := make([]any, 0, len(in)+3*len(locks))
+			for _, seg := range segmentsBy(lockOf, in) {
+				h := locks[lockOf[seg[0]]]
+				args = wire.AppendExtend(args, h.hold, h.lease, len(seg))
+				for _, j := range seg {
+					args = append(args, parts[j].Route)
+				}
+			}
+			return args
+		},
+		Read: func(cl *routing.Call, in []int) ([]int, error) {
+			segs := segmentsBy(lockOf, in)
+			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs)) // nil: every hold was extended
+			if err != nil {
+				return nil, cl.Describe(ctx, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var again []int
+			for n, seg := range segs {
+				i := lockOf[seg[0]]
+				if lists != nil {
+					results[i].lost = append(results[i].lost, lists[n].Lost...)
+					again = append(again, partsNamed(parts, seg, lists[n].Elsewhere)...)
+				}
+				if !ack.Acknowledged(cl) {
+					fail(i, unacknowledged(cl, ack))
+				}
+			}
+			return again, nil
+		},
+		Settled: func(at []int, routed []routing.Result) {
+			var ready []int
+			mu.Lock()
+			for _, j := range at {
+				i := lockOf[j]
+				if routed[j].Err != nil {
+					fail(i, routed[j].Err)
+				}
+				if pending[i]--; pending[i] == 0 {
+					ready = append(ready, i)
+				}
+			}
+			mu.Unlock()
+			for _, i := range ready {
+				done(i, results[i])
+			}
+		},
+	})
 }

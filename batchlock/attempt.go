@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,8 +13,14 @@ import (
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
-// acquireOutcome is what one attempt at some groups found.
-type acquireOutcome struct {
+// An attempt is one script call per master (or run of masters) at groups of
+// a lock, and what its replies say: the groups it took, with their tokens,
+// the keys that refused it and who holds them. Lock's calls make one
+// attempt at a time (acquire); TryEach makes one for all its baskets, whose
+// replies read the same way (read).
+
+// attemptOutcome is what one attempt at some groups found.
+type attemptOutcome struct {
 	refused        int                 // index of the first refused group, -1 when none was
 	partHeld       int                 // keys of the first refused group now held (waiting)
 	queued         []int               // refused groups whose first conflict queues this hold (waiting)
@@ -28,27 +35,9 @@ type acquireOutcome struct {
 	err            error
 }
 
-// addHolders records who holds each of conflicts, as the script names them:
-// escaped owner ids, comma-separated.
-func (o *acquireOutcome) addHolders(conflicts, holders []string) {
-	for i, key := range conflicts[:min(len(conflicts), len(holders))] {
-		if holders[i] == "" {
-			continue
-		}
-		if o.holders == nil {
-			o.holders = make(map[string][]string)
-		}
-		var owners []string
-		for id := range strings.SplitSeq(holders[i], ",") {
-			owners = append(owners, wire.UnescapeOwner(id))
-		}
-		o.holders[key] = owners
-	}
-}
-
 // mayHold returns the groups, among those the attempt was made at, that it
 // may have left held or queued for: to give back, or to roll back.
-func (o acquireOutcome) mayHold(groups []group) []group {
+func (o attemptOutcome) mayHold(groups []group) []group {
 	var out []group
 	seen := map[int]bool{}
 	for _, list := range [][]int{o.granted, o.queued, o.unknown} {
@@ -62,12 +51,12 @@ func (o acquireOutcome) mayHold(groups []group) []group {
 	return out
 }
 
-// acquire makes one attempt at groups in mode: each call takes its groups in
-// order, all or none (modeTry) or up to the first refused one (waiting), and
-// the routing layer tries again, slot by slot, groups whose slot was found
-// elsewhere (a call that finds one changes nothing).
-func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode string) acquireOutcome {
-	out := acquireOutcome{refused: -1}
+// acquire makes one attempt at groups of l in mode: each call takes its
+// groups in order, all or none (ModeTry) or up to the first refused one
+// (waiting), and the routing tries again, slot by slot, groups whose slot
+// was found elsewhere (a call that finds one changes nothing).
+func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode string) attemptOutcome {
+	out := attemptOutcome{refused: -1}
 	wait := mode != wire.ModeTry
 	leaseMs, placeMs := lease.Millis(l.lease), lease.Millis(c.placeLease())
 	parts := make([]routing.Part, len(groups))
@@ -85,13 +74,29 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 			return acquireArgs(l, groups, at, leaseMs, mode, placeMs)
 		},
 		Read: func(cl *routing.Call, at []int) ([]int, error) {
-			return c.acquired(l, &out, groups, at, cl, wait)
+			vals, _ := cl.Reply.Slice()
+			r, err := wire.DecodeAcquire(vals)
+			if err != nil {
+				// The groups may or may not be held.
+				out.unknown = append(out.unknown, at...)
+				return nil, cl.Describe(context.Background(), err)
+			}
+			before := len(out.granted)
+			elsewhere, err := c.read(cl, l, &out, groups, at, r, wait)
+			if elsewhere {
+				return at, nil
+			}
+			took := len(out.granted) > before || r.Status == wire.AcquireRefused && r.Part > 0
+			if err == nil && took && !l.ack.Acknowledged(cl) {
+				err = fmt.Errorf("%w: %w", ErrNotObtained, inner(unacknowledged(cl, l.ack)))
+			}
+			return nil, err
 		},
 	})
 	marked := map[string]bool{}
 	for i, r := range results {
 		if r.Unknown {
-			if mark := l.c.names.CancelMark(groups[i].slot, l.hold); !marked[mark] {
+			if mark := c.names.CancelMark(groups[i].slot, l.hold); !marked[mark] {
 				marked[mark] = true
 				out.marks = append(out.marks, mark)
 			}
@@ -132,23 +137,16 @@ func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, 
 	return args
 }
 
-// acquired records what the call for groups at (indices into groups) did. It
-// returns them all when their slots were elsewhere (nothing was changed), or
-// the error the reply means.
-func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int, cl *routing.Call, wait bool) ([]int, error) {
-	vals, _ := cl.Reply.Slice()
-	r, err := wire.DecodeAcquire(vals)
-	if err != nil {
-		// The groups may or may not be held.
-		out.unknown = append(out.unknown, at...)
-		return nil, cl.Describe(context.Background(), err)
-	}
+// read records in out what a reply r of attempt.lua says of groups at
+// (indices into groups) of l: the groups taken, with their tokens, and the
+// keys that refused the attempt, with their holders (with wait, what a
+// waiting call keeps: the part of the refused group held, its place in the
+// queue). It reports whether the groups' slot was found elsewhere (nothing
+// was changed), or the error the reply means.
+func (c *Client) read(cl *routing.Call, l *Lock, out *attemptOutcome, groups []group, at []int, r wire.AcquireReply, wait bool) (elsewhere bool, err error) {
 	switch r.Status {
 	case wire.AcquireGranted:
-		c.granted(l, out, groups, at, r.Tokens)
-		if !l.ack.Acknowledged(cl) {
-			return nil, fmt.Errorf("%w: %w", ErrNotObtained, inner(unacknowledged(cl, l.ack)))
-		}
+		tookGroups(l, out, groups, at, r.Tokens)
 	case wire.AcquireRefused:
 		held := min(r.Held, len(at)-1)
 		refused := at[held]
@@ -157,7 +155,7 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 		}
 		out.conflicts = append(out.conflicts, r.Conflicts...)
 		out.addHolders(r.Conflicts, r.Holders)
-		c.granted(l, out, groups, at[:held], r.Tokens)
+		tookGroups(l, out, groups, at[:held], r.Tokens)
 		// The part keys' tokens come last, after those of the held groups.
 		part := r.Part
 		if part > 0 && part <= min(len(r.Tokens), len(groups[refused].keys)) {
@@ -173,26 +171,24 @@ func (c *Client) acquired(l *Lock, out *acquireOutcome, groups []group, at []int
 			out.wait = r.Wait
 			out.blockerToken = r.BlockerToken
 		}
-		if held+part > 0 && !l.ack.Acknowledged(cl) {
-			return nil, fmt.Errorf("%w: %w", ErrNotObtained, inner(unacknowledged(cl, l.ack)))
-		}
 	case wire.AcquireElsewhere:
-		return at, nil
+		return true, nil
 	case wire.AcquireUpgrade:
 		// Nothing was changed, and waiting would not help.
-		return nil, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(r.Key))
+		return false, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(r.Key))
 	case wire.AcquireCancelled:
-		// A rollback overtook this acquire: the groups may or may not be
-		// held.
+		// A rollback overtook this call: the groups may or may not be held.
 		out.unknown = append(out.unknown, at...)
-		return nil, cl.Describe(context.Background(), errors.New("a rollback overtook it"))
+		return false, cl.Describe(context.Background(), errors.New("a rollback overtook it"))
+	default:
+		return false, cl.Describe(context.Background(), fmt.Errorf("unexpected reply %+v", r))
 	}
-	return nil, nil
+	return false, nil
 }
 
-// granted records groups at (indices into groups) as held, with the tokens
-// of their keys in order.
-func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int, tokens []int64) {
+// tookGroups records groups at (indices into groups) as held, with the
+// tokens of their keys in order.
+func tookGroups(l *Lock, out *attemptOutcome, groups []group, at []int, tokens []int64) {
 	n := 0
 	for _, gi := range at {
 		out.granted = append(out.granted, gi)
@@ -201,23 +197,29 @@ func (c *Client) granted(l *Lock, out *acquireOutcome, groups []group, at []int,
 	}
 }
 
-// setTokens records the fencing tokens of keys, in order, as far as tokens
-// go.
-func (l *Lock) setTokens(keys []string, tokens []int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, k := range keys[:min(len(keys), len(tokens))] {
-		l.tokens[k] = tokens[i]
+// addHolders records who holds each of conflicts, as the script names them:
+// escaped owner ids, comma-separated.
+func (o *attemptOutcome) addHolders(conflicts, holders []string) {
+	for i, key := range conflicts[:min(len(conflicts), len(holders))] {
+		if holders[i] == "" {
+			continue
+		}
+		if o.holders == nil {
+			o.holders = make(map[string][]string)
+		}
+		var owners []string
+		for id := range strings.SplitSeq(holders[i], ",") {
+			owners = append(owners, wire.UnescapeOwner(id))
+		}
+		o.holders[key] = owners
 	}
 }
 
 // groupOf returns the index (among at) of the group holding key.
 func groupOf(groups []group, at []int, key string) int {
 	for _, gi := range at {
-		for _, k := range groups[gi].keys {
-			if k == key {
-				return gi
-			}
+		if slices.Contains(groups[gi].keys, key) {
+			return gi
 		}
 	}
 	return at[0]
@@ -226,11 +228,8 @@ func groupOf(groups []group, at []int, key string) int {
 func inGroup(g group, keys []string) []string {
 	var out []string
 	for _, k := range keys {
-		for _, gk := range g.keys {
-			if gk == k {
-				out = append(out, k)
-				break
-			}
+		if slices.Contains(g.keys, k) {
+			out = append(out, k)
 		}
 	}
 	return out
