@@ -6,9 +6,9 @@ GO    ?= go
 
 # The modules, tied together by replace directives in their go.mod files:
 # the root (the library) first, then the order workload (of the demo, the
-# bench and the suite), the harness, the suite, the command, the examples,
-# the OpenTelemetry adapter and the benchmarks.
-MODULES     := . orders localcluster cluster_test cmd/batchlock examples batchlockotel bench
+# bench and the suite), the harness, the suite, the operator's command, the
+# demo, the examples, the OpenTelemetry adapter and the benchmarks.
+MODULES     := . orders localcluster cluster_test cmd/batchlock cmd/batchlock/demo examples batchlockotel bench
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CURDIR)/bin/staticcheck
 
@@ -17,7 +17,7 @@ STATICCHECK := $(CURDIR)/bin/staticcheck
 export TESTCONTAINERS_RYUK_DISABLED := true
 
 # The modules whose tests need no Redis.
-UNIT_MODULES := . orders localcluster cmd/batchlock batchlockotel
+UNIT_MODULES := . orders localcluster cmd/batchlock cmd/batchlock/demo batchlockotel
 CLUSTER_TEST = $(GO) -C cluster_test test -count=1 -timeout 15m -skip '^TestSoak$$' ./...
 # The randomized fault soak: SOAK is its length, SEED replays a schedule,
 # SOAK_BACKEND picks the backend (default: as for the suite), SOAK_REPLICAS
@@ -120,7 +120,7 @@ clean-containers:
 # audited for oversell. DEMO_FLAGS passes more, e.g. DEMO_FLAGS=--no-lock,
 # or DEMO_FLAGS=--store=postgres for stock in a throwaway PostgreSQL.
 demo: deps
-	@$(GO) -C cmd/batchlock run . demo $(DEMO_FLAGS)
+	@$(GO) -C cmd/batchlock/demo run . $(DEMO_FLAGS)
 
 # Benchmarks against redsync and redislock on a throwaway cluster; writes
 # docs/bench.md and docs/bench-latency.svg.

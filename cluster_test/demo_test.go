@@ -174,14 +174,21 @@ func positiveRemaining(t *testing.T, s *orders.Stock) int64 {
 	return n
 }
 
-// buildCommand builds cmd/batchlock into the test's temporary directory.
+// buildCommand builds the operator's command, cmd/batchlock, into the
+// test's temporary directory.
 func buildCommand(t *testing.T) string {
+	return buildIn(t, filepath.Join("..", "cmd", "batchlock"), "batchlock")
+}
+
+// buildIn builds the module in dir (a command) into the test's temporary
+// directory, as name.
+func buildIn(t *testing.T, dir, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "batchlock")
+	bin := filepath.Join(t.TempDir(), name)
 	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = filepath.Join("..", "cmd", "batchlock") // a module of its own
+	build.Dir = dir
 	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the command: %s", out)
+	require.NoError(t, err, "building %s: %s", dir, out)
 	return bin
 }
 
@@ -338,7 +345,7 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 
 func TestCommandDemoOnCluster(t *testing.T) {
 	addrs := strings.Join(sharedCluster(t).Addrs(), ",")
-	bin := buildCommand(t)
+	bin := buildIn(t, filepath.Join("..", "cmd", "batchlock", "demo"), "batchlock-demo") // a module of its own
 	small := []string{"--addrs", addrs, "--skus", "5", "--stock", "20", "--orders", "300", "--max-basket", "3",
 		"--hot", "5", "--workers", "32", "--think", "5ms", "--json"}
 
@@ -351,7 +358,7 @@ func TestCommandDemoOnCluster(t *testing.T) {
 		} `json:"run"`
 	}
 	demo := func(args ...string) (int, report) {
-		code, out, errOut := command(t, bin, append([]string{"demo"}, args...)...)
+		code, out, errOut := command(t, bin, args...)
 		var r report
 		require.NoError(t, json.Unmarshal([]byte(out), &r), "stdout %q, stderr %q", out, errOut)
 		return code, r

@@ -4,20 +4,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
 )
 
 type checkOptions struct {
-	clusterFlags
+	cli.ClusterFlags
 	replicas int
 }
 
-func checkCommand() command {
-	return command{
-		name: "check",
-		summary: `Usage: batchlock check [--addrs host:port,...] [--prefix batchlock:] [--replicas n]
+func checkCommand() cli.Command {
+	return cli.Command{
+		Name: "check",
+		Summary: `Usage: batchlock check [--addrs host:port,...] [--prefix batchlock:] [--replicas n]
 
 Checks, on every master, what batchlock relies on (Redis 7.0+, cross-slot
 scripts, sharded pub/sub, maxmemory-policy noeviction, cluster state, the
@@ -25,26 +26,26 @@ replicas online that --replicas n asks for, clocks that agree), and the
 go-redis settings of this command's own client; prints one line per check,
 masters by address, then a summary line, and exits 1 on any problem. Your
 application's client settings are checked by its own Client.Check.`,
-		flags: func(fs *flag.FlagSet) any {
+		Flags: func(fs *flag.FlagSet) any {
 			o := &checkOptions{}
-			o.define(fs)
+			o.Define(fs)
 			fs.IntVar(&o.replicas, "replicas", 0, "replicas online each master needs, as given to batchlock.WithReplicas")
 			return o
 		},
-		run: func(ctx context.Context, e *env, opts any, args []string) error {
+		Run: func(ctx context.Context, e *cli.Env, opts any, args []string) error {
 			return runCheck(ctx, e, opts.(*checkOptions), args)
 		},
 	}
 }
 
-func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error {
+func runCheck(ctx context.Context, e *cli.Env, o *checkOptions, args []string) error {
 	if len(args) > 0 {
-		return usagef("unexpected argument %q", args[0])
+		return cli.Usagef("unexpected argument %q", args[0])
 	}
 	if o.replicas < 0 {
-		return usagef("--replicas %d must not be negative", o.replicas)
+		return cli.Usagef("--replicas %d must not be negative", o.replicas)
 	}
-	locks, closeAll, err := o.open(ctx, batchlock.WithReplicas(o.replicas, time.Second))
+	locks, closeAll, err := o.Open(ctx, batchlock.WithReplicas(o.replicas, time.Second))
 	if err != nil {
 		return err
 	}
@@ -64,26 +65,26 @@ func runCheck(ctx context.Context, e *env, o *checkOptions, args []string) error
 		}
 		if where != group {
 			group = where
-			fmt.Fprintf(e.stdout, "%s\n", where)
+			fmt.Fprintf(e.Stdout, "%s\n", where)
 		}
 		switch {
 		case r.Err != nil && r.Warning:
 			warned++
-			fmt.Fprintf(e.stdout, "  WARN  %-20s %v\n", r.Check, r.Err)
+			fmt.Fprintf(e.Stdout, "  WARN  %-20s %v\n", r.Check, r.Err)
 		case r.Err != nil:
 			failed++
-			fmt.Fprintf(e.stdout, "  FAIL  %-20s %v\n", r.Check, r.Err)
+			fmt.Fprintf(e.Stdout, "  FAIL  %-20s %v\n", r.Check, r.Err)
 		default:
-			fmt.Fprintf(e.stdout, "  ok    %s\n", r.Check)
+			fmt.Fprintf(e.Stdout, "  ok    %s\n", r.Check)
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%s found", plural(failed, "problem"))
+		return fmt.Errorf("%s found", cli.Plural(failed, "problem"))
 	}
 	if warned > 0 {
-		fmt.Fprintf(e.stdout, "all %d checks passed, %s\n", len(results), plural(warned, "warning"))
+		fmt.Fprintf(e.Stdout, "all %d checks passed, %s\n", len(results), cli.Plural(warned, "warning"))
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "all %d checks passed\n", len(results))
+	fmt.Fprintf(e.Stdout, "all %d checks passed\n", len(results))
 	return nil
 }

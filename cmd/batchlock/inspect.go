@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -14,15 +14,15 @@ import (
 )
 
 type inspectOptions struct {
-	clusterFlags
+	cli.ClusterFlags
 	pattern string
 	json    bool
 }
 
-func inspectCommand() command {
-	return command{
-		name: "inspect",
-		summary: `Usage: batchlock inspect [--addrs host:port,...] [--prefix batchlock:] [--pattern '*'] [--json]
+func inspectCommand() cli.Command {
+	return cli.Command{
+		Name: "inspect",
+		Summary: `Usage: batchlock inspect [--addrs host:port,...] [--prefix batchlock:] [--pattern '*'] [--json]
 
 Lists the locks held in the cluster, one lock key a line, with the names of
 batchlock.HeldKey: KEY (without the prefix), MODE (exclusive, or shared),
@@ -32,24 +32,24 @@ token of the ownership) and MASTER. --json gives the same as key, owner,
 mode, holders, holds, waiting, lease_ms (milliseconds), token and master.
 Every master is scanned; the fencing counters and cancel marks are left
 out.`,
-		flags: func(fs *flag.FlagSet) any {
+		Flags: func(fs *flag.FlagSet) any {
 			o := &inspectOptions{}
-			o.define(fs)
+			o.Define(fs)
 			fs.StringVar(&o.pattern, "pattern", "*", "glob of the keys to list, without the prefix")
 			fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 			return o
 		},
-		run: func(ctx context.Context, e *env, opts any, args []string) error {
+		Run: func(ctx context.Context, e *cli.Env, opts any, args []string) error {
 			return runInspect(ctx, e, opts.(*inspectOptions), args)
 		},
 	}
 }
 
-func runInspect(ctx context.Context, e *env, o *inspectOptions, args []string) error {
+func runInspect(ctx context.Context, e *cli.Env, o *inspectOptions, args []string) error {
 	if len(args) > 0 {
-		return usagef("unexpected argument %q", args[0])
+		return cli.Usagef("unexpected argument %q", args[0])
 	}
-	locks, closeAll, err := o.open(ctx)
+	locks, closeAll, err := o.Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -59,10 +59,9 @@ func runInspect(ctx context.Context, e *env, o *inspectOptions, args []string) e
 		return err
 	}
 	if o.json {
-		return writeJSON(e.stdout, asJSON(held))
+		return cli.WriteJSON(e.Stdout, asJSON(held))
 	}
-	prefix, _ := o.prefix.resolve()
-	return writeLocks(e.stdout, held, prefix, o.pattern)
+	return writeLocks(e.Stdout, held, o.Prefix(), o.pattern)
 }
 
 // heldLock is one lock key as inspect --json shows it: a
@@ -108,7 +107,7 @@ func writeLocks(w io.Writer, locks []batchlock.HeldKey, prefix, pattern string) 
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, plural(len(locks), "lock"))
+	_, err := fmt.Fprintln(w, cli.Plural(len(locks), "lock"))
 	return err
 }
 
@@ -118,12 +117,6 @@ func modeName(h batchlock.HeldKey) string {
 		return "shared"
 	}
 	return "exclusive"
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // firstOf is the first of owners, or "" for none: the owner inspect's JSON

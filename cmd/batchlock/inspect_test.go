@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"maps"
 	"slices"
 	"strings"
@@ -31,10 +32,10 @@ func TestPlural(t *testing.T) {
 		{1, "SKU", "1 SKU"},
 		{500, "SKU", "500 SKUs"},
 	} {
-		assert.Equal(t, tc.want, plural(tc.n, tc.noun))
+		assert.Equal(t, tc.want, cli.Plural(tc.n, tc.noun))
 	}
-	assert.Equal(t, "1 unit", plural(int64(1), "unit"), "int64 counts too")
-	assert.Equal(t, "7 units", plural(int64(7), "unit"))
+	assert.Equal(t, "1 unit", cli.Plural(int64(1), "unit"), "int64 counts too")
+	assert.Equal(t, "7 units", cli.Plural(int64(7), "unit"))
 }
 
 func sampleHeld() []batchlock.HeldKey {
@@ -72,7 +73,7 @@ func TestInspectTable(t *testing.T) {
 // command's snake case: lease_ms and token, not ttl_ms and fence.
 func TestInspectJSON(t *testing.T) {
 	var b bytes.Buffer
-	require.NoError(t, writeJSON(&b, asJSON(sampleHeld())))
+	require.NoError(t, cli.WriteJSON(&b, asJSON(sampleHeld())))
 	var got []map[string]any
 	require.NoError(t, json.Unmarshal(b.Bytes(), &got))
 	require.Len(t, got, 2)

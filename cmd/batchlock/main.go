@@ -1,36 +1,67 @@
-// Command batchlock demonstrates and operates batchlock locks on a Redis
-// Cluster: "batchlock demo" processes SKU orders with and without locks
-// and audits the stock, "batchlock inspect" lists held locks,
-// "batchlock unlock --force" releases locks by hand, and "batchlock check"
-// checks a cluster and the client settings before use. Run "batchlock help"
-// for usage.
+// Command batchlock operates batchlock locks on a Redis Cluster:
+// "batchlock inspect" lists held locks, "batchlock unlock --force" releases
+// locks by hand, and "batchlock check" checks a cluster and the client
+// settings before use. Run "batchlock help" for usage. Its module brings
+// only go-redis and batchlock with it; the demo is a command of its own
+// (cmd/batchlock/demo).
 //
 // A flag not given is read from the environment: --addrs from
-// BATCHLOCK_CLUSTER_ADDRS, and --prefix (of inspect, unlock and check) from
-// BATCHLOCK_PREFIX, else "batchlock:".
+// BATCHLOCK_CLUSTER_ADDRS, and --prefix from BATCHLOCK_PREFIX, else
+// "batchlock:".
 //
-// Exit codes: 0 success; 1 a runtime failure or a failed audit; 2 a usage
-// error, reported in one line on stderr that says where the usage is
-// ("batchlock unlock: no KEY to unlock; see batchlock unlock -h").
+// Exit codes: 0 success; 1 a runtime failure; 2 a usage error, reported in
+// one line on stderr that says where the usage is ("batchlock unlock: no
+// KEY to unlock; see batchlock unlock -h").
 package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 )
+
+const usage = `batchlock locks many keys at once on Redis Cluster.
+
+Usage:
+  batchlock inspect [flags]          list the locks held in a cluster
+  batchlock unlock  --force [flags] KEY...
+                                     release locks by hand (an operator's last resort)
+  batchlock check   [flags]          preflight: does the cluster and client suit batchlock
+  batchlock help [COMMAND]           show this, or a command's flags
+
+Environment (a flag, when given, wins):
+  BATCHLOCK_CLUSTER_ADDRS  cluster seeds, host:port[,host:port...], for --addrs
+  BATCHLOCK_PREFIX         lock key prefix, for --prefix (default batchlock:)
+
+The demo, which processes SKU orders under batch locks and audits the
+stock, is a command of its own: go -C cmd/batchlock/demo run . -h
+
+Exit codes: 0 success, 1 failure, 2 usage error (reported in one line on
+stderr).
+`
+
+// program is the command line: its commands.
+var program = cli.Program{Name: "batchlock", Usage: usage,
+	Commands: []cli.Command{inspectCommand(), unlockCommand(), checkCommand()}}
 
 func main() {
 	// go-redis logs dial failures and retries itself; the command reports
-	// errors once, and keeps stderr for its progress.
+	// errors once.
 	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return program.Run(ctx, args, stdout, stderr)
 }
 
 type quiet struct{}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestDemoReportText(t *testing.T) {
 
 func TestDemoReportJSON(t *testing.T) {
 	var b bytes.Buffer
-	require.NoError(t, writeJSON(&b, sampleReport()))
+	require.NoError(t, cli.WriteJSON(&b, sampleReport()))
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(b.Bytes(), &got))
 	assert.Equal(t, true, got["passed"])

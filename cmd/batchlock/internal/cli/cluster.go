@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -15,39 +15,48 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/batchlock/batchlock/batchlock"
-	"github.com/batchlock/batchlock/localcluster"
 )
 
 // connectTimeout bounds the first contact with a cluster.
 const connectTimeout = 2 * time.Second
 
-// envPrefix names the environment variable that gives the lock key prefix
-// when --prefix is not given. (The seeds' is localcluster.EnvClusterAddrs,
-// BATCHLOCK_CLUSTER_ADDRS.)
-const envPrefix = "BATCHLOCK_PREFIX"
+// The environment variables that give the seeds when --addrs is not given
+// (as the test harness, localcluster, reads them), and the lock key prefix
+// when --prefix is not given.
+const (
+	EnvClusterAddrs = "BATCHLOCK_CLUSTER_ADDRS"
+	envPrefix       = "BATCHLOCK_PREFIX"
+)
 
-// clusterFlags are the flags of a command that works on the locks of a
+// ClusterFlags are the flags of a command that works on the locks of a
 // running cluster: --addrs and --prefix.
-type clusterFlags struct {
+type ClusterFlags struct {
 	addrs  string
 	prefix prefixFlag
 }
 
-func (f *clusterFlags) define(fs *flag.FlagSet) {
-	fs.StringVar(&f.addrs, "addrs", "", "cluster seeds, comma-separated (default $"+localcluster.EnvClusterAddrs+")")
+// Define defines --addrs and --prefix on fs.
+func (f *ClusterFlags) Define(fs *flag.FlagSet) {
+	fs.StringVar(&f.addrs, "addrs", "", "cluster seeds, comma-separated (default $"+EnvClusterAddrs+")")
 	fs.Var(&f.prefix, "prefix", "lock key `prefix`, as given to batchlock.WithPrefix (default $"+envPrefix+", else "+batchlock.DefaultPrefix+")")
 }
 
-// open returns a batchlock Client, with the prefix and opts, on the
-// cluster, as openLocks does.
-func (f *clusterFlags) open(ctx context.Context, opts ...batchlock.Option) (*batchlock.Client, func() error, error) {
+// Open returns a batchlock Client, with the prefix and opts, on the
+// cluster, as openLocks does, and what closes it and its cluster client.
+func (f *ClusterFlags) Open(ctx context.Context, opts ...batchlock.Option) (*batchlock.Client, func() error, error) {
 	prefix, from := f.prefix.resolve()
 	locks, closeAll, err := openLocks(ctx, f.addrs, prefix, opts...)
-	var ue *usageError
+	var ue *UsageError
 	if from != "" && errors.As(err, &ue) && errors.Is(err, batchlock.ErrInvalid) {
-		return nil, nil, usagef("%s: %s", from, ue.msg)
+		return nil, nil, Usagef("%s: %s", from, ue.Msg)
 	}
 	return locks, closeAll, err
+}
+
+// Prefix is the lock key prefix the flags say (see prefixFlag).
+func (f *ClusterFlags) Prefix() string {
+	prefix, _ := f.prefix.resolve()
+	return prefix
 }
 
 // prefixFlag is --prefix: given (even empty), it wins; else
@@ -86,56 +95,56 @@ func parseAddrs(list string) ([]string, error) {
 		}
 		host, port, err := net.SplitHostPort(a)
 		if err != nil {
-			return nil, usagef("bad address %q: want host:port, such as 127.0.0.1:7000", a)
+			return nil, Usagef("bad address %q: want host:port, such as 127.0.0.1:7000", a)
 		}
 		if host == "" {
-			return nil, usagef("bad address %q: no host", a)
+			return nil, Usagef("bad address %q: no host", a)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, usagef("bad address %q: port %q is not a number from 1 to 65535", a, port)
+			return nil, Usagef("bad address %q: port %q is not a number from 1 to 65535", a, port)
 		}
 		addrs = append(addrs, a)
 	}
 	if len(addrs) == 0 {
-		return nil, usagef("no address in %q: want host:port[,host:port...]", list)
+		return nil, Usagef("no address in %q: want host:port[,host:port...]", list)
 	}
 	return addrs, nil
 }
 
-// requireLoopback refuses addresses that are not this machine's: the demo
+// RequireLoopback refuses addresses that are not this machine's: the demo
 // writes thousands of keys and is meant for a local cluster.
-func requireLoopback(addrs []string) error {
+func RequireLoopback(addrs []string) error {
 	for _, a := range addrs {
 		host, _, _ := net.SplitHostPort(a)
 		if host == "localhost" {
 			continue
 		}
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return usagef("%s is not a loopback address: the demo only runs against a cluster on this machine (127.0.0.1, ::1, localhost)", a)
+			return Usagef("%s is not a loopback address: the demo only runs against a cluster on this machine (127.0.0.1, ::1, localhost)", a)
 		}
 	}
 	return nil
 }
 
-// addrsFromFlagOrEnv returns the --addrs seeds, else those of
+// AddrsFromFlagOrEnv returns the --addrs seeds, else those of
 // $BATCHLOCK_CLUSTER_ADDRS.
-func addrsFromFlagOrEnv(flagValue string) ([]string, error) {
+func AddrsFromFlagOrEnv(flagValue string) ([]string, error) {
 	if flagValue != "" {
 		return parseAddrs(flagValue)
 	}
-	if env := os.Getenv(localcluster.EnvClusterAddrs); env != "" {
+	if env := os.Getenv(EnvClusterAddrs); env != "" {
 		addrs, err := parseAddrs(env)
 		if err != nil {
-			return nil, usagef("$%s: %s", localcluster.EnvClusterAddrs, err)
+			return nil, Usagef("$%s: %s", EnvClusterAddrs, err)
 		}
 		return addrs, nil
 	}
-	return nil, usagef("no cluster: pass --addrs host:port[,host:port...] or set $%s", localcluster.EnvClusterAddrs)
+	return nil, Usagef("no cluster: pass --addrs host:port[,host:port...] or set $%s", EnvClusterAddrs)
 }
 
-// connect returns a client of the cluster at addrs once a seed and every
+// Connect returns a client of the cluster at addrs once a seed and every
 // master answer.
-func connect(ctx context.Context, addrs []string) (*redis.ClusterClient, error) {
+func Connect(ctx context.Context, addrs []string) (*redis.ClusterClient, error) {
 	rdb := redis.NewClusterClient(batchlock.ClusterOptions(addrs...))
 	if err := reach(ctx, addrs, rdb); err != nil {
 		return nil, errors.Join(err, rdb.Close())
@@ -149,7 +158,7 @@ func reach(ctx context.Context, addrs []string, rdb *redis.ClusterClient) error 
 	if err := probeSeeds(ctx, addrs); err != nil {
 		return fmt.Errorf("cannot reach Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
 	}
-	if err := ping(ctx, rdb); err != nil {
+	if err := Ping(ctx, rdb); err != nil {
 		return fmt.Errorf("cannot reach every master of the Redis Cluster at %s: %w", strings.Join(addrs, ","), err)
 	}
 	return nil
@@ -186,8 +195,8 @@ func probeSeeds(ctx context.Context, addrs []string) error {
 	return errors.Join(errs...)
 }
 
-// ping checks that every master answers, within connectTimeout.
-func ping(ctx context.Context, rdb *redis.ClusterClient) error {
+// Ping checks that every master answers, within connectTimeout.
+func Ping(ctx context.Context, rdb *redis.ClusterClient) error {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	return rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
@@ -200,14 +209,14 @@ func ping(ctx context.Context, rdb *redis.ClusterClient) error {
 // answer. A missing seed, or a prefix batchlock refuses, is a usage error
 // found before anything is sent.
 func openLocks(ctx context.Context, addrsFlag, prefix string, opts ...batchlock.Option) (*batchlock.Client, func() error, error) {
-	addrs, err := addrsFromFlagOrEnv(addrsFlag)
+	addrs, err := AddrsFromFlagOrEnv(addrsFlag)
 	if err != nil {
 		return nil, nil, err
 	}
 	rdb := redis.NewClusterClient(batchlock.ClusterOptions(addrs...)) // connects on first use
 	locks, err := batchlock.New(rdb, append([]batchlock.Option{batchlock.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
-		return nil, nil, errors.Join(&usageError{msg: err.Error(), err: err}, rdb.Close())
+		return nil, nil, errors.Join(&UsageError{Msg: err.Error(), Err: err}, rdb.Close())
 	}
 	closeAll := func() error { return errors.Join(locks.Close(), rdb.Close()) }
 	if err := reach(ctx, addrs, rdb); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"io"
 	"strings"
 
@@ -50,7 +51,7 @@ func judge(noLock bool, a orders.Audit) (verdict string, passed bool) {
 		return "FAILED: beyond the oversell, the audit found lost or half-applied writes (listed above)", false
 	case a.OversoldUnits > 0:
 		return fmt.Sprintf("OVERSOLD %s on %s without a lock: this is what batchlock prevents",
-			plural(a.OversoldUnits, "unit"), plural(a.OversoldSKUs, "SKU")), true
+			cli.Plural(a.OversoldUnits, "unit"), cli.Plural(a.OversoldSKUs, "SKU")), true
 	default:
 		return "no oversell this time without a lock: the race depends on timing; " +
 			"try more --workers, less --stock or some --think", true
@@ -69,10 +70,10 @@ func (r demoReport) writeText(w io.Writer) error {
 	row("cluster", "%s (%s)", strings.Join(r.Cluster, ","), kind)
 	row("stock in", "%s", r.Store)
 	row("workload", "%s of %s, baskets of 1 to %s, seed %d, think %v",
-		plural(r.SKUs, "SKU"), plural(r.StockPerSKU, "unit"), plural(r.MaxBasket, "SKU"), r.Seed, r.Think)
+		cli.Plural(r.SKUs, "SKU"), cli.Plural(r.StockPerSKU, "unit"), cli.Plural(r.MaxBasket, "SKU"), r.Seed, r.Think)
 	row("promotions", "%s", r.Promos)
 	if r.Replicas > 0 {
-		row("durability", "every lock and write acknowledged by %s", plural(r.Replicas, "replica"))
+		row("durability", "every lock and write acknowledged by %s", cli.Plural(r.Replicas, "replica"))
 	}
 	if err := r.Run.WriteText(&b); err != nil {
 		return err
@@ -80,11 +81,11 @@ func (r demoReport) writeText(w io.Writer) error {
 	if c := r.Chaos; c != nil {
 		switch {
 		case c.Err != "":
-			row("chaos", "failover of %s after %s FAILED after %v: %s", c.Master, plural(c.AtOrder, "order"), c.Took, c.Err)
+			row("chaos", "failover of %s after %s FAILED after %v: %s", c.Master, cli.Plural(c.AtOrder, "order"), c.Took, c.Err)
 		case c.Promoted == "":
 			row("chaos", "no failover: the run ended before it was due")
 		default:
-			row("chaos", "failed master %s over to %s after %s, in %v", c.Master, c.Promoted, plural(c.AtOrder, "order"), c.Took)
+			row("chaos", "failed master %s over to %s after %s, in %v", c.Master, c.Promoted, cli.Plural(c.AtOrder, "order"), c.Took)
 		}
 	}
 	fmt.Fprintf(&b, "\n%s\n", r.Verdict)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"os"
 	"sync"
 	"time"
@@ -48,10 +49,10 @@ const (
 	promoShare = 0.5
 )
 
-func demoCommand() command {
-	return command{
-		name: "demo",
-		summary: `Usage: batchlock demo [--addrs host:port,...] [--store redis|postgres] [--skus 2000] [--orders 5000]
+func demoCommand() cli.Command {
+	return cli.Command{
+		Name: "demo",
+		Summary: `Usage: batchlock demo [--addrs host:port,...] [--store redis|postgres] [--skus 2000] [--orders 5000]
                       [--workers 32 | --batch N] [--max-basket 200] [--promos 3] [--exclusive-promos]
                       [--no-lock] [--chaos] [--seed N] [--json] [flags]
 
@@ -93,7 +94,7 @@ run (throwaway cluster only); the audit must still pass.
 
 Progress goes to stderr, the report to stdout. Exit code 0 when the audit
 passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
-		flags: func(fs *flag.FlagSet) any {
+		Flags: func(fs *flag.FlagSet) any {
 			o := &demoOptions{}
 			fs.StringVar(&o.addrs, "addrs", "", "seeds of a running cluster, comma-separated (default $BATCHLOCK_CLUSTER_ADDRS, else a throwaway cluster)")
 			fs.StringVar(&o.store, "store", storeRedis, "where the stock lives: redis (hashes in the cluster) or postgres (a throwaway PostgreSQL)")
@@ -116,7 +117,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.BoolVar(&o.verbose, "verbose", false, "show how the throwaway cluster is started (docker and testcontainers messages)")
 			return o
 		},
-		run: func(ctx context.Context, e *env, opts any, args []string) error {
+		Run: func(ctx context.Context, e *cli.Env, opts any, args []string) error {
 			return runDemo(ctx, e, opts.(*demoOptions), args)
 		},
 	}
@@ -125,41 +126,41 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 func (o *demoOptions) validate(args []string) error {
 	switch {
 	case len(args) > 0:
-		return usagef("unexpected argument %q", args[0])
+		return cli.Usagef("unexpected argument %q", args[0])
 	case o.store != storeRedis && o.store != storePostgres:
-		return usagef("--store %q: want %s or %s", o.store, storeRedis, storePostgres)
+		return cli.Usagef("--store %q: want %s or %s", o.store, storeRedis, storePostgres)
 	case o.noLock && o.store != storeRedis:
-		return usagef("--no-lock runs on --store=%s only: its oversell is that of the Redis read-then-write", storeRedis)
+		return cli.Usagef("--no-lock runs on --store=%s only: its oversell is that of the Redis read-then-write", storeRedis)
 	case o.skus < 1:
-		return usagef("--skus %d: need at least 1", o.skus)
+		return cli.Usagef("--skus %d: need at least 1", o.skus)
 	case o.orders < 1:
-		return usagef("--orders %d: need at least 1", o.orders)
+		return cli.Usagef("--orders %d: need at least 1", o.orders)
 	case o.workers < 1 || o.workers > 1024:
-		return usagef("--workers %d: want 1 to 1024", o.workers)
+		return cli.Usagef("--workers %d: want 1 to 1024", o.workers)
 	case o.maxBasket < 1:
-		return usagef("--max-basket %d: need at least 1", o.maxBasket)
+		return cli.Usagef("--max-basket %d: need at least 1", o.maxBasket)
 	case o.maxQty < 1:
-		return usagef("--max-qty %d: need at least 1", o.maxQty)
+		return cli.Usagef("--max-qty %d: need at least 1", o.maxQty)
 	case o.stock < 1:
-		return usagef("--stock %d: need at least 1", o.stock)
+		return cli.Usagef("--stock %d: need at least 1", o.stock)
 	case o.hot < 0 || o.hot > o.skus:
-		return usagef("--hot %d: want 0 to --skus (%d)", o.hot, o.skus)
+		return cli.Usagef("--hot %d: want 0 to --skus (%d)", o.hot, o.skus)
 	case o.batch < 0:
-		return usagef("--batch %d must not be negative", o.batch)
+		return cli.Usagef("--batch %d must not be negative", o.batch)
 	case o.batch > 0 && (o.noLock || o.store != storeRedis || o.exclusive):
-		return usagef("--batch locks with TryEach: it needs a lock, --store=%s and shared promotions", storeRedis)
+		return cli.Usagef("--batch locks with TryEach: it needs a lock, --store=%s and shared promotions", storeRedis)
 	case o.promos < 0:
-		return usagef("--promos %d must not be negative", o.promos)
+		return cli.Usagef("--promos %d must not be negative", o.promos)
 	case o.exclusive && (o.noLock || o.store != storeRedis):
-		return usagef("--exclusive-promos compares lock modes: it needs a lock and --store=%s", storeRedis)
+		return cli.Usagef("--exclusive-promos compares lock modes: it needs a lock and --store=%s", storeRedis)
 	case o.think < 0:
-		return usagef("--think %v must not be negative", o.think)
+		return cli.Usagef("--think %v must not be negative", o.think)
 	case o.replicas < -1:
-		return usagef("--replicas %d must not be negative", o.replicas)
+		return cli.Usagef("--replicas %d must not be negative", o.replicas)
 	case o.chaos && o.addrs != "":
-		return usagef("--chaos needs the throwaway cluster: it fails a master over, which it cannot do to a cluster given by --addrs")
+		return cli.Usagef("--chaos needs the throwaway cluster: it fails a master over, which it cannot do to a cluster given by --addrs")
 	case o.chaos && os.Getenv(localcluster.EnvClusterAddrs) != "":
-		return usagef("--chaos needs a throwaway cluster, but $%s is set, which makes the demo use that cluster: unset it",
+		return cli.Usagef("--chaos needs a throwaway cluster, but $%s is set, which makes the demo use that cluster: unset it",
 			localcluster.EnvClusterAddrs)
 	}
 	return nil
@@ -168,7 +169,7 @@ func (o *demoOptions) validate(args []string) error {
 // replicaTimeout bounds each WAIT for replica acknowledgement.
 const replicaTimeout = time.Second
 
-func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
+func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) error {
 	if err := o.validate(args); err != nil {
 		return err
 	}
@@ -183,10 +184,10 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 	var seeds []string
 	if o.addrs != "" || os.Getenv(localcluster.EnvClusterAddrs) != "" {
 		var err error
-		if seeds, err = addrsFromFlagOrEnv(o.addrs); err != nil {
+		if seeds, err = cli.AddrsFromFlagOrEnv(o.addrs); err != nil {
 			return err
 		}
-		if err := requireLoopback(seeds); err != nil {
+		if err := cli.RequireLoopback(seeds); err != nil {
 			return err
 		}
 	}
@@ -195,7 +196,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		HotSKUs: o.hot, HotShare: hotShare, Promos: o.promos, PromoShare: promoShare, Seed: o.seed,
 	})
 	if err != nil {
-		return usagef("%v", err)
+		return cli.Usagef("%v", err)
 	}
 
 	t, err := openTarget(ctx, e, seeds, o.verbose)
@@ -204,11 +205,11 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 	}
 	defer func() {
 		if err := t.close(); err != nil {
-			fmt.Fprintf(e.stderr, "batchlock demo: closing the cluster: %v\n", err)
+			fmt.Fprintf(e.Stderr, "batchlock demo: closing the cluster: %v\n", err)
 		}
 	}()
 
-	stock, err := openStore(ctx, e.stderr, o, t.rdb, "demo:"+runID()+":")
+	stock, err := openStore(ctx, e.Stderr, o, t.rdb, "demo:"+runID()+":")
 	if err != nil {
 		return err
 	}
@@ -217,7 +218,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := stock.close(cctx); err != nil {
-			fmt.Fprintf(e.stderr, "batchlock demo: %v\n", err)
+			fmt.Fprintf(e.Stderr, "batchlock demo: %v\n", err)
 		}
 	}()
 
@@ -227,7 +228,7 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 	}
 	defer closeProc()
 
-	prog := startProgress(e.stderr, len(list))
+	prog := startProgress(e.Stderr, len(list))
 	var chaos *chaosRun
 	if o.chaos {
 		chaos = startChaos(ctx, t.cluster, prog, int64(len(list)/3))
@@ -273,15 +274,15 @@ func runDemo(ctx context.Context, e *env, o *demoOptions, args []string) error {
 		r.Verdict, r.Passed = "FAILED: the failover did not complete, so the run shows nothing about one", false
 	}
 	if o.json {
-		err = writeJSON(e.stdout, r)
+		err = cli.WriteJSON(e.Stdout, r)
 	} else {
-		err = r.writeText(e.stdout)
+		err = r.writeText(e.Stdout)
 	}
 	if err != nil {
 		return err
 	}
 	if !r.Passed {
-		return &exitError{code: exitFailure}
+		return &cli.ExitError{Code: cli.ExitFailure}
 	}
 	return nil
 }
@@ -353,29 +354,29 @@ type target struct {
 // openTarget connects to the cluster at seeds, or with none starts a
 // throwaway one. ($BATCHLOCK_CLUSTER_ADDRS is never set here: it gives
 // seeds.)
-func openTarget(ctx context.Context, e *env, seeds []string, verbose bool) (*target, error) {
+func openTarget(ctx context.Context, e *cli.Env, seeds []string, verbose bool) (*target, error) {
 	if len(seeds) > 0 {
-		rdb, err := connect(ctx, seeds)
+		rdb, err := cli.Connect(ctx, seeds)
 		if err != nil {
 			return nil, err
 		}
 		return &target{rdb: rdb, addrs: seeds}, nil
 	}
 	began := time.Now()
-	fmt.Fprintln(e.stderr, "starting a throwaway six-node Redis Cluster (the first run may build a docker image)...")
+	fmt.Fprintln(e.Stderr, "starting a throwaway six-node Redis Cluster (the first run may build a docker image)...")
 	var opts []localcluster.Option
 	if verbose {
 		opts = append(opts, localcluster.WithLogf(func(format string, args ...any) {
-			fmt.Fprintf(e.stderr, format+"\n", args...)
+			fmt.Fprintf(e.Stderr, format+"\n", args...)
 		}))
 	}
 	c, err := localcluster.Start(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot start a throwaway cluster (pass --addrs to use a running one): %w", err)
 	}
-	fmt.Fprintf(e.stderr, "cluster ready in %v on the %s backend: %v\n", time.Since(began).Round(time.Millisecond), c.Backend(), c.Addrs())
+	fmt.Fprintf(e.Stderr, "cluster ready in %v on the %s backend: %v\n", time.Since(began).Round(time.Millisecond), c.Backend(), c.Addrs())
 	rdb := c.Client()
-	if err := ping(ctx, rdb); err != nil {
+	if err := cli.Ping(ctx, rdb); err != nil {
 		return nil, errors.Join(fmt.Errorf("the throwaway cluster does not answer: %w", err), rdb.Close(), c.Close())
 	}
 	return &target{rdb: rdb, cluster: c, addrs: c.Addrs()}, nil
