@@ -24,19 +24,18 @@ func New(parent context.Context) *Lifetime {
 	return &Lifetime{ctx: ctx, cancel: cancel}
 }
 
-// Context returns a context that ends the moment the lock ends. Its cause
-// says why: it wraps ErrLockLost once the lock is lost, and is ErrNotHeld
-// once the lock was released. It carries the values of the context the lock
-// was taken with, but not its cancellation. Work that must stop when the
-// lock goes runs in it, or in a child of it, as Do's function does.
+// Context returns a context that ends the moment the lock ends, with the
+// error End was given as its cause. It carries the values of the context
+// the lock was taken with, but not its cancellation. Work that must stop
+// when the lock goes runs in it, or in a child of it, as Do's function does.
 func (l *Lifetime) Context() context.Context { return l.ctx }
 
 // Done returns a channel that is closed when the lock is released or lost:
 // Context().Done().
 func (l *Lifetime) Done() <-chan struct{} { return l.ctx.Done() }
 
-// Err returns nil while the lock is held, an error wrapping ErrLockLost once
-// it is lost, and ErrNotHeld once it was released: the cause of Context.
+// Err returns nil while the lock is held, then the error End was given: the
+// cause of Context.
 func (l *Lifetime) Err() error {
 	if l.ctx.Err() == nil {
 		return nil
