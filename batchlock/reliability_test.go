@@ -58,62 +58,48 @@ func TestEveryCallIsCapped(t *testing.T) {
 	}
 }
 
-// A release whose reply was lost is sent again. When the first run had
-// handed a key to a waiter that took it meanwhile, the second run finds it
-// held by another owner: that is the first run's work, not a loss, and
-// Unlock succeeds.
+// A release whose reply was lost is sent again, within the same Unlock
+// (io.ErrUnexpectedEOF, which the routing retries) or by a later Unlock,
+// once the first one's context ended before the reply. When the first run
+// had handed a key to a waiter that took it meanwhile, the retry finds it
+// held by another owner: that is the first run's work, not a loss, and the
+// Unlock that retries succeeds.
 func TestUnlockRetriedAfterItHandedAKeyOn(t *testing.T) {
-	c, f := newFaked(t)
-	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
-	require.NoError(t, err)
-	key := bySlot(basket)[2]
-	var runs atomic.Int64
-	f.With(func() {
-		f.Fault = func(name string, cl *routing.Call) (bool, error) {
-			if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
-				return true, io.ErrUnexpectedEOF // it ran; its reply was lost
+	for _, tc := range []struct {
+		name string
+		lost error // what the first release met once it ran
+	}{
+		{"the reply lost, sent again by the Unlock", io.ErrUnexpectedEOF},
+		{"the caller gave up on the reply, a later Unlock", context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, f := newFaked(t)
+			l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
+			require.NoError(t, err)
+			key := bySlot(basket)[2]
+			var runs atomic.Int64
+			f.With(func() {
+				f.Fault = func(name string, cl *routing.Call) (bool, error) {
+					if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
+						return true, tc.lost // it ran
+					}
+					return false, nil
+				}
+				f.After = func(name string, cl *routing.Call) {
+					if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
+						// The waiter it was handed to takes it.
+						f.Put(key, "waiter", "h:waiter", 2000, time.Minute)
+					}
+				}
+			})
+			if err := l.Unlock(t.Context()); err != nil {
+				require.ErrorIs(t, err, tc.lost, "the first Unlock did not hear back")
+				require.NoError(t, l.Unlock(t.Context()), "the key the first one handed on is no loss")
 			}
-			return false, nil
-		}
-		f.After = func(name string, cl *routing.Call) {
-			if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
-				// The waiter it was handed to takes it.
-				f.Put(key, "waiter", "h:waiter", 2000, time.Minute)
-			}
-		}
-	})
-	require.NoError(t, l.Unlock(t.Context()))
-	assert.EqualValues(t, 2, runs.Load(), "the release was sent again")
-	assert.Equal(t, ownedBy("waiter", key), f.Held())
-}
-
-// An Unlock whose release ran but whose context ended before the reply
-// fails, and can be retried: when the first release had handed a key to a
-// waiter that took it meanwhile, the retry finds it held by another owner,
-// which is the first release's work, not a loss, and the retry succeeds.
-func TestUnlockRetriedAfterAnEarlierOneHandedAKeyOn(t *testing.T) {
-	c, f := newFaked(t)
-	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Minute))
-	require.NoError(t, err)
-	key := bySlot(basket)[2]
-	var runs atomic.Int64
-	f.With(func() {
-		f.Fault = func(name string, cl *routing.Call) (bool, error) {
-			if name == "release" && slicesContains(cl.Args, key) && runs.Add(1) == 1 {
-				return true, context.DeadlineExceeded // it ran; the caller gave up on its reply
-			}
-			return false, nil
-		}
-		f.After = func(name string, cl *routing.Call) {
-			if name == "release" && slicesContains(cl.Args, key) && runs.Load() == 1 {
-				f.Put(key, "waiter", "h:waiter", 2000, time.Minute)
-			}
-		}
-	})
-	require.ErrorIs(t, l.Unlock(t.Context()), context.DeadlineExceeded, "the first Unlock did not hear back")
-	require.NoError(t, l.Unlock(t.Context()), "the key the first one handed on is no loss")
-	assert.EqualValues(t, 2, runs.Load())
-	assert.Equal(t, ownedBy("waiter", key), f.Held())
+			assert.EqualValues(t, 2, runs.Load(), "the release was sent again")
+			assert.Equal(t, ownedBy("waiter", key), f.Held())
+		})
+	}
 }
 
 // A lock handed out with just over half its lease left (a slow acquire) is

@@ -318,26 +318,42 @@ func (h *tryEachFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// withBusyKey is a redis-server client with the fault hook on it, a key
+// "busy" that another Client holds, and a Client of the test's.
+func withBusyKey(t *testing.T, fault func(busy *Lock) *tryEachFault) (*Client, *Lock) {
+	rdb := wiretest.ServerClient(t)
+	other, err := New(rdb, WithOwnerPrefix("other:"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	busy, err := other.Lock(t.Context(), []string{"busy"})
+	require.NoError(t, err)
+	require.NoError(t, wire.TryEachScript.Load(t.Context(), rdb).Err())
+	rdb.AddHook(fault(busy))
+	c, err := New(rdb)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, busy
+}
+
+// heldNames are the keys held now, sorted.
+func heldNames(t *testing.T, c *Client) []string {
+	held, err := c.Held(t.Context(), "*")
+	require.NoError(t, err)
+	var keys []string
+	for _, h := range held {
+		keys = append(keys, h.Key)
+	}
+	return keys
+}
+
 // A TryEach call whose reply was lost is sent again; the second run finds
 // the keys the first run took for the same baskets, and keeps them: each
 // basket is taken, with the first run's tokens. A basket refused by
 // another owner gives back what the lost run may have taken, so nothing of
 // it is left held once the call returns.
 func TestTryEachAfterALostReply(t *testing.T) {
-	rdb := wiretest.ServerClient(t)
-	other, err := New(rdb, WithOwnerPrefix("other:"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
+	c, busy := withBusyKey(t, func(*Lock) *tryEachFault { return &tryEachFault{} })
 	ctx := t.Context()
-	busy, err := other.Lock(ctx, []string{"busy"})
-	require.NoError(t, err)
-
-	require.NoError(t, wire.TryEachScript.Load(ctx, rdb).Err())
-	fault := &tryEachFault{}
-	rdb.AddHook(fault)
-	c, err := New(rdb)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
 	locks, err := c.TryEach(ctx, [][]string{{"a", "b"}, {"c", "busy"}, {"d"}})
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, c.Stats().Acquires, "the call was sent again")
@@ -347,18 +363,10 @@ func TestTryEachAfterALostReply(t *testing.T) {
 			assert.Positive(t, l.Token(k), "%s has its token", k)
 		}
 	}
-	held, err := c.Held(ctx, "*")
-	require.NoError(t, err)
-	var keys []string
-	for _, h := range held {
-		keys = append(keys, h.Key)
-	}
-	assert.Equal(t, []string{"a", "b", "busy", "d"}, keys, "nothing of the refused basket is held")
+	assert.Equal(t, []string{"a", "b", "busy", "d"}, heldNames(t, c), "nothing of the refused basket is held")
 	require.NoError(t, c.UnlockEach(ctx, locks))
 	require.NoError(t, busy.Unlock(ctx))
-	held, err = c.Held(ctx, "*")
-	require.NoError(t, err)
-	assert.Empty(t, held)
+	assert.Empty(t, heldNames(t, c))
 }
 
 // A TryEach call whose request the master runs late, after the call was
@@ -366,24 +374,12 @@ func TestTryEachAfterALostReply(t *testing.T) {
 // late run takes the basket, and the give-back, which treats it as taken,
 // releases it, so nothing of the refused basket is left held.
 func TestTryEachAfterALateRun(t *testing.T) {
-	rdb := wiretest.ServerClient(t)
-	other, err := New(rdb, WithOwnerPrefix("other:"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
-	ctx := t.Context()
-	busy, err := other.Lock(ctx, []string{"busy"})
-	require.NoError(t, err)
-
-	require.NoError(t, wire.TryEachScript.Load(ctx, rdb).Err())
-	rdb.AddHook(&tryEachFault{between: func() { assert.NoError(t, busy.Unlock(ctx)) }})
-	c, err := New(rdb)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	locks, err := c.TryEach(ctx, [][]string{{"c", "busy"}})
+	c, _ := withBusyKey(t, func(busy *Lock) *tryEachFault {
+		return &tryEachFault{between: func() { assert.NoError(t, busy.Unlock(t.Context())) }}
+	})
+	locks, err := c.TryEach(t.Context(), [][]string{{"c", "busy"}})
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false}, taken(locks), "refused by the other owner's key")
 	assert.Equal(t, 0, c.Stats().Held)
-	held, err := c.Held(ctx, "*")
-	require.NoError(t, err)
-	assert.Empty(t, held, "what the late run took is given back")
+	assert.Empty(t, heldNames(t, c), "what the late run took is given back")
 }

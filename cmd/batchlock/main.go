@@ -17,11 +17,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 )
@@ -50,20 +45,8 @@ stderr).
 var program = cli.Program{Name: "batchlock", Usage: usage,
 	Commands: []cli.Command{inspectCommand(), unlockCommand(), checkCommand()}}
 
-func main() {
-	// go-redis logs dial failures and retries itself; the command reports
-	// errors once.
-	redis.SetLogger(quiet{})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return program.Run(ctx, args, stdout, stderr)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}

@@ -14,29 +14,12 @@ package main
 import (
 	"context"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 )
 
-func main() {
-	// go-redis logs dial failures and retries itself; the demo reports
-	// errors once, and keeps stderr for its progress.
-	redis.SetLogger(quiet{})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return cli.RunCommand(ctx, "batchlock demo", demoCommand(), args, stdout, stderr)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}

@@ -10,7 +10,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Exit codes.
@@ -83,6 +88,22 @@ func (p Program) commandNames() string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// Main runs a program's command line, run, with os.Args, stopped by
+// SIGINT or SIGTERM, and exits with its code. go-redis's own log lines are
+// silenced: it logs dial failures and retries itself, and a command reports
+// each error once.
+func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) {
+	redis.SetLogger(quiet{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // Run runs the command line args (without the program's name) and returns
 // its exit code.
