@@ -41,6 +41,11 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err != nil {
 		return nil, err
 	}
+	return c.lockWith(ctx, keys, lc, wait)
+}
+
+// lockWith is Lock (wait) or TryLock with lc, valid, as its options.
+func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wait bool) (*Lock, error) {
 	userKeys, groups, err := c.plan(keys, lc.shared)
 	if err != nil {
 		return nil, err
@@ -65,6 +70,12 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	waitCtx, stopWaiting := ctx, context.CancelFunc(func() {})
 	if lc.waitSet && wait {
 		waitCtx, stopWaiting = context.WithTimeoutCause(ctx, lc.wait, errWaitOver)
+	}
+	if lc.until != nil {
+		ended, cancel := context.WithCancelCause(waitCtx)
+		stopAfter := context.AfterFunc(lc.until, func() { cancel(context.Cause(lc.until)) })
+		stopTimer := stopWaiting
+		waitCtx, stopWaiting = ended, func() { stopAfter(); cancel(nil); stopTimer() }
 	}
 	a := &acquisition{c: c, l: l, wait: wait, ctx: ctx}
 	err = a.enterGates(waitCtx)
@@ -444,11 +455,6 @@ func (a *acquisition) takeGranted(g handoff.Grant) {
 	a.valid.grant(waited, until)
 	a.held++
 }
-
-// placeLease is how long a waiting call's place in a key's queue lasts
-// unless it asks again: a few of its polls, which renew it, so that the
-// place of a waiter that died lapses soon.
-func (c *Client) placeLease() time.Duration { return max(3*c.cfg.pollMax, leastPlace) }
 
 // pause waits for a release message, the blocker's lease, a backoff or ctx,
 // whichever comes first. Meanwhile it renews the groups already held a third

@@ -114,6 +114,11 @@ func (c *Client) acquire(ctx context.Context, l *Lock, groups []group, mode stri
 	return out
 }
 
+// placeLease is how long a waiting call's place in a key's queue lasts
+// unless it asks again: a few of its polls, which renew it, so that the
+// place of a waiter that died lapses soon.
+func (c *Client) placeLease() time.Duration { return max(3*c.cfg.pollMax, leastPlace) }
+
 func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, placeMs int64) []any {
 	n := 6
 	shared := false

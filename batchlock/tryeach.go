@@ -79,6 +79,8 @@ type Refusal struct {
 	// another lock of the Client took, or the first found held in Redis on
 	// each master.
 	Keys []string
+
+	inRedis bool // refused in Redis: held by another Client, or waited for
 }
 
 // checkEach validates every basket and the shared keys, which it returns
@@ -182,7 +184,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			}
 		}
 		if len(busy) > 0 {
-			t.refuse(i, true, &ConflictError{Keys: busy})
+			t.refuse(i, Refusal{Earlier: true}, &ConflictError{Keys: busy})
 			continue
 		}
 		var exclusive, readers []string
@@ -204,7 +206,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, false, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
+			t.refuse(i, Refusal{}, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
 			continue
 		}
 		t.sent[i] = true
@@ -215,14 +217,15 @@ func (t *eachCall) admit(ctx context.Context) error {
 	return nil
 }
 
-// refuse drops basket i, with the conflict that refused it (met with an
-// earlier basket of the call, or not), which WithRefusals and the observer
-// are told; a basket refused before it got its lock gets one to be told
-// with only when an observer listens.
-func (t *eachCall) refuse(i int, earlier bool, conflict *ConflictError) {
+// refuse drops basket i, with the conflict that refused it and how (why,
+// but its basket and keys), which WithRefusals and the observer are told; a
+// basket refused before it got its lock gets one to be told with only when
+// an observer listens.
+func (t *eachCall) refuse(i int, why Refusal, conflict *ConflictError) {
 	t.refused[i] = true
 	if t.lc.refusals != nil {
-		t.why = append(t.why, Refusal{Basket: i, Earlier: earlier, Keys: conflict.Keys})
+		why.Basket, why.Keys = i, conflict.Keys
+		t.why = append(t.why, why)
 	}
 	l := t.locks[i]
 	if l == nil {
@@ -314,7 +317,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 		return nil, err
 	}
 	for i, conflict := range refused {
-		t.refuse(i, false, conflict)
+		t.refuse(i, Refusal{inRedis: true}, conflict)
 	}
 	return held, nil
 }

@@ -115,6 +115,7 @@ func TestSoak(t *testing.T) {
 
 	stopClock := s.clock.follow()
 	stopHolders := s.startHolders()
+	stopProcessors := s.startProcessors()
 	var wg sync.WaitGroup
 	for w := range soakWorkers {
 		wg.Go(func() { s.worker(w) })
@@ -122,6 +123,7 @@ func TestSoak(t *testing.T) {
 	wg.Go(s.replaceClients)
 	s.nemesis()
 	wg.Wait()
+	stopProcessors()
 	stopHolders()
 	s.closeAll()
 	stopClock()
