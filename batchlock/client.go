@@ -187,32 +187,6 @@ func (c *Client) route(ctx context.Context, b routing.Batch) []routing.Result {
 	return results
 }
 
-// newLockFor is the lock a call with lc takes of groups: its owner (WithOwner,
-// else the context's, else a fresh one), its lease (WithTTL, else the
-// Client's, renewed) and the acknowledgement it needs of replicas.
-func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
-	owner := lc.owner
-	if !lc.ownerSet {
-		if o, ok := OwnerFromContext(ctx); ok && o != "" {
-			owner = o
-		} else {
-			owner = c.newOwner()
-		}
-	}
-	leaseLen, renew := c.cfg.lease, true
-	if lc.ttlSet {
-		leaseLen, renew = lc.ttl, false
-	}
-	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
-	l.ack = c.cfg.ack
-	if lc.ackSet {
-		l.ack = lc.ack
-	}
-	return l
-}
-
-type ownerKey struct{}
-
 // ContextWithOwner returns a context whose Lock, TryLock and Do calls use
 // owner as their owner id unless WithOwner says otherwise. Do passes such a
 // context to its function, so that a lock taken inside it on the same keys is

@@ -56,6 +56,32 @@ type Lock struct {
 	maxHold    *time.Timer // fires when the lock has been held for WithMaxHold
 }
 
+// newLockFor is the lock a call with lc takes of groups: its owner (WithOwner,
+// else the context's, else a fresh one), its lease (WithTTL, else the
+// Client's, renewed) and the acknowledgement it needs of replicas.
+func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
+	owner := lc.owner
+	if !lc.ownerSet {
+		if o, ok := OwnerFromContext(ctx); ok && o != "" {
+			owner = o
+		} else {
+			owner = c.newOwner()
+		}
+	}
+	leaseLen, renew := c.cfg.lease, true
+	if lc.ttlSet {
+		leaseLen, renew = lc.ttl, false
+	}
+	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
+	l.ack = c.cfg.ack
+	if lc.ackSet {
+		l.ack = lc.ack
+	}
+	return l
+}
+
+type ownerKey struct{}
+
 // newLock makes the lock of a call on ctx, whose values its Context keeps.
 func newLock(ctx context.Context, c *Client, owner string, keys []string, groups []group, lease time.Duration, renew bool) *Lock {
 	n := 0
