@@ -41,11 +41,6 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err != nil {
 		return nil, err
 	}
-	return c.lockWith(ctx, keys, lc, wait)
-}
-
-// lockWith is Lock (wait) or TryLock with lc, valid, as its options.
-func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wait bool) (*Lock, error) {
 	userKeys, groups, err := c.plan(keys, lc.shared)
 	if err != nil {
 		return nil, err
@@ -70,12 +65,6 @@ func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wai
 	waitCtx, stopWaiting := ctx, context.CancelFunc(func() {})
 	if lc.waitSet && wait {
 		waitCtx, stopWaiting = context.WithTimeoutCause(ctx, lc.wait, errWaitOver)
-	}
-	if lc.until != nil {
-		ended, cancel := context.WithCancelCause(waitCtx)
-		stopAfter := context.AfterFunc(lc.until, func() { cancel(context.Cause(lc.until)) })
-		stopTimer := stopWaiting
-		waitCtx, stopWaiting = ended, func() { stopAfter(); cancel(nil); stopTimer() }
 	}
 	a := &acquisition{c: c, l: l, wait: wait, ctx: ctx}
 	err = a.enterGates(waitCtx)

@@ -197,35 +197,3 @@ func decrementStock(ctx context.Context, rdb *redis.ClusterClient, skus []string
 	}
 	return nil
 }
-
-// A batch processor's loop, one of several replicas: each tick admits what
-// it can of the orders that arrived and of those still pending, in one call
-// per master; an order whose SKUs another replica holds keeps its turn, and
-// a later tick hands it out.
-func ExampleAdmission() {
-	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"))
-	defer rdb.Close()
-	locks, err := batchlock.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locks.Close()
-
-	type order struct{ skus []string }
-	arrivals := make(chan []order) // a tick's worth of the queue at a time
-	ctx := context.Background()
-	admission := batchlock.NewAdmission(locks, func(o order) []string { return o.skus })
-	defer admission.Close()
-	for batch := range arrivals {
-		admitted, err := admission.Tick(ctx, batch)
-		if err != nil {
-			continue // nothing of it is held; the orders stay pending
-		}
-		held := make([]*batchlock.Lock, len(admitted))
-		for i, a := range admitted {
-			// Fenced writes of a.Item's stock, with a.Lock.Token(sku).
-			held[i] = a.Lock
-		}
-		_ = locks.UnlockEach(ctx, held)
-	}
-}

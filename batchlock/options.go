@@ -109,9 +109,6 @@ type lockConfig struct {
 	ackSet   bool
 	shared   []string
 	refusals *[]Refusal
-	// until, when set, ends the wait as WithWait's timer does (the call's
-	// rollback still waits under the call's context): an Admission's Close.
-	until context.Context
 }
 
 // lockConfigOf applies opts, and validates what they say.

@@ -79,8 +79,6 @@ type Refusal struct {
 	// another lock of the Client took, or the first found held in Redis on
 	// each master.
 	Keys []string
-
-	inRedis bool // refused in Redis: held by another Client, or waited for
 }
 
 // checkEach validates every basket and the shared keys, which it returns
@@ -184,7 +182,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			}
 		}
 		if len(busy) > 0 {
-			t.refuse(i, Refusal{Earlier: true}, &ConflictError{Keys: busy})
+			t.refuse(i, true, &ConflictError{Keys: busy})
 			continue
 		}
 		var exclusive, readers []string
@@ -206,7 +204,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, Refusal{}, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
+			t.refuse(i, false, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
 			continue
 		}
 		t.sent[i] = true
@@ -217,15 +215,14 @@ func (t *eachCall) admit(ctx context.Context) error {
 	return nil
 }
 
-// refuse drops basket i, with the conflict that refused it and how (why,
-// but its basket and keys), which WithRefusals and the observer are told; a
-// basket refused before it got its lock gets one to be told with only when
-// an observer listens.
-func (t *eachCall) refuse(i int, why Refusal, conflict *ConflictError) {
+// refuse drops basket i, with the conflict that refused it (met with an
+// earlier basket of the call, or not), which WithRefusals and the observer
+// are told; a basket refused before it got its lock gets one to be told
+// with only when an observer listens.
+func (t *eachCall) refuse(i int, earlier bool, conflict *ConflictError) {
 	t.refused[i] = true
 	if t.lc.refusals != nil {
-		why.Basket, why.Keys = i, conflict.Keys
-		t.why = append(t.why, why)
+		t.why = append(t.why, Refusal{Basket: i, Earlier: earlier, Keys: conflict.Keys})
 	}
 	l := t.locks[i]
 	if l == nil {
@@ -317,7 +314,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 		return nil, err
 	}
 	for i, conflict := range refused {
-		t.refuse(i, Refusal{inRedis: true}, conflict)
+		t.refuse(i, false, conflict)
 	}
 	return held, nil
 }

@@ -104,7 +104,7 @@ func TestTryEachMeetsOtherLocks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false, false, true}, taken(locks))
 	assert.Equal(t, []Refusal{{Basket: -1}, {Basket: 0, Keys: []string{"mine"}},
-		{Basket: 1, Keys: []string{"theirs"}, inRedis: true}}, why, "who held what each refused basket met")
+		{Basket: 1, Keys: []string{"theirs"}}}, why, "who held what each refused basket met")
 	assert.Equal(t, sent+1, c.Stats().Acquires, "the gate's conflict costs no call")
 	held, err := c.Held(ctx, "x*")
 	require.NoError(t, err)

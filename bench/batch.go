@@ -66,8 +66,8 @@ type BatchResult struct {
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of
-// clients (a batchlock.Admission: a refused order keeps its turn, in the
-// next tick or waiting for another processor's keys).
+// clients, with no order locked alone (a refused order waits for the next
+// tick, as the floor's do).
 func NewTryEachKind(clients []*batchlock.Client) BatchKind {
 	return BatchKind{Name: NameTryEachProcessor, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
 		return &orders.Batched{Locker: clients[i], Stock: stock}
@@ -79,7 +79,7 @@ func NewTryEachKind(clients []*batchlock.Client) BatchKind {
 // unlocked the same way.
 func NewTryLockLoopKind(clients []*batchlock.Client, workers int) BatchKind {
 	return BatchKind{Name: NameTryLockLoopProcessor, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
-		return &orders.Carried{T: &tryLockLoop{c: clients[i], stock: stock, workers: workers}}
+		return &tryLockLoop{c: clients[i], stock: stock, workers: workers}
 	}}
 }
 
@@ -92,7 +92,7 @@ func NewTryLockLoopKind(clients []*batchlock.Client, workers int) BatchKind {
 func NewBatchFloorKind(floors []*Floor) BatchKind {
 	admitted := &admission{held: map[string]bool{}}
 	return BatchKind{Name: NameBatchFloorProcessor, New: func(i int, stock *orders.Stock) orders.Ticker {
-		return &orders.Carried{T: &batchFloor{floor: floors[i], admitted: admitted, stock: stock}}
+		return &batchFloor{floor: floors[i], admitted: admitted, stock: stock}
 	}}
 }
 
@@ -137,7 +137,7 @@ type batchFloor struct {
 	stock    *orders.Stock
 }
 
-func (f *batchFloor) TickBatch(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
+func (f *batchFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
 	baskets := make([][]string, len(batch))
 	for i, o := range batch {
 		baskets[i] = lockKeys(f.stock.Keys(o))
@@ -165,7 +165,7 @@ type tryLockLoop struct {
 	workers int
 }
 
-func (p *tryLockLoop) TickBatch(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
+func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
 	locks := make([]*batchlock.Lock, len(batch))
 	errs := make([]error, len(batch))
 	each(p.workers, len(batch), func(i int) {
@@ -325,11 +325,8 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		for p, list := range lists {
 			proc := kind.New(p, stock)
 			wg.Go(func() {
-				results[p] = orders.RunTicks(ctx, proc, list, cfg.Tick,
+				results[p] = orders.RunTicks(ctx, proc, list, orders.Ticks{Size: cfg.Tick},
 					orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
-				if c, ok := proc.(interface{ Close() }); ok {
-					c.Close()
-				}
 			})
 		}
 		wg.Wait()

@@ -28,9 +28,6 @@ type waiterSpec struct {
 	Keys   []string      `json:"keys"`
 	Shared bool          `json:"shared"`
 	TTL    time.Duration `json:"ttl"`
-	// Admission makes it a batch processor whose admission ticks every
-	// 10ms with the keys as its one basket, its Client's lease TTL.
-	Admission bool `json:"admission"`
 }
 
 // runWaiter waits for spec's keys until it is killed; it never unlocks.
@@ -39,9 +36,6 @@ func runWaiter(encoded string) int {
 	if err := json.Unmarshal([]byte(encoded), &spec); err != nil {
 		fmt.Fprintln(os.Stderr, "waiter:", err)
 		return 2
-	}
-	if spec.Admission {
-		return runProcessor(spec)
 	}
 	c, err := batchlock.New(redis.NewClusterClient(batchlock.ClusterOptions(spec.Addrs...)), batchlock.WithPrefix(spec.Prefix), batchlock.WithPollInterval(time.Minute))
 	if err != nil {
@@ -57,25 +51,6 @@ func runWaiter(encoded string) int {
 		return 1
 	}
 	select {} // holding, until killed
-}
-
-// runProcessor is a batch processor whose admission has spec's keys as its
-// one basket, ticking until it is killed; it never unlocks.
-func runProcessor(spec waiterSpec) int {
-	c, err := batchlock.New(redis.NewClusterClient(batchlock.ClusterOptions(spec.Addrs...)), batchlock.WithPrefix(spec.Prefix), batchlock.WithLease(spec.TTL))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "processor:", err)
-		return 2
-	}
-	a := batchlock.NewAdmission(c, func(keys []string) []string { return keys })
-	items := [][]string{spec.Keys}
-	for {
-		if _, err := a.Tick(context.Background(), items); err != nil {
-			fmt.Fprintln(os.Stderr, "processor:", err)
-		}
-		items = nil
-		time.Sleep(10 * time.Millisecond) // the processor's tick, until killed
-	}
 }
 
 // startWaiter starts a waiter process for spec: this test binary, run as

@@ -115,7 +115,6 @@ func TestSoak(t *testing.T) {
 
 	stopClock := s.clock.follow()
 	stopHolders := s.startHolders()
-	stopProcessors := s.startProcessors()
 	var wg sync.WaitGroup
 	for w := range soakWorkers {
 		wg.Go(func() { s.worker(w) })
@@ -123,7 +122,6 @@ func TestSoak(t *testing.T) {
 	wg.Go(s.replaceClients)
 	s.nemesis()
 	wg.Wait()
-	stopProcessors()
 	stopHolders()
 	s.closeAll()
 	stopClock()

@@ -3,179 +3,184 @@ package orders
 import (
 	"cmp"
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
 )
 
 // Batched processes orders a tick at a time, as a batch order processor
-// pulls them from its queue: each tick adds the orders that arrived to those
-// not admitted yet, locks every basket it can with one batchlock.Admission
-// tick (one TryEach, one call per master for the whole tick), reads and
-// writes the stock of the orders admitted in one pipeline each, and lets go
-// with one UnlockEach. An order whose basket is busy keeps its turn: first
-// in the next tick, or, when another processor holds its SKUs, waiting in
-// their queues until a tick hands it out.
+// pulls them from its queue: each tick takes up to Size orders (those
+// refused by the last tick first), locks every basket that is free with one
+// TryEach (one call per master for the whole tick), reads and writes the
+// stock of the orders taken in one pipeline each, and lets go with one
+// UnlockEach. An order whose basket is busy waits for the next tick; one
+// refused Waits ticks in a row is locked alone with a waiting Lock
+// (WithWait), so that a basket of hot SKUs is not starved by smaller ones.
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock
 	Think  time.Duration // as in Locked, once per tick
-	// Promos is the number of promotions orders may read, Promo(0) ..
-	// Promo(Promos-1): they are locked shared.
-	Promos int
-
-	adm *batchlock.Admission[Order]
+	Size   int           // orders per tick; default 256
+	// Waits is how many ticks in a row an order may be refused before it
+	// is locked alone, waiting; default 8.
+	Waits int
+	// WaitFor bounds that wait (WithWait); default 5s.
+	WaitFor time.Duration
 }
 
 // RunBatched processes orders with b until all are done, cfg.Stop is
-// closed or ctx ends, size orders a tick at most (default 256); cfg as
-// RunTicks says. It closes b's admission at the end.
-func RunBatched(ctx context.Context, b *Batched, orders []Order, size int, cfg RunConfig) Result {
-	defer b.Close()
-	return RunTicks(ctx, b, orders, size, cfg)
+// closed or ctx ends. cfg.Workers is not used: one goroutine runs the ticks
+// (and, apart, the orders locked alone); cfg.Attempts bounds the ticks in a
+// row that fail as a whole for an order (a master down), cfg.Done is called
+// after each order.
+func RunBatched(ctx context.Context, b *Batched, orders []Order, cfg RunConfig) Result {
+	waitFor := b.WaitFor
+	if waitFor <= 0 {
+		waitFor = 5 * time.Second
+	}
+	locked := &Locked{Locker: b.Locker, Stock: b.Stock, Think: b.Think}
+	return RunTicks(ctx, b, orders, Ticks{Size: b.Size, Waits: cmp.Or(b.Waits, 8), Alone: func(ctx context.Context, o Order) (Outcome, error) {
+		return locked.process(ctx, o, batchlock.WithWait(waitFor))
+	}}, cfg)
 }
 
-// Ticker processes orders a tick at a time: each tick adds the orders that
-// arrived to those it has not finished, locks what it can, fulfils the
-// orders it locked and lets go. It returns the orders it finished, with what
-// became of each, and how many it keeps for a later tick. An error is the
-// tick's as a whole: nothing of it was locked, and its orders are kept.
+// Ticker locks the baskets of a tick's orders that are free, fulfils those
+// orders and lets go (Batched does it with TryEach): it returns per order
+// what became of it, and the orders refused (indices into batch). An error
+// is the tick's as a whole: nothing of it was locked.
 type Ticker interface {
-	Tick(ctx context.Context, arrivals []Order) (finished []Finished, kept int, err error)
+	Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, error)
 }
 
-// Finished is an order a tick finished, and what became of it.
-type Finished struct {
-	Order Order
-	Fulfilled
+// Ticks shapes a run of ticks.
+type Ticks struct {
+	Size int // orders per tick; default 256
+	// Waits is how many ticks in a row an order may be refused before it
+	// is handed to Alone; without Alone, it waits for as many ticks as it
+	// takes.
+	Waits int
+	Alone func(ctx context.Context, o Order) (Outcome, error)
 }
 
-// RunTicks processes orders with t, the orders that arrived since the last
-// tick in each, as many as keep a tick at size (default 256) with the
-// orders t kept, until all are done, cfg.Stop is closed or ctx ends.
-// cfg.Workers is not used: one goroutine runs the ticks; cfg.Attempts
-// bounds the ticks in a row that fail as a whole (a master down) before
-// the run stops; cfg.Done is called after each order.
-func RunTicks(ctx context.Context, t Ticker, orders []Order, size int, cfg RunConfig) Result {
-	size = cmp.Or(max(size, 0), 256)
+// RunTicks processes orders with t, a tick of ticks.Size orders at a time,
+// the orders refused by a tick first in the next, until all are done,
+// cfg.Stop is closed or ctx ends; cfg as RunBatched says.
+func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
+	size := cmp.Or(max(ticks.Size, 0), 256)
 	cfg = cfg.withDefaults()
 	r := newRecorder()
 	start := time.Now()
-	kept, failed, next := 0, 0, 0
-	for kept > 0 || next < len(orders) {
+	refusedTicks := map[string]int{} // by order: refusals in a row
+	failedTicks := map[string]int{}  // by order: ticks failed as a whole in a row
+	var alone sync.WaitGroup
+	var carry []Order // refused by the last tick: first in the next
+	next := 0
+	done := func(o Order, out Outcome, err error) {
+		r.record(o, out, err, nil)
+		if cfg.Done != nil {
+			cfg.Done()
+		}
+	}
+	for len(carry) > 0 || next < len(orders) {
 		if ctx.Err() != nil || stopped(cfg.Stop) {
 			break
 		}
-		n := min(max(size-kept, 0), len(orders)-next)
-		arrivals := orders[next : next+n]
+		batch := carry
+		for len(batch) < size && next < len(orders) {
+			batch = append(batch, orders[next])
+			next++
+		}
+		carry = nil
 		tctx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
-		finished, left, err := t.Tick(tctx, arrivals)
+		outcomes, refused, err := t.Tick(tctx, batch)
 		cancel()
 		if err != nil {
 			r.retried(err)
-			if failed++; failed >= cfg.Attempts || pause(ctx, min(failed, 6)) != nil {
+			for _, o := range batch {
+				if failedTicks[o.ID]++; failedTicks[o.ID] >= cfg.Attempts {
+					done(o, Outcome{}, err)
+					continue
+				}
+				carry = append(carry, o)
+			}
+			if pause(ctx, min(failedTicks[batch[0].ID], 6)) != nil {
 				break
 			}
-			next += n // the ticker keeps them
-			kept += n
 			continue
 		}
-		failed = 0
-		next += n
-		kept = left
-		r.tick(len(finished))
-		for range left {
-			r.refusal()
+		r.tick(len(batch) - len(refused))
+		wasRefused := make([]bool, len(batch))
+		for _, i := range refused {
+			wasRefused[i] = true
 		}
-		for _, f := range finished {
-			r.record(f.Order, f.Outcome, f.Err, nil)
-			if cfg.Done != nil {
-				cfg.Done()
+		for i, o := range batch {
+			if wasRefused[i] {
+				continue
 			}
+			delete(refusedTicks, o.ID)
+			delete(failedTicks, o.ID)
+			done(o, outcomes[i].Outcome, outcomes[i].Err)
+		}
+		for _, i := range refused {
+			o := batch[i]
+			r.refusal()
+			if refusedTicks[o.ID]++; ticks.Alone == nil || refusedTicks[o.ID] < ticks.Waits {
+				carry = append(carry, o)
+				continue
+			}
+			delete(refusedTicks, o.ID)
+			alone.Go(func() {
+				octx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
+				defer cancel()
+				out, err := ticks.Alone(octx, o)
+				done(o, out, err)
+			})
 		}
 	}
+	alone.Wait()
 	return r.result(time.Since(start))
 }
 
-// BatchTicker locks the baskets of a batch of orders that are free,
-// fulfils those orders and lets go: it returns per order what became of
-// it, and the orders refused (indices into batch). An error is the batch's
-// as a whole: nothing of it was locked.
-type BatchTicker interface {
-	TickBatch(ctx context.Context, batch []Order) ([]Fulfilled, []int, error)
-}
-
-// Carried is the Ticker of a BatchTicker: the orders a batch refused, or
-// that failed with it, go first in the next.
-type Carried struct {
-	T     BatchTicker
-	carry []Order
-}
-
-// Tick runs the batch of the orders carried and arrivals.
-func (c *Carried) Tick(ctx context.Context, arrivals []Order) ([]Finished, int, error) {
-	batch := append(c.carry, arrivals...)
-	out, refused, err := c.T.TickBatch(ctx, batch)
-	if err != nil {
-		c.carry = batch
-		return nil, len(batch), err
-	}
-	c.carry = nil
-	wasRefused := make([]bool, len(batch))
-	for _, i := range refused {
-		wasRefused[i] = true
-		c.carry = append(c.carry, batch[i])
-	}
-	var finished []Finished
+// Tick locks the baskets of batch that are free, fulfils their orders and
+// lets go: it returns per order what became of it, and the orders refused
+// (indices into batch). An error is the tick's as a whole: nothing was
+// locked.
+func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, error) {
+	baskets := make([][]string, len(batch))
+	var promos []string
 	for i, o := range batch {
-		if !wasRefused[i] {
-			finished = append(finished, Finished{Order: o, Fulfilled: out[i]})
-		}
+		baskets[i] = append(b.Stock.Keys(o), b.Stock.PromoKeys(o)...)
+		promos = append(promos, b.Stock.PromoKeys(o)...)
 	}
-	return finished, len(c.carry), nil
-}
-
-// Tick admits what it can of the orders kept and arrivals, fulfils the
-// orders admitted and lets go (see Batched).
-func (b *Batched) Tick(ctx context.Context, arrivals []Order) ([]Finished, int, error) {
-	if b.adm == nil {
-		b.adm = batchlock.NewAdmission(b.Locker, func(o Order) []string {
-			return append(b.Stock.Keys(o), b.Stock.PromoKeys(o)...)
-		}, batchlock.WithShared(b.Stock.PromoKeys(Order{Promos: Promos(b.Promos)})...))
-	}
+	slices.Sort(promos)
 	asked := time.Now()
-	admitted, err := b.adm.Tick(ctx, arrivals)
+	locks, err := b.Locker.TryEach(ctx, baskets, batchlock.WithShared(slices.Compact(promos)...))
 	wait := time.Since(asked)
 	if err != nil {
-		return nil, b.adm.Pending(), err
+		return nil, nil, err
 	}
-	batch := make([]Order, len(admitted))
-	taken := make([]int, len(admitted))
-	locks := make([]*batchlock.Lock, len(admitted))
-	for i, a := range admitted {
-		batch[i], taken[i], locks[i] = a.Item, i, a.Lock
+	var refused, taken []int
+	for i, l := range locks {
+		if l == nil {
+			refused = append(refused, i)
+		} else {
+			taken = append(taken, i)
+		}
 	}
 	out := b.Stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 {
-		return locks[i].Token(b.Stock.Key(batch[i].Lines[line].SKU))
+		return locks[i].Token(baskets[i][line]) // the stock keys come first, in line order
 	}, b.Think)
-	finished := make([]Finished, len(admitted))
-	for i := range admitted {
+	for _, i := range taken {
 		out[i].LockWait = wait
-		finished[i] = Finished{Order: batch[i], Fulfilled: out[i]}
 	}
 	// The unlock's error changes nothing the orders did: their keys are
 	// left to their lease.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	_ = b.Locker.UnlockEach(uctx, locks)
-	return finished, b.adm.Pending(), nil
-}
-
-// Close ends b's admission: the orders it kept and its waits.
-func (b *Batched) Close() {
-	if b.adm != nil {
-		b.adm.Close()
-	}
+	return out, refused, nil
 }
 
 func stopped(stop <-chan struct{}) bool {

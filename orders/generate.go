@@ -72,16 +72,6 @@ func SKU(i int) string { return fmt.Sprintf("sku-%05d", i) }
 // Promo names the i-th promotion.
 func Promo(i int) string { return fmt.Sprintf("promo-%03d", i) }
 
-// Promos returns the names of the first n promotions, Promo(0) ..
-// Promo(n-1).
-func Promos(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = Promo(i)
-	}
-	return out
-}
-
 // Catalogue returns the names of n SKUs.
 func Catalogue(n int) []string {
 	skus := make([]string, n)

@@ -1,13 +1,12 @@
 // Command batchprocessor is a batch order processor on Redis Cluster: a
-// starting point to copy when orders come in batches, from one process or
-// many. Each tick it takes the next orders from its queue and admits every
-// basket it can with one batchlock.Admission tick (one TryEach call: one
-// round trip per master, whatever the number of orders), reads the stock of
-// the orders admitted in one pipeline, writes it in one more, and lets go
-// with one UnlockEach. An order it cannot admit keeps its turn: first in
-// the next tick, or, when another process holds its SKUs, waiting in their
-// queues until a tick hands it out, so that no order, small or big, is
-// starved by newer ones.
+// starting point to copy when orders come in batches. Each tick it takes
+// the next orders from its queue, locks every basket that is free with one
+// TryEach call (one round trip per master, whatever the number of orders),
+// reads the stock of the orders it got in one pipeline, writes it in one
+// more, and lets go with one UnlockEach. A basket another order holds is
+// not waited for: the order goes first in the next tick. One refused
+// maxRefusals ticks in a row is locked alone, waiting (WithWait), so that
+// a big basket of busy SKUs is not starved by small ones.
 //
 //	go -C examples run ./batchprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
 //
@@ -32,8 +31,9 @@ import (
 )
 
 const (
-	keyPrefix = "example:batchprocessor:stock:"
-	tickSize  = 64 // orders per tick
+	keyPrefix   = "example:batchprocessor:stock:"
+	tickSize    = 64 // orders per tick
+	maxRefusals = 8  // ticks an order may be refused in a row before it waits alone
 )
 
 // order is a customer order: units wanted per SKU.
@@ -79,7 +79,7 @@ func main() {
 
 // summary is what a run did.
 type summary struct {
-	ticks, accepted, rejected, refusals int
+	ticks, accepted, rejected, refusals, waited int
 	// ordered is the units of the orders accepted; sold and left what the
 	// stock says, over every SKU; below counts SKUs below zero (oversold).
 	ordered, sold, left int64
@@ -87,8 +87,8 @@ type summary struct {
 }
 
 func (s summary) String() string {
-	return fmt.Sprintf("%d ticks: %d orders accepted (%d units), %d rejected (out of stock); %d baskets left for a later tick; stock: %d units sold, %d left, %d SKUs oversold",
-		s.ticks, s.accepted, s.ordered, s.rejected, s.refusals, s.sold, s.left, s.below)
+	return fmt.Sprintf("%d ticks: %d orders accepted (%d units), %d rejected (out of stock); %d baskets refused for a tick, %d orders locked alone; stock: %d units sold, %d left, %d SKUs oversold",
+		s.ticks, s.accepted, s.ordered, s.rejected, s.refusals, s.waited, s.sold, s.left, s.below)
 }
 
 // queue is n orders over skus SKUs, a few of them in most baskets.
@@ -105,7 +105,7 @@ func queue(n, skus int) []order {
 	return out
 }
 
-func run(ctx context.Context, rdb *redis.ClusterClient, queue []order) (summary, error) {
+func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summary, error) {
 	// One batchlock Client per process: it runs the watchdog that renews
 	// leases, and the pub/sub connections that wake waiters.
 	locks, err := batchlock.New(rdb)
@@ -113,34 +113,55 @@ func run(ctx context.Context, rdb *redis.ClusterClient, queue []order) (summary,
 		return summary{}, err
 	}
 	defer locks.Close()
-	skus := skusOf(queue)
+	skus := skusOf(pending)
 	if err := setUp(ctx, rdb, skus); err != nil {
 		return summary{}, err
 	}
 	defer cleanUp(rdb, skus)
 
-	// The admission keeps the orders it cannot admit yet, each with its
-	// turn: first in the next tick when an earlier order of the tick took
-	// its SKUs, or waiting in their queues when another process holds them.
-	admission := batchlock.NewAdmission(locks, keysOf)
-	defer admission.Close()
 	var sum summary
-	for len(queue) > 0 || admission.Pending() > 0 {
-		n := min(max(tickSize-admission.Pending(), 0), len(queue))
-		arrivals := queue[:n]
-		queue = queue[n:]
+	refused := map[string]int{} // by order: ticks refused in a row
+	var carry []order           // refused by the last tick: first in the next
+	for len(pending) > 0 || len(carry) > 0 {
+		n := min(tickSize-len(carry), len(pending))
+		tick := append(carry, pending[:n]...)
+		pending = pending[n:]
+		carry = nil
 		sum.ticks++
-		// Each basket whole or not at all, one call per master for all.
-		admitted, err := admission.Tick(ctx, arrivals)
-		if err != nil {
-			return sum, err // nothing of the tick is held; its orders stay pending
+
+		baskets := make([][]string, len(tick))
+		for i, o := range tick {
+			baskets[i] = keysOf(o)
 		}
-		sum.refusals += admission.Pending()
-		tick := make([]order, len(admitted))
-		got := make([]*batchlock.Lock, len(admitted))
-		taken := make([]int, len(admitted))
-		for i, a := range admitted {
-			tick[i], got[i], taken[i] = a.Item, a.Lock, i
+		// Each basket whole or not at all; an earlier basket wins a SKU
+		// over a later one. A refused basket holds nothing.
+		var why []batchlock.Refusal
+		got, err := locks.TryEach(ctx, baskets, batchlock.WithRefusals(&why))
+		if err != nil {
+			return sum, err // nothing of the tick is held
+		}
+		// A basket beaten by an earlier one of the tick goes first in the
+		// next: only refusals by other locks or processes can starve it.
+		beaten := map[int]bool{}
+		for _, r := range why {
+			beaten[r.Basket] = r.Earlier
+		}
+		var taken []int
+		var starving []order
+		for i, l := range got {
+			if l != nil {
+				taken = append(taken, i)
+				delete(refused, tick[i].id)
+				continue
+			}
+			sum.refusals++
+			if beaten[i] {
+				carry = append(carry, tick[i])
+			} else if refused[tick[i].id]++; refused[tick[i].id] < maxRefusals {
+				carry = append(carry, tick[i])
+			} else {
+				starving = append(starving, tick[i])
+			}
 		}
 		results, err := fulfil(ctx, rdb, tick, got, taken)
 		// Let go of every lock of the tick, with one call per master, also
@@ -151,12 +172,23 @@ func run(ctx context.Context, rdb *redis.ClusterClient, queue []order) (summary,
 		if err != nil {
 			return sum, err
 		}
-		for i := range admitted {
-			count(&sum, tick[i], results[i])
+		for n, i := range taken {
+			count(&sum, tick[i], results[n])
 		}
-		if len(admitted) == 0 && len(arrivals) == 0 {
-			// Every pending order waits for another process's keys.
-			time.Sleep(time.Millisecond)
+		// Starving orders wait for their basket alone, a bounded time, once
+		// the tick let go of its own locks.
+		for _, o := range starving {
+			sum.waited++
+			delete(refused, o.id)
+			accepted, err := processAlone(ctx, locks, rdb, o)
+			switch {
+			case errors.Is(err, batchlock.ErrNotObtained):
+				carry = append(carry, o) // still busy: back in the queue
+			case err != nil:
+				return sum, fmt.Errorf("order %s: %w", o.id, err)
+			default:
+				count(&sum, o, accepted)
+			}
 		}
 	}
 	return sum, report(ctx, rdb, skus, &sum)
@@ -214,6 +246,22 @@ func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick []order, got []*
 		return nil, fmt.Errorf("taking stock: %w", err)
 	}
 	return accepted, nil
+}
+
+// processAlone locks one order's basket, waiting at most 5s for it, and
+// fulfils it.
+func processAlone(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterClient, o order) (bool, error) {
+	var accepted []bool
+	err := locks.Do(ctx, keysOf(o), func(ctx context.Context) error {
+		l, _ := batchlock.LockFromContext(ctx)
+		var err error
+		accepted, err = fulfil(ctx, rdb, []order{o}, []*batchlock.Lock{l}, []int{0})
+		return err
+	}, batchlock.WithWait(5*time.Second))
+	if err != nil {
+		return false, err
+	}
+	return accepted[0], nil
 }
 
 func keysOf(o order) []string {

@@ -65,11 +65,11 @@ read one of a few hot promotions (--promos), which they lock shared in the
 same call (batchlock.WithShared): orders on one promotion run side by side.
 --exclusive-promos locks them exclusively instead, for comparison.
 
---batch N runs a batch processor instead of --workers: ticks of up to N
-orders (those not admitted yet first), every basket that can be locked in a
-tick locked by one batchlock.Admission tick (one TryEach, one call per
-master), stock read and written in one pipeline each, all let go by one
-UnlockEach; a busy basket keeps its turn for a later tick.
+--batch N runs a batch processor instead of --workers: ticks of N orders
+(those refused by the last tick first), every free basket of a tick locked
+by one TryEach (one call per master), stock read and written in one
+pipeline each, all let go by one UnlockEach; a busy basket waits for the
+next tick, and one refused 8 ticks in a row is locked alone, waiting.
 
 Without --addrs (or $BATCHLOCK_CLUSTER_ADDRS) the demo starts a throwaway
 six-node cluster (docker, or redis-server processes) and removes it
@@ -315,9 +315,9 @@ func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (r
 	}
 	if o.batch > 0 {
 		// validate allows --batch on Redis only.
-		b := &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Promos: o.promos}
+		b := &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch}
 		run := func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) orders.Result {
-			return orders.RunBatched(ctx, b, list, o.batch, cfg)
+			return orders.RunBatched(ctx, b, list, cfg)
 		}
 		return run, counters, func() { _ = locker.Close() }, nil
 	}
