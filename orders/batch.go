@@ -66,7 +66,8 @@ type Ticks struct {
 
 // RunTicks processes orders with t, a tick of ticks.Size orders at a time,
 // the orders refused by a tick first in the next, until all are done,
-// cfg.Stop is closed or ctx ends; cfg as RunBatched says.
+// cfg.Stop is closed or ctx ends; cfg as RunBatched says. A locked order's
+// lock wait runs from its first tick to its lock: the turns it waited.
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	size := cmp.Or(max(ticks.Size, 0), 256)
 	cfg = cfg.withDefaults()
@@ -77,7 +78,17 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 	var alone sync.WaitGroup
 	var carry []Order // refused by the last tick: first in the next
 	next := 0
+	// arrived is when each order not done yet first went into a tick: an
+	// order's lock wait runs from then to its lock.
+	var arrivedMu sync.Mutex
+	arrived := map[string]time.Time{}
 	done := func(o Order, out Outcome, err error) {
+		arrivedMu.Lock()
+		if out.Locked {
+			out.LockWait = time.Since(arrived[o.ID])
+		}
+		delete(arrived, o.ID)
+		arrivedMu.Unlock()
 		r.record(o, out, err, nil)
 		if cfg.Done != nil {
 			cfg.Done()
@@ -88,10 +99,13 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			break
 		}
 		batch := carry
+		arrivedMu.Lock()
 		for len(batch) < size && next < len(orders) {
 			batch = append(batch, orders[next])
+			arrived[orders[next].ID] = time.Now()
 			next++
 		}
+		arrivedMu.Unlock()
 		carry = nil
 		tctx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
 		outcomes, refused, err := t.Tick(tctx, batch)

@@ -64,6 +64,31 @@ type Result struct {
 
 const keptErrors = 5
 
+// Merge adds up the results of processors that ran at once: their orders,
+// sales, waits and ticks; the run lasted as long as the longest.
+func Merge(results ...Result) Result {
+	out := Result{SoldBySKU: map[string]int64{}}
+	for _, r := range results {
+		out.Orders += r.Orders
+		out.Accepted += r.Accepted
+		out.Rejected += r.Rejected
+		out.Errors += r.Errors
+		out.Unknown += r.Unknown
+		out.Retries += r.Retries
+		for sku, n := range r.SoldBySKU {
+			out.SoldBySKU[sku] += n
+		}
+		out.LockWaits = append(out.LockWaits, r.LockWaits...)
+		out.FirstErrors = append(out.FirstErrors, r.FirstErrors...)[:min(len(out.FirstErrors)+len(r.FirstErrors), keptErrors)]
+		out.FirstRetried = append(out.FirstRetried, r.FirstRetried...)[:min(len(out.FirstRetried)+len(r.FirstRetried), keptErrors)]
+		out.Elapsed = max(out.Elapsed, r.Elapsed)
+		out.Ticks += r.Ticks
+		out.TakenPerTick = append(out.TakenPerTick, r.TakenPerTick...)
+		out.Refusals += r.Refusals
+	}
+	return out
+}
+
 // Run processes orders with p on cfg.Workers goroutines until all are done
 // or ctx ends, and returns once every worker has stopped.
 func Run(ctx context.Context, p Processor, orders []Order, cfg RunConfig) Result {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ type demoOptions struct {
 	orders    int
 	workers   int
 	batch     int // orders per tick of the batch processor; 0: a basket per call
+	procs     int // batch processors at once, each with a Client of its own
 	maxBasket int
 	maxQty    int64
 	stock     int64
@@ -53,7 +55,7 @@ func demoCommand() cli.Command {
 	return cli.Command{
 		Name: "demo",
 		Summary: `Usage: batchlock demo [--addrs host:port,...] [--store redis|postgres] [--skus 2000] [--orders 5000]
-                      [--workers 32 | --batch N] [--max-basket 200] [--promos 3] [--exclusive-promos]
+                      [--workers 32 | --batch N [--processors P]] [--max-basket 200] [--promos 3] [--exclusive-promos]
                       [--no-lock] [--chaos] [--seed N] [--json] [flags]
 
 Processes SKU orders on a Redis Cluster: each order locks its whole basket
@@ -70,6 +72,10 @@ same call (batchlock.WithShared): orders on one promotion run side by side.
 by one TryEach (one call per master), stock read and written in one
 pipeline each, all let go by one UnlockEach; a busy basket waits for the
 next tick, and one refused 8 ticks in a row is locked alone, waiting.
+--processors P runs P such processors at once, as replicas: each with a
+batchlock Client and a cluster client of its own, sharing out the orders;
+the report gives orders/s in all and per processor, and the wait of an
+order from its first tick to its lock.
 
 Without --addrs (or $BATCHLOCK_CLUSTER_ADDRS) the demo starts a throwaway
 six-node cluster (docker, or redis-server processes) and removes it
@@ -102,6 +108,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.IntVar(&o.orders, "orders", 5000, "orders to process")
 			fs.IntVar(&o.workers, "workers", 32, "orders processed at once")
 			fs.IntVar(&o.batch, "batch", 0, "process orders as a batch processor: ticks of N orders, each tick's free baskets locked by one TryEach (redis store)")
+			fs.IntVar(&o.procs, "processors", 1, "with --batch: processors at once, replicas each with a batchlock Client and a cluster client of its own, sharing the orders")
 			fs.IntVar(&o.maxBasket, "max-basket", 200, "most SKUs in one order")
 			fs.Int64Var(&o.maxQty, "max-qty", 3, "most units of one SKU in one order")
 			fs.Int64Var(&o.stock, "stock", 100, "initial units of each SKU")
@@ -147,6 +154,10 @@ func (o *demoOptions) validate(args []string) error {
 		return cli.Usagef("--hot %d: want 0 to --skus (%d)", o.hot, o.skus)
 	case o.batch < 0:
 		return cli.Usagef("--batch %d must not be negative", o.batch)
+	case o.procs < 1 || o.procs > 64:
+		return cli.Usagef("--processors %d: want 1 to 64", o.procs)
+	case o.procs > 1 && o.batch == 0:
+		return cli.Usagef("--processors runs batch processors: it needs --batch")
 	case o.batch > 0 && (o.noLock || o.store != storeRedis || o.exclusive):
 		return cli.Usagef("--batch locks with TryEach: it needs a lock, --store=%s and shared promotions", storeRedis)
 	case o.promos < 0:
@@ -222,7 +233,7 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 		}
 	}()
 
-	run, counters, closeProc, err := newProcessor(o, t.rdb, stock)
+	run, counters, closeProc, err := newProcessor(o, t, stock)
 	if err != nil {
 		return err
 	}
@@ -237,7 +248,7 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 		n := prog.add()
 		chaos.reached(n)
 	}}
-	res := run(ctx, list, cfg)
+	res, shares := run(ctx, list, cfg)
 	prog.finish()
 	chaosRes := chaos.wait()
 	if err := context.Cause(ctx); err != nil {
@@ -266,6 +277,11 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 		Run:         orders.NewReport(mode(o.noLock), cmp.Or(o.batch, o.workers), res, counters, audit),
 		Chaos:       chaosRes,
 	}
+	if len(shares) > 1 {
+		for _, sh := range shares {
+			r.Processors = append(r.Processors, processorFigures{Orders: sh.Orders, OrdersPerSec: float64(sh.Orders) / sh.Elapsed.Seconds()})
+		}
+	}
 	r.Verdict, r.Passed = judge(o.noLock, audit)
 	if r.Passed && o.store == storePostgres {
 		r.Verdict = "PASSED: no unit oversold, every accepted order fully applied, no row written by a stale token, stock consistent"
@@ -287,19 +303,21 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 	return nil
 }
 
-// runner runs a list of orders.
-type runner func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) orders.Result
+// runner runs a list of orders, and returns what it did in all and, with
+// several processors, what each did.
+type runner func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) (orders.Result, []orders.Result)
 
 // processing runs orders with p on workers.
 func processing(p orders.Processor) runner {
-	return func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) orders.Result {
-		return orders.Run(ctx, p, list, cfg)
+	return func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) (orders.Result, []orders.Result) {
+		return orders.Run(ctx, p, list, cfg), nil
 	}
 }
 
-// newProcessor returns the run --no-lock and --batch ask for, the counters
-// of its lock events (nil without locks), and what to close after the run.
-func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (runner, *orders.Counters, func(), error) {
+// newProcessor returns the run --no-lock, --batch and --processors ask for,
+// the counters of its lock events (nil without locks), and what to close
+// after the run.
+func newProcessor(o *demoOptions, t *target, stock stockStore) (runner, *orders.Counters, func(), error) {
 	if o.noLock {
 		// validate allows --no-lock on Redis only.
 		return processing(&orders.Unlocked{Stock: stock.(*redisStore).stock, Think: o.think}), nil, func() {}, nil
@@ -309,19 +327,48 @@ func newProcessor(o *demoOptions, rdb *redis.ClusterClient, stock stockStore) (r
 	if o.replicas > 0 {
 		opts = append(opts, batchlock.WithReplicas(o.replicas, replicaTimeout))
 	}
-	locker, err := batchlock.New(rdb, opts...)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if o.batch > 0 {
-		// validate allows --batch on Redis only.
-		b := &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch}
-		run := func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) orders.Result {
-			return orders.RunBatched(ctx, b, list, cfg)
+	if o.batch == 0 {
+		locker, err := batchlock.New(t.rdb, opts...)
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		return run, counters, func() { _ = locker.Close() }, nil
+		return processing(stock.locked(locker)), counters, func() { _ = locker.Close() }, nil
 	}
-	return processing(stock.locked(locker)), counters, func() { _ = locker.Close() }, nil
+	// Batch processors, as replicas run them: each with a Client on a
+	// cluster client of its own (the first on the target's), sharing out
+	// the orders. validate allows --batch on Redis only.
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range slices.Backward(closers) {
+			_ = c()
+		}
+	}
+	procs := make([]*orders.Batched, o.procs)
+	for p := range procs {
+		rdb := t.rdb
+		if p > 0 {
+			rdb = redis.NewClusterClient(batchlock.ClusterOptions(t.addrs...))
+			closers = append(closers, rdb.Close)
+		}
+		locker, err := batchlock.New(rdb, opts...)
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, err
+		}
+		closers = append(closers, locker.Close)
+		procs[p] = &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch}
+	}
+	run := func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) (orders.Result, []orders.Result) {
+		shares := make([]orders.Result, len(procs))
+		var wg sync.WaitGroup
+		for p, b := range procs {
+			mine := list[p*len(list)/len(procs) : (p+1)*len(list)/len(procs)]
+			wg.Go(func() { shares[p] = orders.RunBatched(ctx, b, mine, cfg) })
+		}
+		wg.Wait()
+		return orders.Merge(shares...), shares
+	}
+	return run, counters, closeAll, nil
 }
 
 // promotions says how the run's orders read promotions, for the report.

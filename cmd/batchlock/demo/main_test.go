@@ -42,6 +42,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--workers", "0"}, "--workers 0: want 1 to 1024"},
 		{[]string{"--hot", "30", "--skus", "20"}, "--hot 30: want 0 to --skus (20)"},
 		{[]string{"--think", "-1s"}, "--think -1s must not be negative"},
+		{[]string{"--processors", "4"}, "--processors runs batch processors: it needs --batch"},
+		{[]string{"--batch", "64", "--processors", "0"}, "--processors 0: want 1 to 64"},
 		{[]string{"leftover"}, `unexpected argument "leftover"`},
 		{[]string{"--store", "mysql"}, `--store "mysql": want redis or postgres`},
 		{[]string{"--store", "postgres", "--no-lock"}, "--no-lock runs on --store=redis only: its oversell is that of the Redis read-then-write"},

@@ -23,10 +23,18 @@ type demoReport struct {
 	Think       orders.Duration `json:"think_ms"`
 	Replicas    int             `json:"replicas"`
 	Run         orders.Report   `json:"run"`
-	Chaos       *chaosResult    `json:"chaos,omitempty"`
-	Verdict     string          `json:"verdict"`
+	// Processors are the batch processors' own figures, with several.
+	Processors []processorFigures `json:"processors,omitempty"`
+	Chaos      *chaosResult       `json:"chaos,omitempty"`
+	Verdict    string             `json:"verdict"`
 	// Passed decides the exit code: 0 when true.
 	Passed bool `json:"passed"`
+}
+
+// processorFigures is what one batch processor of several did.
+type processorFigures struct {
+	Orders       int     `json:"orders"`
+	OrdersPerSec float64 `json:"orders_per_second"`
 }
 
 // chaosResult is what the failover in the middle of a run did.
@@ -77,6 +85,13 @@ func (r demoReport) writeText(w io.Writer) error {
 	}
 	if err := r.Run.WriteText(&b); err != nil {
 		return err
+	}
+	if len(r.Processors) > 0 {
+		var each []string
+		for _, p := range r.Processors {
+			each = append(each, fmt.Sprintf("%.0f", p.OrdersPerSec))
+		}
+		row("processors", "%d, orders/s each: %s (in all: the run's)", len(r.Processors), strings.Join(each, ", "))
 	}
 	if c := r.Chaos; c != nil {
 		switch {
