@@ -62,24 +62,34 @@ type Ticks struct {
 	// takes.
 	Waits int
 	Alone func(ctx context.Context, o Order) (Outcome, error)
+	// Rate, when above 0, makes the run an open loop: orders arrive Rate a
+	// second, the first at the start, and a tick takes those that have
+	// arrived (after the refused ones), waiting for the next arrival when
+	// there are none. At 0 every order is there from the start and every
+	// tick is full: a closed loop.
+	Rate float64
 }
 
 // RunTicks processes orders with t, a tick of ticks.Size orders at a time,
 // the orders refused by a tick first in the next, until all are done,
-// cfg.Stop is closed or ctx ends; cfg as RunBatched says. A locked order's
-// lock wait runs from its first tick to its lock: the turns it waited.
+// cfg.Stop is closed or ctx ends; cfg as RunBatched says. An order arrives
+// when ticks.Rate says, or in a closed loop when it first goes into a tick;
+// a locked order's lock wait runs from its arrival to its lock, and the
+// result's Backlog is the orders that had arrived but were not done when
+// the run ended.
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	size := cmp.Or(max(ticks.Size, 0), 256)
 	cfg = cfg.withDefaults()
 	r := newRecorder()
 	start := time.Now()
+	arrival := func(i int) time.Time { return start.Add(time.Duration(float64(i) / ticks.Rate * float64(time.Second))) }
 	refusedTicks := map[string]int{} // by order: refusals in a row
 	failedTicks := map[string]int{}  // by order: ticks failed as a whole in a row
 	var alone sync.WaitGroup
 	var carry []Order // refused by the last tick: first in the next
 	next := 0
-	// arrived is when each order not done yet first went into a tick: an
-	// order's lock wait runs from then to its lock.
+	// arrived is when each order not done yet arrived: an order's lock wait
+	// runs from then to its lock.
 	var arrivedMu sync.Mutex
 	arrived := map[string]time.Time{}
 	done := func(o Order, out Outcome, err error) {
@@ -99,13 +109,26 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			break
 		}
 		batch := carry
+		now := time.Now()
 		arrivedMu.Lock()
 		for len(batch) < size && next < len(orders) {
+			at := now
+			if ticks.Rate > 0 {
+				if at = arrival(next); at.After(now) {
+					break
+				}
+			}
 			batch = append(batch, orders[next])
-			arrived[orders[next].ID] = time.Now()
+			arrived[orders[next].ID] = at
 			next++
 		}
 		arrivedMu.Unlock()
+		if len(batch) == 0 {
+			if !awaitArrival(ctx, cfg.Stop, arrival(next)) {
+				break
+			}
+			continue
+		}
 		carry = nil
 		tctx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
 		outcomes, refused, err := t.Tick(tctx, batch)
@@ -154,7 +177,28 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 		}
 	}
 	alone.Wait()
+	backlog := len(carry)
+	if ticks.Rate > 0 {
+		for end := time.Now(); next < len(orders) && !arrival(next).After(end); next++ {
+			backlog++
+		}
+	}
+	r.backlog(backlog)
 	return r.result(time.Since(start))
+}
+
+// awaitArrival waits until at, and reports false if ctx ends or stop is
+// closed first.
+func awaitArrival(ctx context.Context, stop <-chan struct{}, at time.Time) bool {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-stop:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // Tick locks the baskets of batch that are free, fulfils their orders and

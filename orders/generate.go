@@ -33,6 +33,11 @@ type GenConfig struct {
 	// UniformBaskets draws every basket size in 1..MaxBasket alike, for a
 	// heavier load than the power law's.
 	UniformBaskets bool
+	// ZipfS, when above 1, draws the SKUs that are not hot by Zipf's law:
+	// SKU(k) with a probability in proportion to (ZipfV + k)^-ZipfS, so
+	// that popularity falls off smoothly from SKU(0) rather than in two
+	// steps. ZipfV is at least 1.
+	ZipfS, ZipfV float64
 	// Promos is the number of promotions, Promo(0) .. Promo(Promos-1), and
 	// PromoShare the probability, in [0, 1], that an order applies one of
 	// them. Few promotions in many orders make them hot keys that orders
@@ -62,6 +67,8 @@ func (c GenConfig) Validate() error {
 		return fmt.Errorf("orders: %d promotions: must not be negative", c.Promos)
 	case math.IsNaN(c.PromoShare) || c.PromoShare < 0 || c.PromoShare > 1:
 		return fmt.Errorf("orders: promotion share %v must be in [0, 1]", c.PromoShare)
+	case c.ZipfS != 0 && !(c.ZipfS > 1 && c.ZipfV >= 1):
+		return fmt.Errorf("orders: Zipf s %v, v %v: s must be above 1 and v at least 1", c.ZipfS, c.ZipfV)
 	}
 	return nil
 }
@@ -95,13 +102,18 @@ func Generate(cfg GenConfig) ([]Order, error) {
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6f72646572730a))
 	maxBasket := min(cfg.MaxBasket, cfg.SKUs)
+	pick := func() int { return rng.IntN(cfg.SKUs) }
+	if cfg.ZipfS != 0 {
+		zipf := rand.NewZipf(rng, cfg.ZipfS, cfg.ZipfV, uint64(cfg.SKUs-1))
+		pick = func() int { return int(zipf.Uint64()) }
+	}
 	orders := make([]Order, cfg.Orders)
 	for i := range orders {
 		size := 1 + int(float64(maxBasket)*math.Pow(rng.Float64(), 8))
 		if cfg.UniformBaskets {
 			size = 1 + rng.IntN(maxBasket)
 		}
-		orders[i] = Order{ID: fmt.Sprintf("o%07d", i), Lines: basket(rng, cfg, size)}
+		orders[i] = Order{ID: fmt.Sprintf("o%07d", i), Lines: basket(rng, cfg, size, pick)}
 		if cfg.Promos > 0 && rng.Float64() < cfg.PromoShare {
 			orders[i].Promos = []string{Promo(rng.IntN(cfg.Promos))}
 		}
@@ -109,8 +121,9 @@ func Generate(cfg GenConfig) ([]Order, error) {
 	return orders, nil
 }
 
-// basket draws size distinct SKUs with their quantities.
-func basket(rng *rand.Rand, cfg GenConfig, size int) []Line {
+// basket draws size distinct SKUs with their quantities, those that are
+// not hot by pick.
+func basket(rng *rand.Rand, cfg GenConfig, size int, pick func() int) []Line {
 	seen := make(map[int]bool, size)
 	lines := make([]Line, 0, size)
 	hotLeft := cfg.HotSKUs
@@ -119,7 +132,7 @@ func basket(rng *rand.Rand, cfg GenConfig, size int) []Line {
 		if hotLeft > 0 && rng.Float64() < cfg.HotShare {
 			i = rng.IntN(cfg.HotSKUs)
 		} else {
-			i = rng.IntN(cfg.SKUs)
+			i = pick()
 		}
 		if seen[i] {
 			continue

@@ -122,6 +122,27 @@ func TestGenerateSpreadsOverSlots(t *testing.T) {
 	}
 }
 
+// Under Zipf's law the first SKUs are drawn far more often than the last,
+// popularity falling smoothly, and a big basket still has distinct SKUs.
+func TestGenerateZipf(t *testing.T) {
+	cfg := GenConfig{SKUs: 2000, Orders: 2000, MaxBasket: 200, MaxQty: 1, UniformBaskets: true, ZipfS: 1.1, ZipfV: 10, Seed: 3}
+	orders, err := Generate(cfg)
+	require.NoError(t, err)
+	count := map[string]int{}
+	for _, o := range orders {
+		seen := map[string]bool{}
+		for _, l := range o.Lines {
+			require.False(t, seen[l.SKU], "order %s has %s twice", o.ID, l.SKU)
+			seen[l.SKU] = true
+			count[l.SKU]++
+		}
+	}
+	first, tenth, middle := count[SKU(0)], count[SKU(10)], count[SKU(1000)]
+	assert.Greater(t, first, tenth, "SKU(0) against SKU(10)")
+	assert.Greater(t, tenth, 2*middle, "SKU(10) against SKU(1000)")
+	assert.Positive(t, middle, "the tail is drawn too")
+}
+
 func TestGenerateBasketNeverExceedsCatalogue(t *testing.T) {
 	orders, err := Generate(GenConfig{SKUs: 3, Orders: 50, MaxBasket: 10, MaxQty: 1, HotSKUs: 3, HotShare: 1, Seed: 1})
 	require.NoError(t, err)
@@ -143,6 +164,8 @@ func TestGenConfigValidate(t *testing.T) {
 		"negative":            {func(c *GenConfig) { c.Orders = -1 }, "-1 orders"},
 		"negative promotions": {func(c *GenConfig) { c.Promos = -1 }, "-1 promotions"},
 		"promotion share":     {func(c *GenConfig) { c.PromoShare = -0.5 }, "promotion share -0.5"},
+		"Zipf s of 1":         {func(c *GenConfig) { c.ZipfS, c.ZipfV = 1, 10 }, "Zipf s 1, v 10"},
+		"Zipf v below 1":      {func(c *GenConfig) { c.ZipfS, c.ZipfV = 1.1, 0.5 }, "Zipf s 1.1, v 0.5"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := genConfig()

@@ -47,8 +47,10 @@ type Result struct {
 	// SoldBySKU sums the lines of accepted orders: what the business sold,
 	// which the audit compares with Redis.
 	SoldBySKU map[string]int64
-	// LockWaits of every lock obtained.
-	LockWaits []time.Duration
+	// LockWaits of every lock obtained, and LockWaitSizes the basket size
+	// (lines) of each of those orders, in the same order.
+	LockWaits     []time.Duration
+	LockWaitSizes []int
 	// FirstErrors keeps the first few errors that ended an order, and
 	// FirstRetried the first few that made one be tried again, for the
 	// report.
@@ -60,6 +62,9 @@ type Result struct {
 	Ticks        int
 	TakenPerTick []int
 	Refusals     int
+	// Backlog is the orders that had arrived but were not done when a
+	// batched run ended (RunTicks says when an order arrives).
+	Backlog int
 }
 
 const keptErrors = 5
@@ -79,12 +84,14 @@ func Merge(results ...Result) Result {
 			out.SoldBySKU[sku] += n
 		}
 		out.LockWaits = append(out.LockWaits, r.LockWaits...)
+		out.LockWaitSizes = append(out.LockWaitSizes, r.LockWaitSizes...)
 		out.FirstErrors = append(out.FirstErrors, r.FirstErrors...)[:min(len(out.FirstErrors)+len(r.FirstErrors), keptErrors)]
 		out.FirstRetried = append(out.FirstRetried, r.FirstRetried...)[:min(len(out.FirstRetried)+len(r.FirstRetried), keptErrors)]
 		out.Elapsed = max(out.Elapsed, r.Elapsed)
 		out.Ticks += r.Ticks
 		out.TakenPerTick = append(out.TakenPerTick, r.TakenPerTick...)
 		out.Refusals += r.Refusals
+		out.Backlog += r.Backlog
 	}
 	return out
 }
@@ -148,6 +155,7 @@ func (r *recorder) record(o Order, out Outcome, err error, retried []error) {
 	}
 	if out.Locked {
 		res.LockWaits = append(res.LockWaits, out.LockWait)
+		res.LockWaitSizes = append(res.LockWaitSizes, len(o.Lines))
 	}
 	switch {
 	case err != nil && out.Written:
@@ -173,6 +181,13 @@ func (r *recorder) tick(taken int) {
 	defer r.mu.Unlock()
 	r.res.Ticks++
 	r.res.TakenPerTick = append(r.res.TakenPerTick, taken)
+}
+
+// backlog sets the orders left waiting when a batched run ended.
+func (r *recorder) backlog(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Backlog = n
 }
 
 // refusal counts a basket refused by a tick.

@@ -1,0 +1,107 @@
+package orders
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tickerFunc is a Ticker that takes every order refuse does not refuse, and
+// records when each tick came and what it held.
+type tickerFunc struct {
+	refuse func(o Order) bool
+	mu     sync.Mutex
+	ticks  []seenTick
+}
+
+type seenTick struct {
+	at  time.Time
+	ids []string
+}
+
+func (f *tickerFunc) Tick(_ context.Context, batch []Order) ([]Fulfilled, []int, error) {
+	seen := seenTick{at: time.Now()}
+	out := make([]Fulfilled, len(batch))
+	var refused []int
+	for i, o := range batch {
+		seen.ids = append(seen.ids, o.ID)
+		if f.refuse != nil && f.refuse(o) {
+			refused = append(refused, i)
+			continue
+		}
+		out[i] = Fulfilled{Outcome: Outcome{Accepted: true, Locked: true}}
+	}
+	f.mu.Lock()
+	f.ticks = append(f.ticks, seen)
+	f.mu.Unlock()
+	return out, refused, nil
+}
+
+func tickOrders(t *testing.T, n int) []Order {
+	t.Helper()
+	orders, err := Generate(GenConfig{SKUs: 100, Orders: n, MaxBasket: 10, MaxQty: 1, Seed: 5})
+	require.NoError(t, err)
+	return orders
+}
+
+// In an open loop a tick holds only orders that have arrived, so the
+// orders of a run spread over ticks; each basket's size goes with its wait.
+func TestRunTicksOpenLoopTakesWhatHasArrived(t *testing.T) {
+	const rate = 1000.0
+	orders := tickOrders(t, 60)
+	index := map[string]int{}
+	for i, o := range orders {
+		index[o.ID] = i
+	}
+	f := &tickerFunc{}
+	start := time.Now()
+	res := RunTicks(t.Context(), f, orders, Ticks{Size: 256, Rate: rate}, RunConfig{Attempts: 1})
+
+	assert.Equal(t, len(orders), res.Accepted)
+	assert.Zero(t, res.Backlog)
+	require.GreaterOrEqual(t, len(f.ticks), 2, "60 orders arriving over 60 ms in one tick")
+	for _, tick := range f.ticks {
+		for _, id := range tick.ids {
+			arrives := start.Add(time.Duration(float64(index[id]) / rate * float64(time.Second)))
+			assert.False(t, arrives.After(tick.at), "order %s in a tick %v before it arrived", id, arrives.Sub(tick.at))
+		}
+	}
+	require.Len(t, res.LockWaitSizes, len(res.LockWaits))
+	var want []int
+	for _, o := range orders {
+		want = append(want, len(o.Lines))
+	}
+	sizes := slices.Clone(res.LockWaitSizes)
+	slices.Sort(sizes)
+	slices.Sort(want)
+	assert.Equal(t, want, sizes)
+}
+
+// The backlog is the orders that had arrived and were not done when the
+// run was stopped: an order every tick refuses, in a closed loop and in an
+// open one.
+func TestRunTicksBacklog(t *testing.T) {
+	for name, rate := range map[string]float64{"closed loop": 0, "open loop": 10_000} {
+		t.Run(name, func(t *testing.T) {
+			orders := tickOrders(t, 20)
+			stuck := orders[3].ID
+			stop := make(chan struct{})
+			var done sync.WaitGroup
+			done.Add(len(orders) - 1)
+			go func() {
+				done.Wait()
+				close(stop)
+			}()
+			f := &tickerFunc{refuse: func(o Order) bool { return o.ID == stuck }}
+			res := RunTicks(t.Context(), f, orders, Ticks{Size: 8, Rate: rate}, RunConfig{Attempts: 1, Stop: stop, Done: done.Done})
+			assert.Equal(t, len(orders)-1, res.Accepted)
+			assert.Equal(t, 1, res.Backlog, "the order refused every tick")
+			assert.Positive(t, res.Refusals)
+		})
+	}
+}
