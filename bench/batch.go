@@ -15,26 +15,72 @@ import (
 )
 
 // BatchConfig shapes the batch workload: processors take ticks of Tick
-// orders (baskets of 1 to MaxBasket of SKUs SKUs, package orders' order
-// stream), lock the baskets that are free, read and write their stock in
-// one pipeline each, and let go; a refused order goes first in the
-// processor's next tick.
+// orders (Mix's baskets of SKUs SKUs, package orders' order stream), lock
+// the baskets that are free, read and write their stock in one pipeline
+// each, and let go; a refused order goes first in the processor's next
+// tick.
 type BatchConfig struct {
 	SKUs       int
-	MaxBasket  int
+	Mix        BatchMix
 	Tick       int
 	Processors []int // the numbers of processors at once, each a level of its own
-	Stock      int64
-	Rounds     int // turns each kind gets per number of processors, alternating
-	Slice      time.Duration
+	// Rate, when above 0, makes the workload an open loop: orders arrive
+	// Rate a second in all, shared out evenly over the processors, and a
+	// tick takes those that have arrived; at 0 every tick is full.
+	Rate   float64
+	Stock  int64
+	Rounds int // turns each kind gets per number of processors, alternating
+	Slice  time.Duration
 	// LoopWorkers are the goroutines of the TryLock-loop processor, each
 	// taking one basket at a time.
 	LoopWorkers int
 }
 
-// DefaultBatch: ticks of 256 orders over 2000 SKUs, baskets of up to 40,
-// with 1 and 4 processors; every kind gets two 3-second turns at each.
-var DefaultBatch = BatchConfig{SKUs: 2000, MaxBasket: 40, Tick: 256, Processors: []int{1, 4}, Stock: 1_000_000,
+// BatchMix is the orders of a batch workload.
+type BatchMix struct {
+	Name      string
+	MaxBasket int
+	// Uniform draws basket sizes alike in 1..MaxBasket, rather than small
+	// baskets most likely (the orders stream).
+	Uniform bool
+	// ZipfS and ZipfV, when set, draw SKUs by Zipf's law (orders.GenConfig).
+	ZipfS, ZipfV float64
+	// Rate is the open loop's arrivals per second that this mix runs at
+	// when asked for an open loop without a rate: well below what one
+	// processor sustains on this machine.
+	Rate float64
+}
+
+// The batch workload's mixes: uniform is the one its targets are set on.
+var (
+	MixUniform = BatchMix{Name: "uniform", MaxBasket: 40, Uniform: true, Rate: 800}
+	MixStream  = BatchMix{Name: "stream", MaxBasket: 40, Rate: 3000}
+	MixZipf    = BatchMix{Name: "zipf", MaxBasket: 40, Uniform: true, ZipfS: 1.1, ZipfV: 10, Rate: 400}
+	MixBig     = BatchMix{Name: "big", MaxBasket: 200, Uniform: true, Rate: 100}
+	BatchMixes = []BatchMix{MixUniform, MixStream, MixZipf, MixBig}
+)
+
+// String says what the mix's baskets are, for the report.
+func (m BatchMix) String() string {
+	sizes := "small baskets most likely (the orders stream)"
+	if m.Uniform {
+		sizes = "sizes alike"
+	}
+	skus := "SKUs alike"
+	if m.ZipfS != 0 {
+		skus = fmt.Sprintf("SKUs by Zipf's law (s = %v, v = %v)", m.ZipfS, m.ZipfV)
+	}
+	return fmt.Sprintf("%s: baskets of 1–%d SKUs, %s, %s", m.Name, m.MaxBasket, sizes, skus)
+}
+
+// big says whether a basket of lines SKUs is one of the mix's big ones,
+// more than half its largest.
+func (m BatchMix) big(lines int) bool { return 2*lines > m.MaxBasket }
+
+// DefaultBatch: ticks of 256 orders over 2000 SKUs, the uniform mix, with
+// 1, 2 and 4 processors, every tick full; every kind gets two 3-second
+// turns at each.
+var DefaultBatch = BatchConfig{SKUs: 2000, Mix: MixUniform, Tick: 256, Processors: []int{1, 2, 4}, Stock: 1_000_000,
 	Rounds: 2, Slice: 3 * time.Second, LoopWorkers: 16}
 
 // BatchKind is one kind of batch processor, with as many processors as the
@@ -58,11 +104,15 @@ func (k BatchKind) sent() ScriptsSent {
 }
 
 // BatchResult is what one kind achieved with one number of processors
-// (Workers) over all its turns.
+// (Workers) over all its turns. Its LockWait runs from an order's arrival
+// to its admission, Small and Big are those of the mix's small and big
+// baskets apart.
 type BatchResult struct {
 	OrderResult
-	Ticks    int // ticks of all its processors
-	Refusals int // baskets refused, each time
+	Ticks      int // ticks of all its processors
+	Refusals   int // baskets refused, each time
+	Backlog    int // orders arrived and not done at the ends of the turns
+	Small, Big Summary
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of
@@ -258,6 +308,7 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 				results[k].Sent = &ScriptsSent{}
 			}
 		}
+		waits := make([]batchWaits, len(kinds))
 		for round := range cfg.Rounds {
 			lists, err := batchOrders(cfg, n, level*cfg.Rounds+round)
 			if err != nil {
@@ -265,10 +316,13 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 			}
 			for j := range kinds {
 				k := (j + round) % len(kinds)
-				if err := runBatchTurn(ctx, cl, masters, kinds[k], stocks[k], lists, cfg, &results[k], sold[k]); err != nil {
+				if err := runBatchTurn(ctx, cl, masters, kinds[k], stocks[k], lists, cfg, &results[k], &waits[k], sold[k]); err != nil {
 					return nil, err
 				}
 			}
+		}
+		for k := range results {
+			results[k].LockWait, results[k].Small, results[k].Big = Summarize(waits[k].all), Summarize(waits[k].small), Summarize(waits[k].big)
 		}
 		out = append(out, results...)
 	}
@@ -298,8 +352,8 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 func batchOrders(cfg BatchConfig, processors, seed int) ([][]orders.Order, error) {
 	lists := make([][]orders.Order, processors)
 	for p := range lists {
-		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 60_000, MaxBasket: cfg.MaxBasket, MaxQty: 1,
-			Seed: uint64(seed*processors + p)})
+		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 60_000, MaxBasket: cfg.Mix.MaxBasket, MaxQty: 1,
+			UniformBaskets: cfg.Mix.Uniform, ZipfS: cfg.Mix.ZipfS, ZipfV: cfg.Mix.ZipfV, Seed: uint64(seed*processors + p)})
 		if err != nil {
 			return nil, err
 		}
@@ -311,10 +365,15 @@ func batchOrders(cfg BatchConfig, processors, seed int) ([][]orders.Order, error
 	return lists, nil
 }
 
+// batchWaits are a kind's waits from arrival to admission, all and by
+// basket size.
+type batchWaits struct{ all, small, big []time.Duration }
+
 // runBatchTurn runs kind's processors, one per list, for one turn, and adds
-// what it did and cost to r and what its orders sold to sold.
+// what it did and cost to r, its waits to waits and what its orders sold
+// to sold.
 func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, kind BatchKind, stock *orders.Stock,
-	lists [][]orders.Order, cfg BatchConfig, r *BatchResult, sold map[string]int64) error {
+	lists [][]orders.Order, cfg BatchConfig, r *BatchResult, waits *batchWaits, sold map[string]int64) error {
 	results := make([]orders.Result, len(lists))
 	var writes int64
 	cost, err := measureCost(ctx, cl, masters, func() int64 { return writes }, kind.sent, func() {
@@ -325,7 +384,7 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		for p, list := range lists {
 			proc := kind.New(p, stock)
 			wg.Go(func() {
-				results[p] = orders.RunTicks(ctx, proc, list, orders.Ticks{Size: cfg.Tick},
+				results[p] = orders.RunTicks(ctx, proc, list, orders.Ticks{Size: cfg.Tick, Rate: cfg.Rate / float64(len(lists))},
 					orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
 			})
 		}
@@ -348,6 +407,15 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		r.Elapsed += res.Elapsed / time.Duration(len(lists)) // the processors ran side by side
 		r.Ticks += res.Ticks
 		r.Refusals += res.Refusals
+		r.Backlog += res.Backlog
+		waits.all = append(waits.all, res.LockWaits...)
+		for i, w := range res.LockWaits {
+			if cfg.Mix.big(res.LockWaitSizes[i]) {
+				waits.big = append(waits.big, w)
+			} else {
+				waits.small = append(waits.small, w)
+			}
+		}
 		for sku, n := range res.SoldBySKU {
 			sold[sku] += n
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -863,36 +864,50 @@ func (r Report) batches(p func(string, ...any)) {
 	}
 	b := r.Batch
 	p("\n## Batch admission: ticks of orders\n\n")
-	p("Batch processors take ticks of %d orders (baskets of 1–%d of %d SKUs, as in Contention, one unit each), lock every basket that is free, read the stock of the tick's taken orders in one pipeline, write it in one more, and let go; a refused order goes first in its processor's next tick. ", b.Tick, b.MaxBasket, b.SKUs)
-	p("The reference is the **batch-floor processor**: admission in this process (a basket is refused when any of its SKUs is held by an earlier basket of any of its processors), then the lock floor's Redis work for every admitted key of the tick: one script call per master that, per slot, `INCR`s its counter and sets each key `NX PX` to its token and owner, and one that deletes each key where the owner matches. ")
+	p("Batch processors take ticks of %d orders (of %d SKUs, one unit each; the mix %s), lock every basket that is free, read the stock of the tick's taken orders in one pipeline, write it in one more, and let go; a refused order goes first in its processor's next tick. ", b.Tick, b.SKUs, b.Mix)
+	if b.Rate > 0 {
+		p("The loop is **open**: orders arrive %.0f a second in all, shared out evenly over the processors, and a tick takes those that have arrived; an order's wait runs from its arrival to its admission, and the backlog is the orders arrived and not done when a turn ended. ", b.Rate)
+	} else {
+		p("The loop is **closed**: every tick is full; an order's wait runs from its first tick to its admission. ")
+	}
+	p("The references are the **batch-floor processor**: admission in this process (a basket is refused when any of its SKUs is held by an earlier basket of any of its processors), then the lock floor's Redis work for every admitted key of the tick: one script call per master that, per slot, `INCR`s its counter and sets each key `NX PX` to its token and owner, and one that deletes each key where the owner matches; and the **cross-process floor**, the least a lock costs when processors meet in Redis: each processor admits among its own tick's baskets in process, sends per master one call that takes each admitted basket's keys there with the same work, undoing that basket's keys on that master at its first held key, then one owner-checked delete per master of the parts of baskets refused on another master, and releases with one owner-checked delete per master. ")
 	p("batchlock's **TryEach** processor takes a tick with one `TryEach` (one call per master, settling conflicts with its own locks in the process) and lets go with one `UnlockEach`; the **TryLock loop** is the same processor as a new user first writes it: `TryLock` per basket on %d goroutines, then `Unlock` each. ", b.LoopWorkers)
-	p("With 1 and 4 processors at once (4 Clients, as processes), each kind gets %d turns of %v, alternating. ", b.Rounds, b.Slice)
-	p("*Script calls per order* are the masters' script calls over the turns (`INFO commandstats`) less the orders' own stock writes, per order processed.\n\n")
-	p("| processors | processor | orders | orders/s | of the batch-floor processor's | masters' CPU per order | vs the batch floor's | script calls per order | by kind: acquires / releases per order | orders per tick | refusals | oversold units |\n")
-	p("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	p("With %s processors at once (a Client each, as processes), each kind gets %d turns of %v, alternating. ", joinInts(b.Processors), b.Rounds, b.Slice)
+	p("*Script calls per order* are the masters' script calls over the turns (`INFO commandstats`) less the orders' own stock writes, per order processed; *refusals per order* count a basket each time a tick refused it. Big baskets are those of more than %d SKUs.\n\n", b.Mix.MaxBasket/2)
+	p("| processors | processor | orders | orders/s | of the batch floor's / the cross-process floor's | masters' CPU per order | vs the batch floor's / the cross-process floor's | script calls per order | by kind: acquires / releases per order | orders per tick | refusals per order | wait p50 / p99 / max ms | p99 small / big ms | backlog | oversold units |\n")
+	p("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---:|\n")
 	for _, n := range b.Processors {
-		ref := r.batch(NameBatchFloorProcessor, n)
+		refs := []BatchResult{r.batch(NameBatchFloorProcessor, n), r.batch(NameCrossFloorProcessor, n)}
 		for _, res := range r.Batches {
 			if res.Workers != n {
 				continue
 			}
-			share, cpu := "—", "—"
-			if res.Library != NameBatchFloorProcessor {
-				if c, ok := compareOrders(res.OrderResult, ref.OrderResult); ok {
-					share, cpu = fmt.Sprintf("%.0f%%", 100*c.share), fmt.Sprintf("%.2fx", c.cpu)
+			var shares, cpus []string
+			for _, ref := range refs {
+				share, cpu := "—", "—"
+				if res.Library != ref.Library {
+					if c, ok := compareOrders(res.OrderResult, ref.OrderResult); ok {
+						share, cpu = fmt.Sprintf("%.0f%%", 100*c.share), fmt.Sprintf("%.2fx", c.cpu)
+					}
 				}
+				shares, cpus = append(shares, share), append(cpus, cpu)
 			}
 			byKind := "—"
 			if res.Sent != nil {
 				acquires, releases, _ := res.SentPerOrder()
 				byKind = fmt.Sprintf("%.3f / %.3f", acquires, releases)
 			}
-			perTick := 0.0
+			perTick, refusals := 0.0, 0.0
 			if res.Ticks > 0 {
 				perTick = float64(res.Orders) / float64(res.Ticks)
 			}
-			p("| %d | %s | %d | %.0f | %s | %d µs | %s | %.3f | %s | %.1f | %d | %d |\n", n, Label(res.Library), res.Orders, res.PerSecond(), share,
-				res.CPUPerOrder().Microseconds(), cpu, res.LockScriptsPerOrder(), byKind, perTick, res.Refusals, res.Oversold)
+			if res.Orders > 0 {
+				refusals = float64(res.Refusals) / float64(res.Orders)
+			}
+			w := res.LockWait
+			p("| %d | %s | %d | %.0f | %s | %d µs | %s | %.3f | %s | %.1f | %.2f | %s / %s / %s | %s / %s | %d | %d |\n", n, Label(res.Library), res.Orders, res.PerSecond(),
+				strings.Join(shares, " / "), res.CPUPerOrder().Microseconds(), strings.Join(cpus, " / "), res.LockScriptsPerOrder(), byKind, perTick, refusals,
+				Millis(w.Median), Millis(w.P99), Millis(w.Max), Millis(res.Small.P99), Millis(res.Big.P99), res.Backlog, res.Oversold)
 		}
 	}
 	p("\nWhere the masters' CPU per order goes, from `INFO commandstats` over the same turns (as in Contention: the script calls' own time, the lock's and the stock writes', and the rest):\n\n")
@@ -956,4 +971,16 @@ func (r Report) BatchMarkdown() string {
 	p("\n")
 	writeTargets(&b, r.batchTargets())
 	return b.String()
+}
+
+// joinInts lists ns for a reader: "1, 2 and 4".
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }

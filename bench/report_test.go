@@ -351,3 +351,36 @@ func TestLatencyPlotLegendIsShort(t *testing.T) {
 		}
 	}
 }
+
+// The batch section compares every processor with both floors, and gives
+// refusals, waits by basket size and the backlog; an open loop says so.
+func TestBatchSectionAgainstBothFloors(t *testing.T) {
+	ms := time.Millisecond
+	batch := func(name string, orders int64, cpu time.Duration, refusals int) BatchResult {
+		return BatchResult{OrderResult: OrderResult{Library: name, Workers: 4, Orders: orders, MastersCPU: time.Duration(orders) * cpu,
+			Elapsed: time.Second, SendsScripts: true, LockWait: Summary{Median: 2 * ms, P99: 40 * ms, Max: 90 * ms}},
+			Ticks: 100, Refusals: refusals, Backlog: 12, Small: Summary{P99: 30 * ms}, Big: Summary{P99: 80 * ms}}
+	}
+	r := Report{Batch: BatchConfig{SKUs: 2000, Mix: MixBig, Tick: 256, Processors: []int{4}, Rate: 100, Rounds: 1, Slice: time.Second}}
+	r.Batches = []BatchResult{
+		batch(NameBatchFloorProcessor, 2000, 100*time.Microsecond, 500),
+		batch(NameCrossFloorProcessor, 1000, 200*time.Microsecond, 1000),
+		batch(NameTryEachProcessor, 900, 220*time.Microsecond, 1800),
+	}
+	md := r.BatchMarkdown()
+	for _, want := range []string{
+		"big: baskets of 1–200 SKUs, sizes alike, SKUs alike",
+		"The loop is **open**: orders arrive 100 a second in all",
+		"With 4 processors at once",
+		"Big baskets are those of more than 100 SKUs.",
+		"| 4 | " + Label(NameTryEachProcessor) + " | 900 | 900 | 45% / 90% | 220 µs | 2.20x / 1.10x | 0.000 | — | 9.0 | 2.00 | 2.00 / 40.0 / 90.0 | 30.0 / 80.0 | 12 | 0 |",
+		"| 4 | " + Label(NameCrossFloorProcessor) + " | 1000 | 1000 | 50% / — | 200 µs | 2.00x / — |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("batch section lacks %q:\n%s", want, md)
+		}
+	}
+	if got := joinInts([]int{1, 2, 4}); got != "1, 2 and 4" {
+		t.Errorf("joinInts: %q", got)
+	}
+}

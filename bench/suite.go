@@ -41,6 +41,7 @@ const (
 	NameExclusivePromos = "batchlock-promos-exclusive"
 	// The batch workload's processors.
 	NameBatchFloorProcessor  = "batch-floor-processor"
+	NameCrossFloorProcessor  = "cross-process-floor-processor"
 	NameTryEachProcessor     = "batchlock-tryeach"
 	NameTryLockLoopProcessor = "batchlock-trylock-loop"
 )
@@ -69,6 +70,7 @@ var labels = map[string]string{
 	NameBatchlock16Clients:   "batchlock, 16 Clients (at 16 workers, one each: the cross-process case)",
 	// The batch workload's own.
 	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
+	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
 	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach",
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 }
@@ -96,8 +98,9 @@ type Suite struct {
 	Orders []Locker
 	// Promotions: batchlock, for the shared-keys comparison.
 	Promotions SharedLocker
-	// Batches: the batch-floor processor, the batch workload's reference,
-	// then batchlock's TryEach and TryLock-loop processors, each with as
+	// Batches: the batch-floor processor and the cross-process floor, the
+	// batch workload's references, then batchlock's TryEach and TryLock-loop
+	// processors, each with as
 	// many processors (Clients) as DefaultBatch runs at most.
 	Batches []BatchKind
 
@@ -188,10 +191,10 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	s.Promotions = blOrders
 
 	processors := slices.Max(DefaultBatch.Processors)
-	floors := make([]*Floor, processors)
+	floors, crossFloors := make([]*Floor, processors), make([]*Floor, processors)
 	each, loop := make([]*batchlock.Client, processors), make([]*batchlock.Client, processors)
 	for i := range processors {
-		floors[i] = NewLockFloor(client())
+		floors[i], crossFloors[i] = NewLockFloor(client()), NewLockFloor(client())
 		e, err := newBatchlock(NameTryEachProcessor)
 		if err != nil {
 			return nil, errors.Join(err, s.Close())
@@ -202,7 +205,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		}
 		each[i], loop[i] = e.c, l.c
 	}
-	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewTryEachKind(each), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
+	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
 	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {

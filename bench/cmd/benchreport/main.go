@@ -4,10 +4,14 @@
 //
 // Usage, from bench/:
 //
-//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick] [--only batch|floors|orders [--uniform]]
+//	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick]
+//	    [--only batch [--mix uniform,stream,zipf,big|all] [--open | --rate N] | --only floors | --only orders [--uniform]]
 //
 // --only batch runs the batch workload alone and prints its section and
-// targets, writing nothing: to measure a change to TryEach quickly. --only
+// targets, writing nothing: to measure a change to TryEach quickly; --mix
+// names the mixes to run it on, one after the other (default uniform, the
+// targets' mix), --open runs it as an open loop at each mix's own arrival
+// rate and --rate N at N orders a second in all. --only
 // floors does the same for batchlock and the three floors' latency and cost
 // at the sizes of the floor targets (keys spread), and times the lock and the
 // unlock of batchlock and the lock floor apart; --only orders for the
@@ -19,11 +23,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -46,6 +52,9 @@ func main() {
 	quick := flag.Bool("quick", false, "a tenth of the samples and short contention turns: to try the program, not for numbers")
 	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing; floors: batchlock and the floors at the floor targets' sizes; orders: the hand-off and the contention workload")
 	uniform := flag.Bool("uniform", false, "with --only orders: basket sizes alike in 1..40 rather than small baskets most likely")
+	mixNames := flag.String("mix", "", "with --only batch: the mixes to run, comma-separated, of uniform, stream, zipf and big, or all (default uniform)")
+	open := flag.Bool("open", false, "with --only batch: an open loop, orders arriving at each mix's own rate")
+	rate := flag.Float64("rate", 0, "with --only batch: an open loop, orders arriving this many a second in all")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -72,7 +81,16 @@ func main() {
 		log.Printf("benchreport: --uniform goes with --only orders")
 		os.Exit(2)
 	}
-	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only, *uniform); err != nil {
+	if (*mixNames != "" || *open || *rate != 0) && *only != "batch" {
+		log.Printf("benchreport: --mix, --open and --rate go with --only batch")
+		os.Exit(2)
+	}
+	loads, err := batchLoads(*mixNames, *open, *rate)
+	if err != nil {
+		log.Printf("benchreport: %v", err)
+		os.Exit(2)
+	}
+	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only, *uniform, loads); err != nil {
 		log.Printf("benchreport: %v", err)
 		cancel()
 		stop()
@@ -81,7 +99,41 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string, uniform bool) (err error) {
+// batchLoad is one run of --only batch: a mix, and the open loop's rate
+// (0: a closed loop).
+type batchLoad struct {
+	mix  bench.BatchMix
+	rate float64
+}
+
+// batchLoads are the runs --mix, --open and --rate ask for.
+func batchLoads(names string, open bool, rate float64) ([]batchLoad, error) {
+	if rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
+		return nil, fmt.Errorf("--rate %v: must be a positive number of orders a second", rate)
+	}
+	var loads []batchLoad
+	for name := range strings.SplitSeq(cmp.Or(names, bench.MixUniform.Name), ",") {
+		var mixes []bench.BatchMix
+		for _, m := range bench.BatchMixes {
+			if name == "all" || m.Name == name {
+				mixes = append(mixes, m)
+			}
+		}
+		if len(mixes) == 0 {
+			return nil, fmt.Errorf("--mix %q: the mixes are uniform, stream, zipf, big and all", name)
+		}
+		for _, m := range mixes {
+			l := batchLoad{mix: m, rate: rate}
+			if open && rate == 0 {
+				l.rate = m.Rate
+			}
+			loads = append(loads, l)
+		}
+	}
+	return loads, nil
+}
+
+func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string, uniform bool, loads []batchLoad) (err error) {
 	command := "cd bench && go run ./cmd/benchreport"
 	if addrs != "" {
 		// localcluster adopts a running cluster named this way.
@@ -140,13 +192,15 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		return nil
 	}
 	if only == "batch" {
-		step := time.Now()
-		if r.Batches, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, r.Batch); err != nil {
-			return err
+		for _, l := range loads {
+			step := time.Now()
+			r.Batch.Mix, r.Batch.Rate = l.mix, l.rate
+			if r.Batches, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, r.Batch); err != nil {
+				return err
+			}
+			log.Printf("batches, %s: %v", l.mix.Name, time.Since(step).Round(time.Millisecond))
+			fmt.Println(r.BatchMarkdown())
 		}
-		log.Printf("batches: %v", time.Since(step).Round(time.Millisecond))
-		r.Took = time.Since(started)
-		fmt.Println(r.BatchMarkdown())
 		return nil
 	}
 

@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/orders"
+)
+
+var (
+	//go:embed floor/basket_lock.lua
+	basketFloorLockSource string
+
+	basketFloorLock = redis.NewScript(basketFloorLockSource)
+)
+
+// NewCrossFloorKind is the cross-process floor, the least a Redis lock
+// costs when processors meet in Redis: each of its processors admits among
+// its own tick's baskets in process (an earlier basket wins), sends per
+// master one call that takes each admitted basket's keys there with the
+// lock floor's work, a basket's keys on that master undone at its first
+// held key, then one owner-checked delete per master of the parts of
+// baskets refused on another master; the release is one owner-checked
+// delete per master. floors are the processors' lock floors, each on a
+// cluster client of its own.
+func NewCrossFloorKind(floors []*Floor) BatchKind {
+	return BatchKind{Name: NameCrossFloorProcessor, New: func(i int, stock *orders.Stock) orders.Ticker {
+		return &crossFloor{rdb: floors[i].rdb, stock: stock}
+	}}
+}
+
+type crossFloor struct {
+	rdb   *redis.ClusterClient
+	stock *orders.Stock
+}
+
+// basketPart is a basket's keys on one master, by slot.
+type basketPart struct {
+	basket int
+	groups []hashtag.Group
+}
+
+func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
+	baskets := make([][]string, len(batch))
+	for i, o := range batch {
+		baskets[i] = lockKeys(f.stock.Keys(o))
+	}
+	admitted := (&admission{held: map[string]bool{}}).admit(baskets)
+	masters, err := f.partsByMaster(ctx, baskets, admitted)
+	if err != nil {
+		return nil, nil, err
+	}
+	owner := randomOwner()
+	calls := make([]*floorCall, len(masters))
+	for m, parts := range masters {
+		args := []any{TTL.Milliseconds(), owner}
+		for _, part := range parts {
+			args = append(args, part.basket, len(part.groups))
+			for _, g := range part.groups {
+				args = append(args, FenceKey(g.Slot), len(g.Keys))
+				for _, k := range g.Keys {
+					args = append(args, k)
+				}
+			}
+		}
+		calls[m] = masterCall(parts[0].groups, args)
+	}
+	sendCalls(ctx, f.rdb, basketFloorLock, calls)
+	refused := map[int]bool{}                     // anywhere
+	refusedOn := make([]map[int]bool, len(calls)) // by master
+	tokens := map[string]int64{}
+	var errs []error
+	for m, c := range calls {
+		r, err := basketReply(c.Reply)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: slot %d: %w", NameCrossFloorProcessor, c.Slot, err))
+			continue
+		}
+		refusedOn[m] = map[int]bool{}
+		for _, b := range r.refused {
+			refused[b], refusedOn[m][b] = true, true
+		}
+		n := 0
+		for _, part := range masters[m] {
+			if refusedOn[m][part.basket] {
+				continue
+			}
+			for _, g := range part.groups {
+				for _, k := range g.Keys {
+					if n < len(r.tokens) {
+						tokens[k] = r.tokens[n]
+					}
+					n++
+				}
+			}
+		}
+		if n != len(r.tokens) {
+			errs = append(errs, fmt.Errorf("%s: slot %d: %d tokens for %d keys", NameCrossFloorProcessor, c.Slot, len(r.tokens), n))
+		}
+	}
+	all := func(int, int) bool { return true }
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(append(errs, f.release(context.WithoutCancel(ctx), masters, owner, all))...)
+	}
+	if len(refused) > 0 {
+		givenBack := func(m, b int) bool { return refused[b] && !refusedOn[m][b] }
+		if err := f.release(ctx, masters, owner, givenBack); err != nil {
+			return nil, nil, errors.Join(err, f.release(context.WithoutCancel(ctx), masters, owner, all))
+		}
+	}
+	var taken []int
+	for _, i := range admitted {
+		if !refused[i] {
+			taken = append(taken, i)
+		}
+	}
+	out := f.stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 { return tokens[baskets[i][line]] }, 0)
+	return out, refusedOf(len(batch), taken), f.release(context.WithoutCancel(ctx), masters, owner, func(_, b int) bool { return !refused[b] })
+}
+
+// partsByMaster splits the admitted baskets by master, and each basket's
+// keys there by slot.
+func (f *crossFloor) partsByMaster(ctx context.Context, baskets [][]string, admitted []int) ([][]basketPart, error) {
+	var masters [][]basketPart
+	byAddr := map[string]int{}
+	masterOfSlot := map[int]int{}
+	for _, b := range admitted {
+		parts := map[int]int{} // by master: the basket's part's index there
+		for _, g := range bySlot(baskets[b]) {
+			m, ok := masterOfSlot[g.Slot]
+			if !ok {
+				node, err := f.rdb.MasterForKey(ctx, g.Keys[0])
+				if err != nil {
+					return nil, err
+				}
+				addr := node.Options().Addr
+				if m, ok = byAddr[addr]; !ok {
+					m = len(masters)
+					byAddr[addr] = m
+					masters = append(masters, nil)
+				}
+				masterOfSlot[g.Slot] = m
+			}
+			p, ok := parts[m]
+			if !ok {
+				p = len(masters[m])
+				parts[m] = p
+				masters[m] = append(masters[m], basketPart{basket: b})
+			}
+			masters[m][p].groups = append(masters[m][p].groups, g)
+		}
+	}
+	return masters, nil
+}
+
+// release deletes, one owner-checked call per master, the keys of the
+// parts which says, by master and basket.
+func (f *crossFloor) release(ctx context.Context, masters [][]basketPart, owner string, which func(master, basket int) bool) error {
+	var calls []*floorCall
+	for m, parts := range masters {
+		args := []any{owner}
+		var route []hashtag.Group
+		for _, part := range parts {
+			if !which(m, part.basket) {
+				continue
+			}
+			route = part.groups
+			for _, g := range part.groups {
+				for _, k := range g.Keys {
+					args = append(args, k)
+				}
+			}
+		}
+		if route != nil {
+			calls = append(calls, masterCall(route, args))
+		}
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	sendCalls(ctx, f.rdb, lockFloorUnlock, calls)
+	var errs []error
+	for _, c := range calls {
+		if err := c.Reply.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: slot %d: %w", NameCrossFloorProcessor, c.Slot, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// basketTake is basket_lock.lua's reply.
+type basketTake struct {
+	refused []int
+	tokens  []int64
+}
+
+func basketReply(c *redis.Cmd) (basketTake, error) {
+	v, err := c.Slice()
+	if err != nil {
+		return basketTake{}, err
+	}
+	if len(v) != 2 {
+		return basketTake{}, fmt.Errorf("a reply of %d parts, not 2", len(v))
+	}
+	var r basketTake
+	for _, part := range []struct {
+		v   any
+		add func(int64)
+	}{{v[0], func(n int64) { r.refused = append(r.refused, int(n)) }}, {v[1], func(n int64) { r.tokens = append(r.tokens, n) }}} {
+		list, ok := part.v.([]any)
+		if !ok {
+			return basketTake{}, fmt.Errorf("a reply part of %T", part.v)
+		}
+		for _, x := range list {
+			n, ok := x.(int64)
+			if !ok {
+				return basketTake{}, fmt.Errorf("a reply element of %T", x)
+			}
+			part.add(n)
+		}
+	}
+	return r, nil
+}
