@@ -533,17 +533,19 @@ func TestCallsOnAClosedClient(t *testing.T) {
 	_, lockErr := c.Lock(ctx, basket)
 	_, tryErr := c.TryLock(ctx, basket)
 	_, eachErr := c.TryEach(ctx, [][]string{basket})
+	_, noBasketsErr := c.TryEach(ctx, nil)
 	_, heldErr := c.Held(ctx, "*")
 	_, inspectErr := c.Inspect(ctx, basket...)
 	_, forceErr := c.ForceUnlock(ctx, basket[0])
 	preflight := c.Preflight(ctx)
 	require.Len(t, preflight, 1)
-	for _, err := range []error{lockErr, tryErr, eachErr, heldErr, inspectErr, forceErr, preflight[0].Err, c.Check(ctx),
+	for _, err := range []error{lockErr, tryErr, eachErr, noBasketsErr, heldErr, inspectErr, forceErr, preflight[0].Err, c.Check(ctx),
 		c.Do(ctx, basket, func(context.Context) error { return nil })} {
 		assert.ErrorIs(t, err, ErrClosed)
 	}
 	assert.Len(t, f.Log(), sent, "nothing sent")
 	assert.Contains(t, f.Held(), DefaultPrefix+basket[0], "another Client's key is left alone")
+	assert.Equal(t, ErrClosed.Error(), c.Check(ctx).Error(), "a closed Client is no failed check")
 }
 
 func TestForceUnlock(t *testing.T) {

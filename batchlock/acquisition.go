@@ -338,10 +338,9 @@ func (a *acquisition) finishTaking(ctx context.Context, last time.Time) error {
 		}
 	}
 	l.handValidity(v)
-	if left := time.Until(v.end()); !lease.Enough(left, l.lease) {
+	if err := l.leaseLeft("the keys"); err != nil {
 		a.rollback(l.groups)
-		return fmt.Errorf("%w: the lease ran out while the keys were taken: %v of %v left",
-			ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)
+		return err
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ func (c *Client) readHeld(ctx context.Context, node *redis.Client, keys []string
 }
 
 // Inspect reads keys (without the prefix) and returns, in the order given,
-// who holds each: a HeldKey with an empty Owner for a key not held. Unlike
+// who holds each: a HeldKey with no Holders for a key not held. Unlike
 // Held it scans nothing: one pipeline, one round trip per master. It reads,
 // and changes nothing.
 func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error) {
@@ -152,7 +152,7 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error)
 }
 
 // readLocks reads lock keys in one pipeline of p, with the server's time to
-// tell live holds, and returns what each holds: an empty Owner for a key not
+// tell live holds, and returns what each holds: no Holders for a key not
 // held.
 func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []string) ([]HeldKey, error) {
 	pipe := p.Pipeline()

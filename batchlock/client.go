@@ -65,6 +65,9 @@ type Client struct {
 	stopCalls context.CancelCauseFunc
 	// calls counts calls in flight and the releases they left running.
 	calls lifetime.Calls
+	// closed is closed when the first Close has returned, for the others
+	// to wait for.
+	closed chan struct{}
 }
 
 // New returns a Client that locks keys through rdb: a *redis.ClusterClient
@@ -91,6 +94,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		PubSub: c.deployment.pubSub, Reload: c.deployment.reloadSlots})
 	c.gates = gates.New()
 	c.closing, c.stopCalls = context.WithCancelCause(context.Background())
+	c.closed = make(chan struct{})
 	return c, nil
 }
 
@@ -98,16 +102,19 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // and every later call fails with ErrClosed. Every lock it handed out still
 // held ends (Err wraps ErrLockLost and ErrClosed) and is released: nothing
 // the Client held outlives it. It waits for those releases and rollbacks
-// (each at most 5s) and returns the releases' errors. It is idempotent; no
-// goroutine of the Client outlives it.
+// (each at most 5s) and returns the releases' errors. It is idempotent: a
+// later Close, also one made meanwhile, returns nil once the first has
+// returned. No goroutine of the Client outlives it.
 func (c *Client) Close() error {
 	// Every lock held now, and none after: a call that would hand one out
 	// from now on rolls it back instead. One lost from now on, whose own
 	// release may not start (see letGo), is released here.
 	held := c.stopHolding()
 	if !c.calls.Close() {
+		<-c.closed
 		return nil
 	}
+	defer close(c.closed)
 	c.stopCalls(ErrClosed)
 	c.calls.Wait()
 	shares := make([]releasing, len(held))
@@ -122,7 +129,12 @@ func (c *Client) Close() error {
 		}
 	}
 	c.watchdog.close()
-	return errors.Join(errors.Join(errs...), c.waiters.Close(), c.runner.Close())
+	for _, err := range []error{c.waiters.Close(), c.runner.Close()} {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("batchlock: close: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // stopHolding returns the locks handed out and not ended yet, and makes

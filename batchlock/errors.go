@@ -151,11 +151,9 @@ func (e innerError) Error() string { return strings.TrimPrefix(e.err.Error(), pr
 func (e innerError) Unwrap() error { return e.err }
 
 // described is what a call's part met (see routing.Error), said by the
-// library: its step and slot, and the context's cause when it ended the
-// call.
+// library once.
 func described(e *routing.Error) error {
-	if e.Cause != nil {
-		return fmt.Errorf("batchlock: %s: slot %d%s: %w: %w", e.Step, e.Slot, e.What, inner(e.Cause), inner(e.Err))
-	}
-	return fmt.Errorf("batchlock: %s: slot %d%s: %w", e.Step, e.Slot, e.What, inner(e.Err))
+	said := *e
+	said.Cause, said.Err = inner(e.Cause), inner(e.Err)
+	return fmt.Errorf("batchlock: %w", &said)
 }

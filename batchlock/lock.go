@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/gates"
+	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
@@ -175,6 +176,17 @@ func (l *Lock) ValidUntil() time.Time {
 	return l.valid.end()
 }
 
+// leaseLeft is the error of a lock whose call took too long to hand it out
+// (see lease.Enough): of what the call took (taken), too little of the
+// lease is left.
+func (l *Lock) leaseLeft(taken string) error {
+	if left := time.Until(l.ValidUntil()); !lease.Enough(left, l.lease) {
+		return fmt.Errorf("%w: the lease ran out while %s were taken: %v of %v left",
+			ErrNotObtained, taken, max(left, 0).Round(time.Millisecond), l.lease)
+	}
+	return nil
+}
+
 // Extend makes every key's lease run for at least ttl from now (a longer one
 // is kept); with WithReplicas only once acknowledged. Keys found no longer
 // held end the lock (lost) and the error wraps ErrNotHeld; on any error
@@ -199,7 +211,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	l.renewed(start.Add(ttl), true)
+	_ = l.renewed(start.Add(ttl), true) // a lock that ended meanwhile says so to the next call
 	return nil
 }
 
@@ -297,10 +309,16 @@ func (l *Lock) handValidity(v validity) {
 }
 
 // renewed records a renewal until end: of every key (all), or of the
-// granted ones only (see validity.renewed and grantRenewed).
-func (l *Lock) renewed(end time.Time, all bool) {
+// granted ones only (see validity.renewed and grantRenewed). It reports
+// false, changing nothing, when the lock ended meanwhile: a renewal whose
+// reply lands after an Unlock or Close must not start again the timer that
+// finish stopped.
+func (l *Lock) renewed(end time.Time, all bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.life.Err() != nil {
+		return false
+	}
 	if all {
 		l.valid.renewed(end)
 	} else {
@@ -309,6 +327,7 @@ func (l *Lock) renewed(end time.Time, all bool) {
 	if l.expiry != nil {
 		l.expiry.Reset(l.untilLoss())
 	}
+	return true
 }
 
 // arm starts the timer that reports the lock lost when its validity was not
@@ -331,6 +350,10 @@ func (l *Lock) untilLoss() time.Duration {
 
 func (l *Lock) expire() {
 	l.mu.Lock()
+	if l.life.Err() != nil {
+		l.mu.Unlock()
+		return // fired as finish stopped it
+	}
 	if d := l.untilLoss(); d > 0 {
 		l.expiry.Reset(d)
 		l.mu.Unlock()

@@ -207,9 +207,9 @@ func WithLease(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.lease = d })
 }
 
-// WithObserver sets a function called, synchronously and without blocking,
-// for every lock event (see Event); batchlock itself never logs. Default
-// none.
+// WithObserver sets a function called, synchronously and without blocking
+// (so not Close), for every lock event (see Event); batchlock itself never
+// logs. Default none.
 func WithObserver(fn func(Event)) Option {
 	return optionFunc(func(c *config) { c.observer = fn })
 }
@@ -269,9 +269,10 @@ func WithShared(keys ...string) LockOption {
 }
 
 // WithWait bounds how long Lock and Do wait for the keys, not how long they
-// are held: past d the call fails holding nothing, with a *ConflictError
-// that also wraps context.DeadlineExceeded. d <= 0 is ErrInvalid. Default:
-// as long as the context.
+// are held: past d the call fails holding nothing, with an error wrapping
+// ErrNotObtained and context.DeadlineExceeded: a *ConflictError naming the
+// keys held by others, when some were. d <= 0 is ErrInvalid. Default: as
+// long as the context.
 func WithWait(d time.Duration) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.wait, c.waitSet = d, true })
 }

@@ -53,8 +53,12 @@ type CheckResult struct {
 // warned, else every problem joined, each naming its node and setting: a
 // readiness probe.
 func (c *Client) Check(ctx context.Context) error {
+	results, err := c.preflight(ctx)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, r := range c.Preflight(ctx) {
+	for _, r := range results {
 		if r.Err != nil && !r.Warning {
 			if r.Node != "" {
 				errs = append(errs, fmt.Errorf("batchlock: check: %s: %s: %w", r.Node, r.Check, inner(r.Err)))
@@ -74,9 +78,19 @@ func (c *Client) Check(ctx context.Context) error {
 // master, the masters by address (see CheckName), sending only reads, a
 // script that reads two keys and one message.
 func (c *Client) Preflight(ctx context.Context) []CheckResult {
-	ctx, end, err := c.begin(ctx)
+	results, err := c.preflight(ctx)
 	if err != nil {
 		return []CheckResult{{Check: checkClientOpts, Err: err}}
+	}
+	return results
+}
+
+// preflight is Preflight's checks, or the error that kept the Client from
+// making them (ErrClosed, a bad context).
+func (c *Client) preflight(ctx context.Context) ([]CheckResult, error) {
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
+		return nil, err
 	}
 	defer end()
 	type clock struct {
@@ -146,7 +160,7 @@ func (c *Client) Preflight(ctx context.Context) []CheckResult {
 		}
 		results = append(results, CheckResult{Check: checkClocks, Err: err})
 	}
-	return append(results, CheckResult{Check: checkClientOpts, Err: c.clientOptionsOK()})
+	return append(results, CheckResult{Check: checkClientOpts, Err: c.clientOptionsOK()}), nil
 }
 
 func versionOK(ctx context.Context, node *redis.Client) error {

@@ -58,7 +58,7 @@ type releasing struct {
 // when ctx ended first.
 func (c *Client) release(ctx context.Context, why releaseReason, shares []releasing) []error {
 	if why == rollingBack {
-		return []error{c.rollBack(ctx, shares)}
+		return []error{c.rollBackDetached(ctx, shares)}
 	}
 	// Taken in one order whatever the caller's, so that two releases of
 	// the same locks cannot wait for each other.
@@ -111,8 +111,10 @@ func (c *Client) release(ctx context.Context, why releaseReason, shares []releas
 	return errs
 }
 
-// rollBack is release for rollingBack.
-func (c *Client) rollBack(ctx context.Context, shares []releasing) error {
+// rollBackDetached is release for rollingBack: the releases run on after
+// ctx ends (for at most rollbackTimeout), and it returns when they are
+// done or ctx is.
+func (c *Client) rollBackDetached(ctx context.Context, shares []releasing) error {
 	if !slices.ContainsFunc(shares, func(s releasing) bool { return len(s.groups)+len(s.marks) > 0 }) {
 		return nil
 	}
@@ -209,7 +211,9 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	switch {
 	case len(taken) > 0:
 		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
-	case lost != nil:
+	case lost != nil && !errors.Is(lost, ErrClosed):
+		// A Close that ended the lock as this release ran left its keys to
+		// it (Close's own release waits for l.unlocking): they were not lost.
 		return fmt.Errorf("%w: %w", ErrNotHeld, inner(lost))
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func keysNamed(prefix string, n int) []string {
 // acquire of a big batch, its release, an Extend, a forced release, and a
 // watchdog round that merges several big locks on each master.
 func TestEveryCallIsCapped(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	const lease = time.Second
 	c, f, renewed := newCountingRenewals(t, lease)
 	var locks []*Lock
 	for i := range 4 {
@@ -307,4 +308,59 @@ func TestUnlockRetriedSendsOnlyWhatFailed(t *testing.T) {
 		assert.Equal(t, master, m, "only what failed is sent again: %v", again)
 	}
 	assert.Equal(t, ownedBy("next", other), f.Held())
+}
+
+// A renewal whose reply lands after the lock ended (an Unlock or Close ran
+// meanwhile) changes nothing: the loss timer finish stopped stays stopped,
+// also when it fired as it was stopped, so nothing of the lock runs after
+// Close.
+func TestRenewalLandingAfterTheEndChangesNothing(t *testing.T) {
+	c, _ := newFaked(t)
+	l, err := c.Lock(t.Context(), basket)
+	require.NoError(t, err)
+	require.NotNil(t, l.expiry)
+	require.NoError(t, l.Unlock(t.Context()))
+	assert.False(t, l.renewed(time.Now().Add(time.Hour), true), "an ended lock is not renewed")
+	assert.False(t, l.expiry.Stop(), "the loss timer stays stopped")
+	l.expire()
+	assert.False(t, l.expiry.Stop(), "a timer that fired as it was stopped does not start again")
+}
+
+// Two Closes at once (a signal handler's and a deferred one) both return
+// only once the Client's locks are released.
+func TestConcurrentClosesWaitForTheReleases(t *testing.T) {
+	c, f := newFaked(t)
+	_, err := c.Lock(t.Context(), basket)
+	require.NoError(t, err)
+	f.With(func() { f.Delays = map[string]time.Duration{"release": 200 * time.Millisecond} })
+	var closes sync.WaitGroup
+	for range 2 {
+		closes.Go(func() {
+			assert.NoError(t, c.Close())
+			assert.Empty(t, f.Held(), "Close returned with keys held")
+		})
+	}
+	closes.Wait()
+}
+
+// An Unlock whose release goes through while Close ends the lock returns
+// nil: its keys were released by their owner, not lost.
+func TestUnlockDuringCloseIsNoLoss(t *testing.T) {
+	c, f := newFaked(t)
+	l, err := c.Lock(t.Context(), basket)
+	require.NoError(t, err)
+	closed := make(chan error, 1)
+	f.With(func() {
+		f.After = func(name string, _ *routing.Call) {
+			if name != "release" {
+				return
+			}
+			f.After = nil
+			go func() { closed <- c.Close() }()
+			assert.Eventually(t, func() bool { return l.Err() != nil }, 5*time.Second, time.Millisecond, "Close ended the lock")
+		}
+	})
+	assert.NoError(t, l.Unlock(t.Context()), "the Unlock's release went through")
+	assert.NoError(t, <-closed)
+	assert.Empty(t, f.Held())
 }

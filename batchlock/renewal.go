@@ -198,9 +198,10 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack routin
 			wd.remove(l)
 		case e.err == nil:
 			left := time.Until(l.ValidUntil())
-			l.renewed(start.Add(wd.c.cfg.lease), all)
-			wd.reschedule(l, wd.dueOf(l))
-			l.emit(Event{Kind: EventRenewed, Duration: left})
+			if l.renewed(start.Add(wd.c.cfg.lease), all) {
+				wd.reschedule(l, wd.dueOf(l))
+				l.emit(Event{Kind: EventRenewed, Duration: left})
+			}
 		default:
 			retry := lease.RetryAfter(wd.c.cfg.lease)
 			if l.validity().granted != nil {

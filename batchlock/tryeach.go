@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -33,15 +34,15 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	if err != nil {
 		return nil, err
 	}
-	locks = make([]*Lock, len(baskets))
-	if len(baskets) == 0 {
-		return locks, nil
-	}
 	ctx, end, err := c.beginTaking(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
+	locks = make([]*Lock, len(baskets))
+	if len(baskets) == 0 {
+		return locks, nil
+	}
 
 	start := time.Now()
 	owner, _ := OwnerFromContext(ctx)
@@ -229,7 +230,9 @@ func (t *eachCall) refuse(i int, earlier bool, conflict *ConflictError) {
 		if t.c.cfg.observer == nil {
 			return
 		}
-		l = t.c.newLockFor(t.ctx, t.lc, t.baskets[i], nil)
+		// The event's keys, sorted once each, are a copy: the basket is the
+		// caller's.
+		l = t.c.newLockFor(t.ctx, t.lc, slices.Compact(slices.Sorted(slices.Values(t.baskets[i]))), nil)
 	}
 	l.leaveGates()
 	l.emit(Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict})
@@ -313,8 +316,8 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, conflict := range refused {
-		t.refuse(i, false, conflict)
+	for _, i := range slices.Sorted(maps.Keys(refused)) {
+		t.refuse(i, false, refused[i])
 	}
 	return held, nil
 }
@@ -454,9 +457,8 @@ func (t *eachCall) keep(ctx context.Context, sent time.Time) error {
 		}
 		kept = append(kept, l)
 		l.handValidity(validity{until: sent.Add(l.lease)})
-		if left := time.Until(l.ValidUntil()); !lease.Enough(left, l.lease) {
-			return fmt.Errorf("%w: the lease ran out while the baskets were taken: %v of %v left",
-				ErrNotObtained, max(left, 0).Round(time.Millisecond), l.lease)
+		if err := l.leaseLeft("the baskets"); err != nil {
+			return err
 		}
 	}
 	return t.c.keep(ctx, kept...)

@@ -29,16 +29,18 @@ func taken(locks []*Lock) []bool {
 // An earlier basket wins a key over a later one, in the process: the later
 // one is refused without a call, the others are taken in one call, each an
 // ordinary lock with its own owner and tokens; UnlockEach releases them
-// all in one call.
+// all in one call. The caller's baskets are left as given.
 func TestTryEachEarlierBasketsWin(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
 	var mu sync.Mutex
 	conflicts := map[string][]string{}
+	refusedKeys := map[string][]string{}
 	c, err := New(rdb, WithObserver(func(e Event) {
 		switch e.Kind {
 		case EventRefused:
 			mu.Lock()
 			conflicts[e.Keys[0]] = e.Conflict
+			refusedKeys[e.Conflict[0]] = e.Keys
 			mu.Unlock()
 			assert.ErrorIs(t, e.Err, ErrNotObtained)
 		case EventFailed, EventConflict:
@@ -50,10 +52,13 @@ func TestTryEachEarlierBasketsWin(t *testing.T) {
 	ctx := t.Context()
 
 	var why []Refusal
-	locks, err := c.TryEach(ctx, [][]string{{"a", "b"}, {"b", "c"}, {"c", "d"}, {"a"}}, WithRefusals(&why))
+	baskets := [][]string{{"a", "b"}, {"e", "b", "c", "b"}, {"c", "d"}, {"a"}}
+	locks, err := c.TryEach(ctx, baskets, WithRefusals(&why))
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true, false, true, false}, taken(locks))
+	assert.Equal(t, [][]string{{"a", "b"}, {"e", "b", "c", "b"}, {"c", "d"}, {"a"}}, baskets, "the caller's baskets are left as given")
 	assert.Equal(t, map[string][]string{"b": {"b"}, "a": {"a"}}, conflicts, "each refused basket is told its conflict")
+	assert.Equal(t, map[string][]string{"b": {"b", "c", "e"}, "a": {"a"}}, refusedKeys, "an event's keys are sorted, once each")
 	assert.Equal(t, []Refusal{{Basket: 1, Earlier: true, Keys: []string{"b"}}, {Basket: 3, Earlier: true, Keys: []string{"a"}}}, why)
 	assert.EqualValues(t, 1, c.Stats().Acquires, "one call for every basket")
 	assert.NotEqual(t, locks[0].Owner(), locks[2].Owner(), "each basket has an owner of its own")

@@ -41,7 +41,8 @@ type instruments struct {
 
 // Observer returns a function for batchlock.WithObserver that records:
 //
-//	batchlock.acquisitions     counter, by outcome (acquired, conflict, no_replicas, timeout, closed, error)
+//	batchlock.acquisitions     counter of Lock, TryLock and Do calls and of TryEach's baskets not
+//	                           refused, by outcome (acquired, conflict, no_replicas, timeout, closed, error)
 //	batchlock.conflicts        counter of attempts that found keys held by another owner
 //	batchlock.refusals         counter of TryEach baskets refused (a refusal, not a failure)
 //	batchlock.wait.duration    histogram, seconds from asking for a lock to holding it
@@ -59,7 +60,7 @@ func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
-	in.acquisitions, err = m.Int64Counter("batchlock.acquisitions", metric.WithDescription("Lock, TryLock and Do calls by outcome"), metric.WithUnit("{call}"))
+	in.acquisitions, err = m.Int64Counter("batchlock.acquisitions", metric.WithDescription("Lock, TryLock and Do calls, and TryEach baskets not refused, by outcome"), metric.WithUnit("{call}"))
 	add(err)
 	in.conflicts, err = m.Int64Counter("batchlock.conflicts", metric.WithDescription("Attempts that found keys held by another owner"), metric.WithUnit("{attempt}"))
 	add(err)
