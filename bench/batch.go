@@ -201,12 +201,16 @@ func (f *batchFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 	if len(keys) == 0 {
 		return make([]orders.Fulfilled, len(batch)), refusedOf(len(batch), taken), nil
 	}
+	asked := time.Now()
 	h, err := f.floor.lock(ctx, keys)
 	if err != nil {
 		return nil, nil, err
 	}
-	out := f.stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 { return h.tokens[baskets[i][line]] }, 0)
-	return out, refusedOf(len(batch), taken), h.Unlock(context.WithoutCancel(ctx))
+	out := f.stock.FulfilTaken(ctx, batch, taken, time.Since(asked), func(i, line int) int64 { return h.tokens[baskets[i][line]] }, 0)
+	// The release's error changes nothing the orders did: their keys are
+	// left to their lease, as orders.Batched leaves them.
+	_ = h.Unlock(context.WithoutCancel(ctx))
+	return out, refusedOf(len(batch), taken), nil
 }
 
 type tryLockLoop struct {
@@ -218,6 +222,7 @@ type tryLockLoop struct {
 func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
 	locks := make([]*batchlock.Lock, len(batch))
 	errs := make([]error, len(batch))
+	asked := time.Now()
 	each(p.workers, len(batch), func(i int) {
 		l, err := p.c.TryLock(ctx, p.stock.Keys(batch[i]))
 		if err != nil && !errors.Is(err, batchlock.ErrNotObtained) {
@@ -225,6 +230,7 @@ func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.
 		}
 		locks[i] = l
 	})
+	wait := time.Since(asked)
 	unlock := func() {
 		each(p.workers, len(batch), func(i int) {
 			if locks[i] != nil {
@@ -242,7 +248,7 @@ func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.
 			taken = append(taken, i)
 		}
 	}
-	out := p.stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 {
+	out := p.stock.FulfilTaken(ctx, batch, taken, wait, func(i, line int) int64 {
 		return locks[i].Token(p.stock.Key(batch[i].Lines[line].SKU))
 	}, 0)
 	unlock()

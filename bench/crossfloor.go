@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,12 +31,14 @@ var (
 // cluster client of its own.
 func NewCrossFloorKind(floors []*Floor) BatchKind {
 	return BatchKind{Name: NameCrossFloorProcessor, New: func(i int, stock *orders.Stock) orders.Ticker {
-		return &crossFloor{rdb: floors[i].rdb, stock: stock}
+		f := newFloor(floors[i].rdb, NameCrossFloorProcessor, true)
+		f.owned = true
+		return &crossFloor{floor: f, stock: stock}
 	}}
 }
 
 type crossFloor struct {
-	rdb   *redis.ClusterClient
+	floor *Floor // the lock floor's release, under this kind's name
 	stock *orders.Stock
 }
 
@@ -56,6 +59,7 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 		return nil, nil, err
 	}
 	owner := randomOwner()
+	asked := time.Now()
 	calls := make([]*floorCall, len(masters))
 	for m, parts := range masters {
 		args := []any{TTL.Milliseconds(), owner}
@@ -70,7 +74,7 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 		}
 		calls[m] = masterCall(parts[0].groups, args)
 	}
-	sendCalls(ctx, f.rdb, basketFloorLock, calls)
+	sendCalls(ctx, f.floor.rdb, basketFloorLock, calls)
 	refused := map[int]bool{}                     // anywhere
 	refusedOn := make([]map[int]bool, len(calls)) // by master
 	tokens := map[string]int64{}
@@ -83,7 +87,7 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 		}
 		refusedOn[m] = map[int]bool{}
 		for _, b := range r.refused {
-			refused[b], refusedOn[m][b] = true, true
+			refused[int(b)], refusedOn[m][int(b)] = true, true
 		}
 		n := 0
 		for _, part := range masters[m] {
@@ -119,32 +123,27 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 			taken = append(taken, i)
 		}
 	}
-	out := f.stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 { return tokens[baskets[i][line]] }, 0)
-	return out, refusedOf(len(batch), taken), f.release(context.WithoutCancel(ctx), masters, owner, func(_, b int) bool { return !refused[b] })
+	out := f.stock.FulfilTaken(ctx, batch, taken, time.Since(asked), func(i, line int) int64 { return tokens[baskets[i][line]] }, 0)
+	// The release's error changes nothing the orders did: their keys are
+	// left to their lease, as orders.Batched leaves them.
+	_ = f.release(context.WithoutCancel(ctx), masters, owner, func(_, b int) bool { return !refused[b] })
+	return out, refusedOf(len(batch), taken), nil
 }
 
 // partsByMaster splits the admitted baskets by master, and each basket's
 // keys there by slot.
 func (f *crossFloor) partsByMaster(ctx context.Context, baskets [][]string, admitted []int) ([][]basketPart, error) {
 	var masters [][]basketPart
-	byAddr := map[string]int{}
-	masterOfSlot := map[int]int{}
+	index := newMasterIndex(f.floor.rdb)
 	for _, b := range admitted {
 		parts := map[int]int{} // by master: the basket's part's index there
 		for _, g := range bySlot(baskets[b]) {
-			m, ok := masterOfSlot[g.Slot]
-			if !ok {
-				node, err := f.rdb.MasterForKey(ctx, g.Keys[0])
-				if err != nil {
-					return nil, err
-				}
-				addr := node.Options().Addr
-				if m, ok = byAddr[addr]; !ok {
-					m = len(masters)
-					byAddr[addr] = m
-					masters = append(masters, nil)
-				}
-				masterOfSlot[g.Slot] = m
+			m, err := index.of(ctx, g)
+			if err != nil {
+				return nil, err
+			}
+			if m == len(masters) {
+				masters = append(masters, nil)
 			}
 			p, ok := parts[m]
 			if !ok {
@@ -161,41 +160,25 @@ func (f *crossFloor) partsByMaster(ctx context.Context, baskets [][]string, admi
 // release deletes, one owner-checked call per master, the keys of the
 // parts which says, by master and basket.
 func (f *crossFloor) release(ctx context.Context, masters [][]basketPart, owner string, which func(master, basket int) bool) error {
-	var calls []*floorCall
+	h := floorHeld{f: f.floor, owner: owner}
 	for m, parts := range masters {
-		args := []any{owner}
-		var route []hashtag.Group
+		var groups []hashtag.Group
 		for _, part := range parts {
-			if !which(m, part.basket) {
-				continue
-			}
-			route = part.groups
-			for _, g := range part.groups {
-				for _, k := range g.Keys {
-					args = append(args, k)
-				}
+			if which(m, part.basket) {
+				groups = append(groups, part.groups...)
 			}
 		}
-		if route != nil {
-			calls = append(calls, masterCall(route, args))
+		if groups != nil {
+			h.masters = append(h.masters, groups)
 		}
 	}
-	if len(calls) == 0 {
-		return nil
-	}
-	sendCalls(ctx, f.rdb, lockFloorUnlock, calls)
-	var errs []error
-	for _, c := range calls {
-		if err := c.Reply.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: slot %d: %w", NameCrossFloorProcessor, c.Slot, err))
-		}
-	}
-	return errors.Join(errs...)
+	return h.Unlock(ctx)
 }
 
-// basketTake is basket_lock.lua's reply.
+// basketTake is basket_lock.lua's reply: the baskets it refused, and the
+// tokens of the keys it took.
 type basketTake struct {
-	refused []int
+	refused []int64
 	tokens  []int64
 }
 
@@ -207,22 +190,25 @@ func basketReply(c *redis.Cmd) (basketTake, error) {
 	if len(v) != 2 {
 		return basketTake{}, fmt.Errorf("a reply of %d parts, not 2", len(v))
 	}
-	var r basketTake
-	for _, part := range []struct {
-		v   any
-		add func(int64)
-	}{{v[0], func(n int64) { r.refused = append(r.refused, int(n)) }}, {v[1], func(n int64) { r.tokens = append(r.tokens, n) }}} {
-		list, ok := part.v.([]any)
-		if !ok {
-			return basketTake{}, fmt.Errorf("a reply part of %T", part.v)
-		}
-		for _, x := range list {
-			n, ok := x.(int64)
-			if !ok {
-				return basketTake{}, fmt.Errorf("a reply element of %T", x)
-			}
-			part.add(n)
+	refused, err := int64s(v[0])
+	if err != nil {
+		return basketTake{}, err
+	}
+	tokens, err := int64s(v[1])
+	return basketTake{refused: refused, tokens: tokens}, err
+}
+
+// int64s is a reply part that is a list of integers.
+func int64s(part any) ([]int64, error) {
+	list, ok := part.([]any)
+	if !ok {
+		return nil, fmt.Errorf("a reply part of %T", part)
+	}
+	out := make([]int64, len(list))
+	for i, x := range list {
+		if out[i], ok = x.(int64); !ok {
+			return nil, fmt.Errorf("a reply element of %T", x)
 		}
 	}
-	return r, nil
+	return out, nil
 }

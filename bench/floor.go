@@ -283,22 +283,49 @@ func sendCalls(ctx context.Context, rdb *redis.ClusterClient, s *redis.Script, c
 // byMaster groups keys by master and, within a master, by slot (bySlot).
 func (f *Floor) byMaster(ctx context.Context, keys []string) ([][]hashtag.Group, error) {
 	var masters [][]hashtag.Group
-	byAddr := map[string]int{}
+	index := newMasterIndex(f.rdb)
 	for _, g := range bySlot(keys) {
-		node, err := f.rdb.MasterForKey(ctx, g.Keys[0])
+		i, err := index.of(ctx, g)
 		if err != nil {
 			return nil, err
 		}
-		addr := node.Options().Addr
-		i, ok := byAddr[addr]
-		if !ok {
-			i = len(masters)
-			byAddr[addr] = i
+		if i == len(masters) {
 			masters = append(masters, nil)
 		}
 		masters[i] = append(masters[i], g)
 	}
 	return masters, nil
+}
+
+// masterIndex numbers the masters in the order their slots first come.
+type masterIndex struct {
+	rdb    *redis.ClusterClient
+	byAddr map[string]int
+	bySlot map[int]int
+}
+
+func newMasterIndex(rdb *redis.ClusterClient) *masterIndex {
+	return &masterIndex{rdb: rdb, byAddr: map[string]int{}, bySlot: map[int]int{}}
+}
+
+// of is the number of g's master: the count of masters met before when it
+// is new.
+func (x *masterIndex) of(ctx context.Context, g hashtag.Group) (int, error) {
+	if i, ok := x.bySlot[g.Slot]; ok {
+		return i, nil
+	}
+	node, err := x.rdb.MasterForKey(ctx, g.Keys[0])
+	if err != nil {
+		return 0, err
+	}
+	addr := node.Options().Addr
+	i, ok := x.byAddr[addr]
+	if !ok {
+		i = len(x.byAddr)
+		x.byAddr[addr] = i
+	}
+	x.bySlot[g.Slot] = i
+	return i, nil
 }
 
 // bySlot groups keys by slot, the slots in the order their first keys come

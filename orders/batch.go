@@ -16,15 +16,18 @@ import (
 // TryEach (one call per master for the whole tick), reads and writes the
 // stock of the orders taken in one pipeline each, and lets go with one
 // UnlockEach. An order whose basket is busy waits for the next tick; one
-// refused Waits ticks in a row is locked alone with a waiting Lock
-// (WithWait), so that a basket of hot SKUs is not starved by smaller ones.
+// refused Waits ticks in a row by other processes' locks is locked alone
+// with a waiting Lock (WithWait), so that a basket of hot SKUs is not
+// starved by smaller ones. A basket beaten by an earlier one of its tick
+// goes first in the next and needs no such rule (WithRefusals tells them
+// apart).
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock
 	Think  time.Duration // as in Locked, once per tick
 	Size   int           // orders per tick; default 256
-	// Waits is how many ticks in a row an order may be refused before it
-	// is locked alone, waiting; default 8.
+	// Waits is how many ticks in a row an order may be refused by other
+	// processes before it is locked alone, waiting; default 8.
 	Waits int
 	// WaitFor bounds that wait (WithWait); default 5s.
 	WaitFor time.Duration
@@ -48,8 +51,9 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, cfg RunConfig) 
 
 // Ticker locks the baskets of a tick's orders that are free, fulfils those
 // orders and lets go (Batched does it with TryEach): it returns per order
-// what became of it, and the orders refused (indices into batch). An error
-// is the tick's as a whole: nothing of it was locked.
+// what became of it (Beaten for one refused by an earlier order of the
+// tick), and the orders refused (indices into batch). An error is the
+// tick's as a whole: nothing of it was locked.
 type Ticker interface {
 	Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, error)
 }
@@ -57,9 +61,9 @@ type Ticker interface {
 // Ticks shapes a run of ticks.
 type Ticks struct {
 	Size int // orders per tick; default 256
-	// Waits is how many ticks in a row an order may be refused before it
-	// is handed to Alone; without Alone, it waits for as many ticks as it
-	// takes.
+	// Waits is how many ticks in a row an order may be refused, not
+	// Beaten, before it is handed to Alone; without Alone, it waits for as
+	// many ticks as it takes.
 	Waits int
 	Alone func(ctx context.Context, o Order) (Outcome, error)
 	// Rate, when above 0, makes the run an open loop: orders arrive Rate a
@@ -74,9 +78,11 @@ type Ticks struct {
 // the orders refused by a tick first in the next, until all are done,
 // cfg.Stop is closed or ctx ends; cfg as RunBatched says. An order arrives
 // when ticks.Rate says, or in a closed loop when it first goes into a tick;
-// a locked order's lock wait runs from its arrival to its lock, and the
-// result's Backlog is the orders that had arrived but were not done when
-// the run ended.
+// a locked order's lock wait runs from its arrival to its lock (the ticks it
+// waited, then the LockWait its tick or Alone gave), and the result's
+// Backlog is the orders that had arrived but were not done when the run
+// ended. In an open loop a tick that took nothing waits for the next
+// arrival before the next tick.
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	size := cmp.Or(max(ticks.Size, 0), 256)
 	cfg = cfg.withDefaults()
@@ -92,10 +98,11 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 	// runs from then to its lock.
 	var arrivedMu sync.Mutex
 	arrived := map[string]time.Time{}
-	done := func(o Order, out Outcome, err error) {
+	// done records o, whose last lock was asked for at asked.
+	done := func(o Order, asked time.Time, out Outcome, err error) {
 		arrivedMu.Lock()
 		if out.Locked {
-			out.LockWait = time.Since(arrived[o.ID])
+			out.LockWait += asked.Sub(arrived[o.ID])
 		}
 		delete(arrived, o.ID)
 		arrivedMu.Unlock()
@@ -130,6 +137,7 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			continue
 		}
 		carry = nil
+		asked := time.Now()
 		tctx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
 		outcomes, refused, err := t.Tick(tctx, batch)
 		cancel()
@@ -137,7 +145,7 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			r.retried(err)
 			for _, o := range batch {
 				if failedTicks[o.ID]++; failedTicks[o.ID] >= cfg.Attempts {
-					done(o, Outcome{}, err)
+					done(o, asked, Outcome{}, err)
 					continue
 				}
 				carry = append(carry, o)
@@ -158,12 +166,15 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			}
 			delete(refusedTicks, o.ID)
 			delete(failedTicks, o.ID)
-			done(o, outcomes[i].Outcome, outcomes[i].Err)
+			done(o, asked, outcomes[i].Outcome, outcomes[i].Err)
 		}
 		for _, i := range refused {
 			o := batch[i]
 			r.refusal()
-			if refusedTicks[o.ID]++; ticks.Alone == nil || refusedTicks[o.ID] < ticks.Waits {
+			if !outcomes[i].Beaten {
+				refusedTicks[o.ID]++
+			}
+			if ticks.Alone == nil || refusedTicks[o.ID] < ticks.Waits {
 				carry = append(carry, o)
 				continue
 			}
@@ -171,9 +182,13 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			alone.Go(func() {
 				octx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
 				defer cancel()
+				asked := time.Now()
 				out, err := ticks.Alone(octx, o)
-				done(o, out, err)
+				done(o, asked, out, err)
 			})
+		}
+		if ticks.Rate > 0 && len(refused) == len(batch) && !awaitArrival(ctx, cfg.Stop, arrival(next)) {
+			break
 		}
 	}
 	alone.Wait()
@@ -214,7 +229,8 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	}
 	slices.Sort(promos)
 	asked := time.Now()
-	locks, err := b.Locker.TryEach(ctx, baskets, batchlock.WithShared(slices.Compact(promos)...))
+	var why []batchlock.Refusal
+	locks, err := b.Locker.TryEach(ctx, baskets, batchlock.WithShared(slices.Compact(promos)...), batchlock.WithRefusals(&why))
 	wait := time.Since(asked)
 	if err != nil {
 		return nil, nil, err
@@ -227,11 +243,11 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 			taken = append(taken, i)
 		}
 	}
-	out := b.Stock.FulfilTaken(ctx, batch, taken, func(i, line int) int64 {
+	out := b.Stock.FulfilTaken(ctx, batch, taken, wait, func(i, line int) int64 {
 		return locks[i].Token(baskets[i][line]) // the stock keys come first, in line order
 	}, b.Think)
-	for _, i := range taken {
-		out[i].LockWait = wait
+	for _, r := range why {
+		out[r.Basket].Beaten = r.Earlier
 	}
 	// The unlock's error changes nothing the orders did: their keys are
 	// left to their lease.

@@ -11,10 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// tickerFunc is a Ticker that takes every order refuse does not refuse, and
-// records when each tick came and what it held.
+// tickerFunc is a Ticker that takes every order refuse does not refuse,
+// telling wait as their lock wait, then works for work; it records when
+// each tick came and what it held.
 type tickerFunc struct {
 	refuse func(o Order) bool
+	beaten func(o Order) bool // of the refused, those an earlier order beat
+	wait   time.Duration
+	work   time.Duration
 	mu     sync.Mutex
 	ticks  []seenTick
 }
@@ -32,13 +36,15 @@ func (f *tickerFunc) Tick(_ context.Context, batch []Order) ([]Fulfilled, []int,
 		seen.ids = append(seen.ids, o.ID)
 		if f.refuse != nil && f.refuse(o) {
 			refused = append(refused, i)
+			out[i].Beaten = f.beaten != nil && f.beaten(o)
 			continue
 		}
-		out[i] = Fulfilled{Outcome: Outcome{Accepted: true, Locked: true}}
+		out[i] = Fulfilled{Outcome: Outcome{Accepted: true, Locked: true, LockWait: f.wait}}
 	}
 	f.mu.Lock()
 	f.ticks = append(f.ticks, seen)
 	f.mu.Unlock()
+	time.Sleep(f.work)
 	return out, refused, nil
 }
 
@@ -104,4 +110,75 @@ func TestRunTicksBacklog(t *testing.T) {
 			assert.Positive(t, res.Refusals)
 		})
 	}
+}
+
+// An order's lock wait is its wait for a tick plus the lock wait its tick
+// told, not the tick's work after the lock.
+func TestRunTicksLockWaitEndsAtTheLock(t *testing.T) {
+	const told, work = time.Hour, 50 * time.Millisecond
+	f := &tickerFunc{wait: told, work: work}
+	res := RunTicks(t.Context(), f, tickOrders(t, 5), Ticks{Size: 256}, RunConfig{Attempts: 1})
+	require.Len(t, res.LockWaits, 5)
+	for _, w := range res.LockWaits {
+		assert.GreaterOrEqual(t, w, told, "the tick's own lock wait is kept")
+		assert.Less(t, w, told+work, "the tick's work after the lock is not a lock wait")
+	}
+}
+
+// In an open loop a tick that took nothing waits for the next arrival
+// rather than ticking its refused orders again at once.
+func TestRunTicksOpenLoopDoesNotSpin(t *testing.T) {
+	orders := tickOrders(t, 10)
+	var taken sync.WaitGroup
+	taken.Add(len(orders) - 1)
+	others := make(chan struct{})
+	go func() {
+		taken.Wait()
+		close(others)
+	}()
+	first := orders[0].ID
+	f := &tickerFunc{refuse: func(o Order) bool {
+		if o.ID != first {
+			taken.Done()
+			return false
+		}
+		select {
+		case <-others:
+			return false
+		default:
+			return true
+		}
+	}}
+	res := RunTicks(t.Context(), f, orders, Ticks{Size: 256, Rate: 200}, RunConfig{Attempts: 1})
+	assert.Equal(t, len(orders), res.Accepted)
+	assert.LessOrEqual(t, res.Ticks, 2*len(orders), "ticks of %d orders, refused ones waiting for arrivals", len(orders))
+}
+
+// An order beaten by earlier ones of its ticks is not handed to Alone,
+// however many ticks it waits; one refused by other processes' locks is,
+// after Waits ticks.
+func TestRunTicksBeatenOrdersAreNotLockedAlone(t *testing.T) {
+	orders := tickOrders(t, 2)
+	beaten, busy := orders[0].ID, orders[1].ID
+	var mu sync.Mutex
+	refusals := map[string]int{}
+	var alone []string
+	f := &tickerFunc{
+		refuse: func(o Order) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			refusals[o.ID]++
+			return o.ID == busy || refusals[o.ID] <= 5
+		},
+		beaten: func(o Order) bool { return o.ID == beaten },
+	}
+	res := RunTicks(t.Context(), f, orders, Ticks{Size: 8, Waits: 2, Alone: func(_ context.Context, o Order) (Outcome, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		alone = append(alone, o.ID)
+		return Outcome{Accepted: true, Locked: true}, nil
+	}}, RunConfig{Attempts: 1})
+	assert.Equal(t, 2, res.Accepted)
+	assert.Equal(t, []string{busy}, alone, "only the order other processes refused is locked alone")
+	assert.Equal(t, 6, refusals[beaten], "the beaten order waited its ticks")
 }

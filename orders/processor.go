@@ -127,10 +127,12 @@ func (s *Stock) Fulfil(ctx context.Context, o Order, tokens []int64, think time.
 	return r.Outcome, r.Err
 }
 
-// Fulfilled is what FulfilAll did to one order.
+// Fulfilled is what FulfilAll did to one order; for an order a tick
+// refused, Beaten says an earlier order of the tick won its basket's keys.
 type Fulfilled struct {
 	Outcome
-	Err error
+	Err    error
+	Beaten bool
 }
 
 // FulfilAll is Fulfil for several orders at once, whose baskets share no
@@ -231,10 +233,10 @@ func (s *Stock) FulfilAll(ctx context.Context, orders []Order, tokens [][]int64,
 }
 
 // FulfilTaken fulfils, as FulfilAll does, the orders of batch at taken
-// (indices, ascending), whose baskets a processor locked, line j of order i
-// fenced by token(i, j); it returns per order of batch what became of it,
-// those taken marked Locked.
-func (s *Stock) FulfilTaken(ctx context.Context, batch []Order, taken []int, token func(i, line int) int64, think time.Duration) []Fulfilled {
+// (indices, ascending), whose baskets a processor locked in wait, line j of
+// order i fenced by token(i, j); it returns per order of batch what became
+// of it, those taken marked Locked with that LockWait.
+func (s *Stock) FulfilTaken(ctx context.Context, batch []Order, taken []int, wait time.Duration, token func(i, line int) int64, think time.Duration) []Fulfilled {
 	orders := make([]Order, len(taken))
 	tokens := make([][]int64, len(taken))
 	for n, i := range taken {
@@ -248,7 +250,7 @@ func (s *Stock) FulfilTaken(ctx context.Context, batch []Order, taken []int, tok
 	out := make([]Fulfilled, len(batch))
 	for n, i := range taken {
 		out[i] = done[n]
-		out[i].Locked = true
+		out[i].Locked, out[i].LockWait = true, wait
 	}
 	return out
 }
