@@ -356,6 +356,9 @@ func TestCommandDemoOnCluster(t *testing.T) {
 			Orders int          `json:"orders"`
 			Audit  orders.Audit `json:"audit"`
 		} `json:"run"`
+		Processors []struct {
+			Orders int `json:"orders"`
+		} `json:"processors"`
 	}
 	demo := func(args ...string) (int, report) {
 		code, out, errOut := command(t, bin, args...)
@@ -369,6 +372,18 @@ func TestCommandDemoOnCluster(t *testing.T) {
 	assert.True(t, r.Passed)
 	assert.Equal(t, 300, r.Run.Orders)
 	assert.Zero(t, r.Run.Audit.OversoldUnits)
+
+	code, r = demo(append(small, "--batch", "64", "--processors", "3")...)
+	assert.Equal(t, 0, code, r.Verdict)
+	assert.True(t, r.Passed)
+	assert.Zero(t, r.Run.Audit.OversoldUnits)
+	require.Len(t, r.Processors, 3, "a report line per processor")
+	shared := 0
+	for _, p := range r.Processors {
+		assert.Positive(t, p.Orders, "every processor took orders")
+		shared += p.Orders
+	}
+	assert.Equal(t, 300, shared, "the processors shared out the orders")
 
 	code, r = demo(append(small, "--no-lock")...)
 	assert.Equal(t, 0, code, "an oversell without the lock is the expected demonstration: %s", r.Verdict)

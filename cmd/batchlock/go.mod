@@ -2,12 +2,7 @@ module github.com/batchlock/batchlock/cmd/batchlock
 
 go 1.26.0
 
-replace (
-	github.com/batchlock/batchlock => ../../
-	github.com/batchlock/batchlock/examples => ../../examples
-	github.com/batchlock/batchlock/localcluster => ../../localcluster
-	github.com/batchlock/batchlock/orders => ../../orders
-)
+replace github.com/batchlock/batchlock => ../../
 
 require (
 	github.com/batchlock/batchlock v0.0.0-00010101000000-000000000000

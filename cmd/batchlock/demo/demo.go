@@ -170,9 +170,9 @@ func (o *demoOptions) validate(args []string) error {
 		return cli.Usagef("--replicas %d must not be negative", o.replicas)
 	case o.chaos && o.addrs != "":
 		return cli.Usagef("--chaos needs the throwaway cluster: it fails a master over, which it cannot do to a cluster given by --addrs")
-	case o.chaos && os.Getenv(localcluster.EnvClusterAddrs) != "":
+	case o.chaos && os.Getenv(cli.EnvClusterAddrs) != "":
 		return cli.Usagef("--chaos needs a throwaway cluster, but $%s is set, which makes the demo use that cluster: unset it",
-			localcluster.EnvClusterAddrs)
+			cli.EnvClusterAddrs)
 	}
 	return nil
 }
@@ -193,7 +193,7 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 		}
 	}
 	var seeds []string
-	if o.addrs != "" || os.Getenv(localcluster.EnvClusterAddrs) != "" {
+	if o.addrs != "" || os.Getenv(cli.EnvClusterAddrs) != "" {
 		var err error
 		if seeds, err = cli.AddrsFromFlagOrEnv(o.addrs); err != nil {
 			return err
