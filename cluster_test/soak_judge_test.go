@@ -43,7 +43,7 @@ func (s *soak) judge() (violations []string, excused, overlapped int) {
 			excused++
 			continue
 		}
-		if b.overlap && s.clockMadeOverlap(b.key, b.what, earlier.granted, later.Start, earlier.End.Sub(later.Start)) {
+		if b.overlap && s.clockMadeOverlap(b.key, earlier.Owner, b.what, earlier.granted, later.Start, earlier.End.Sub(later.Start)) {
 			continue
 		}
 		violations = append(violations, b.what)
@@ -60,7 +60,7 @@ func (s *soak) judge() (violations []string, excused, overlapped int) {
 			r.key, r.owner, r.token, r.at.Format("15:04:05.000000"), r.replicas, r.by.token, r.by.start.Format("15:04:05.000000"), r.by.replicas)
 		// The writer of the larger token began while the refused one
 		// still counted on the key: an overlap, maybe the clock's.
-		if s.clockMadeOverlap(r.key, what, r.granted, r.by.start, r.until.Sub(r.by.start)) {
+		if s.clockMadeOverlap(r.key, r.owner, what, r.granted, r.by.start, r.until.Sub(r.by.start)) {
 			continue
 		}
 		violations = append(violations, what)
@@ -71,16 +71,17 @@ func (s *soak) judge() (violations []string, excused, overlapped int) {
 }
 
 // clockMadeOverlap reports, and notes, whether the wall clock moved forward
-// by at least over between granted, when the earlier holder's lease was
-// granted or last lengthened (Redis counted its expiry from then), and
-// laterStart, when the later holder began: then Redis ended that lease
-// early by as much, and the overlap is the clock's.
-func (s *soak) clockMadeOverlap(key, what string, granted, laterStart time.Time, over time.Duration) bool {
+// by at least over between granted, when the earlier holder's (cut's)
+// lease was granted or last lengthened (Redis counted its expiry from
+// then), and laterStart, when the later holder began: then Redis ended
+// that lease early by as much, and the overlap is the clock's.
+func (s *soak) clockMadeOverlap(key, cut, what string, granted, laterStart time.Time, over time.Duration) bool {
 	step := s.clock.forwardBetween(granted, laterStart)
 	if step <= 0 || step < over {
 		return false
 	}
 	s.clockExcused[key] = append(s.clockExcused[key], fmt.Sprintf("%s: the wall clock moved %v forward in between", what, step))
+	s.clockCut[cut] = true
 	return true
 }
 
@@ -133,6 +134,8 @@ func TestSoakJudge(t *testing.T) {
 		return ev
 	}
 	loss := holderLoss{owner: "h", keys: []string{key}, lease: 100 * time.Millisecond, at: at(100)}
+	lateLoss := loss
+	lateLoss.at = at(300)
 	for _, tc := range []struct {
 		name       string
 		sections   []soakSection
@@ -150,6 +153,12 @@ func TestSoakJudge(t *testing.T) {
 		{name: "holder lost while another master failed over", losses: []holderLoss{loss}, faults: []faultEvent{failoverOf(elsewhere)}},
 		{name: "holder lost while its slot moved", losses: []holderLoss{loss}, faults: []faultEvent{migrated},
 			violations: []string{"holder h lost its lock"}},
+		{name: "holder lost as the wall clock moved forward a third of its lease", losses: []holderLoss{loss},
+			clock: []clockSample{{at: at(60), lead: 40 * time.Millisecond}}},
+		{name: "a smaller move of the wall clock excuses no holder loss", losses: []holderLoss{loss},
+			clock: []clockSample{{at: at(60), lead: 20 * time.Millisecond}}, violations: []string{"holder h lost its lock"}},
+		{name: "a move of the wall clock a lease before excuses no holder loss", losses: []holderLoss{lateLoss},
+			clock: []clockSample{{at: at(100), lead: 90 * time.Millisecond}}, violations: []string{"holder h lost its lock"}},
 		{name: "clean", sections: []soakSection{sec("a", 0, 10, 1, false), sec("b", 10, 20, 2, true)}},
 		{name: "overlap", sections: []soakSection{sec("a", 0, 100, 1, true), sec("b", 90, 120, 2, true)},
 			violations: []string{"key sku:1: b held it"}},
@@ -211,7 +220,7 @@ func TestSoakJudge(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &soak{t: t, prefix: prefix, sections: tc.sections, faults: tc.faults, refusals: tc.refusals, holderLosses: tc.losses,
-				clock: &wallClock{origin: t0, moves: append([]clockSample{{at: t0}}, tc.clock...)}, clockExcused: map[string][]string{}}
+				clock: &wallClock{origin: t0, moves: append([]clockSample{{at: t0}}, tc.clock...)}, clockExcused: map[string][]string{}, clockCut: map[string]bool{}}
 			violations, excused, _ := s.judge()
 			require.Len(t, violations, len(tc.violations), "violations: %q", violations)
 			for i, want := range tc.violations {
@@ -219,7 +228,29 @@ func TestSoakJudge(t *testing.T) {
 			}
 			assert.Equal(t, tc.excused, excused, "excused")
 			assert.Len(t, s.clockExcused[key], tc.clockMade, "overlaps excused as the wall clock's")
+			if tc.clockMade > 0 {
+				assert.True(t, s.clockCut["a"], "the earlier holder's lease was cut short")
+			}
 		})
+	}
+}
+
+// A partition porcupine finds illegal is the clock's when one of its keys
+// had an overlap the clock made, or was held by an owner whose lease the
+// clock cut short on another key; other owners excuse nothing.
+func TestClockMadePartition(t *testing.T) {
+	s := &soak{clockExcused: map[string][]string{"sku:1": {"an overlap"}}, clockCut: map[string]bool{"a": true}}
+	ops := []historyOp{{Kind: opAcquire, Owner: "a", Keys: []string{"sku:2", "promo:3"}}, {Kind: opAcquire, Owner: "b", Keys: []string{"promo:4"}}}
+	for _, tc := range []struct {
+		keys []string
+		want bool
+	}{
+		{[]string{"sku:1"}, true},
+		{[]string{"promo:3"}, true},
+		{[]string{"promo:4"}, false},
+		{[]string{"sku:9"}, false},
+	} {
+		assert.Equal(t, tc.want, s.clockMade(tc.keys, ops), "%v", tc.keys)
 	}
 }
 
