@@ -45,8 +45,9 @@ func TestCancelledHoldsAreForgottenOnTheirOwn(t *testing.T) {
 	assert.Greater(t, longest, 59*time.Minute, "a short rollback does not shorten a long cancellation")
 
 	// Steady rollbacks with a 600ms lease, one about every 300ms: each is
-	// forgotten 600ms after it was made, so no more than three are
-	// remembered at once (a set that only grew would hold all five).
+	// forgotten 600ms after it was made, so fewer than all five are
+	// remembered at once (a set that only grew would hold all five; about
+	// three, on a machine not loaded), and none a lease after the last.
 	c2, steady := newLocker(t, rdb)
 	keys2 := keysInOneSlotOn(t, masters[2], "steady", 3)
 	warm, err = c2.TryLock(ctxTimeout(t, 10*time.Second), keys2)
@@ -56,7 +57,7 @@ func TestCancelledHoldsAreForgottenOnTheirOwn(t *testing.T) {
 		timedOutTryLock(t, cl, c2, masters[2].Addr, keys2, 600*time.Millisecond)
 	}
 	n, _ = cancellations(t, rdb, steady)
-	assert.LessOrEqual(t, n, int64(3), "cancellations older than their lease are forgotten")
+	assert.Less(t, n, int64(5), "cancellations older than their lease are forgotten")
 	require.Eventually(t, func() bool {
 		n, _ := cancellations(t, rdb, steady)
 		return n == 0
