@@ -172,9 +172,9 @@ func TestHandOffContinuesInOneCall(t *testing.T) {
 // A call refused in Redis at a key keeps no gate of a later key while it
 // waits: G1 of Client p holds b; Client q takes a and queues for b; G2 of p
 // asks for a and c and is refused in Redis at a. G1 then locks c, free in
-// Redis, at once (with G2 keeping c's gate, G1 waited for G2, G2 for q, q for
-// G1: a deadlock), and TryLock names no holder of c; once G1 lets go, q and
-// then G2 get their keys.
+// Redis, without waiting for G2 (with G2 keeping c's gate, G1 waited for
+// G2, G2 for q, q for G1: a deadlock), and TryLock finds c free once G2
+// waits; once G1 lets go, q and then G2 get their keys.
 func TestNoDeadlockAcrossTheTwoLevels(t *testing.T) {
 	rdb := newClient(t)
 	p, prefix := newLocker(t, rdb, batchlock.WithPollInterval(time.Minute))
@@ -199,9 +199,18 @@ func TestNoDeadlockAcrossTheTwoLevels(t *testing.T) {
 	}()
 	waitQueued(ctx, t, p, a, 1)
 
-	try, err := p.TryLock(ctx, []string{c})
-	require.NoError(t, err, "c is free in Redis, and its gate with it")
-	require.NoError(t, try.Unlock(ctx))
+	// G2 is queued in Redis a moment before it gives back c's gate, once
+	// it has read the reply: poll. Were G2 to keep c, in Redis or at its
+	// gate, c would stay busy until G2 got a, which waits for q, which
+	// waits for b, which G1 lets go only after this.
+	require.Eventually(t, func() bool {
+		try, err := p.TryLock(ctx, []string{c})
+		if err != nil {
+			return false
+		}
+		require.NoError(t, try.Unlock(ctx))
+		return true
+	}, 5*time.Second, time.Millisecond, "c is free in Redis, and its gate with it, while G2 waits for a")
 	g1c, err := p.Lock(ctxTimeout(t, 3*time.Second), []string{c})
 	require.NoError(t, err, "G1 takes c without waiting for G2, which waits for a")
 	require.NoError(t, g1c.Unlock(ctx))
