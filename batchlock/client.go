@@ -119,7 +119,7 @@ func (c *Client) Close() error {
 	c.calls.Wait()
 	shares := make([]releasing, len(held))
 	for i, l := range held {
-		l.lose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
+		l.loseAtClose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
 		shares[i].l = l
 	}
 	var errs []error
@@ -198,6 +198,9 @@ func (c *Client) route(ctx context.Context, b routing.Batch) []routing.Result {
 	}
 	return results
 }
+
+// ownerKey is the context key of ContextWithOwner.
+type ownerKey struct{}
 
 // ContextWithOwner returns a context whose Lock, TryLock and Do calls use
 // owner as their owner id unless WithOwner says otherwise. Do passes such a

@@ -81,8 +81,6 @@ func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []strin
 	return l
 }
 
-type ownerKey struct{}
-
 // newLock makes the lock of a call on ctx, whose values its Context keeps.
 func newLock(ctx context.Context, c *Client, owner string, keys []string, groups []group, lease time.Duration, renew bool) *Lock {
 	n := 0
@@ -394,9 +392,26 @@ func (l *Lock) lose(err error) bool {
 	if !l.finish(err) {
 		return false
 	}
+	l.lost(err)
+	return true
+}
+
+// loseAtClose is lose for Close: after an Unlock whose release is running,
+// which ends the lock as released (its keys were let go by their owner,
+// not lost).
+func (l *Lock) loseAtClose(err error) {
+	l.unlocking.Lock()
+	ended := l.finish(err)
+	l.unlocking.Unlock()
+	if ended {
+		l.lost(err) // outside unlocking: an observer may Unlock
+	}
+}
+
+// lost tells that the lock ended with err, lost.
+func (l *Lock) lost(err error) {
 	l.c.watchdog.remove(l)
 	l.emit(Event{Kind: EventLost, Err: err})
-	return true
 }
 
 // letGo marks the lock lost with err, unless it already ended, and releases

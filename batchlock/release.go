@@ -211,9 +211,7 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	switch {
 	case len(taken) > 0:
 		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
-	case lost != nil && !errors.Is(lost, ErrClosed):
-		// A Close that ended the lock as this release ran left its keys to
-		// it (Close's own release waits for l.unlocking): they were not lost.
+	case lost != nil:
 		return fmt.Errorf("%w: %w", ErrNotHeld, inner(lost))
 	}
 	return nil

@@ -343,10 +343,15 @@ func TestConcurrentClosesWaitForTheReleases(t *testing.T) {
 	closes.Wait()
 }
 
-// An Unlock whose release goes through while Close ends the lock returns
-// nil: its keys were released by their owner, not lost.
+// Close does not end as lost a lock whose Unlock is releasing it: that
+// Unlock returns nil, and no EventLost is told, whichever comes first.
 func TestUnlockDuringCloseIsNoLoss(t *testing.T) {
-	c, f := newFaked(t)
+	var lost atomic.Int64
+	c, f := newFaked(t, WithObserver(func(e Event) {
+		if e.Kind == EventLost {
+			lost.Add(1)
+		}
+	}))
 	l, err := c.Lock(t.Context(), basket)
 	require.NoError(t, err)
 	closed := make(chan error, 1)
@@ -357,10 +362,17 @@ func TestUnlockDuringCloseIsNoLoss(t *testing.T) {
 			}
 			f.After = nil
 			go func() { closed <- c.Close() }()
-			assert.Eventually(t, func() bool { return l.Err() != nil }, 5*time.Second, time.Millisecond, "Close ended the lock")
+			assert.Eventually(t, func() bool {
+				c.heldMu.Lock()
+				defer c.heldMu.Unlock()
+				return c.heldClosed
+			}, 5*time.Second, time.Millisecond, "Close began")
+			assert.Never(t, func() bool { return l.Err() != nil }, 200*time.Millisecond, time.Millisecond,
+				"Close does not end a lock whose release is running")
 		}
 	})
 	assert.NoError(t, l.Unlock(t.Context()), "the Unlock's release went through")
 	assert.NoError(t, <-closed)
 	assert.Empty(t, f.Held())
+	assert.Zero(t, lost.Load(), "a released lock is not told lost")
 }
