@@ -381,6 +381,7 @@ type batchWaits struct{ all, small, big []time.Duration }
 func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, kind BatchKind, stock *orders.Stock,
 	lists [][]orders.Order, cfg BatchConfig, r *BatchResult, waits *batchWaits, sold map[string]int64) error {
 	results := make([]orders.Result, len(lists))
+	var res orders.Result // the processors' results, merged
 	var writes int64
 	cost, err := measureCost(ctx, cl, masters, func() int64 { return writes }, kind.sent, func() {
 		stop := make(chan struct{})
@@ -395,36 +396,33 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 			})
 		}
 		wg.Wait()
-		for _, res := range results {
-			for _, units := range res.SoldBySKU {
-				writes += units // one unit a line, one script call a line
-			}
+		res = orders.Merge(results...)
+		for _, units := range res.SoldBySKU {
+			writes += units // one unit a line, one script call a line
 		}
 	})
 	if err != nil {
 		return err
 	}
-	for _, res := range results {
-		if res.Unknown > 0 {
-			return fmt.Errorf("%s: %d orders failed half-written: %v", kind.Name, res.Unknown, res.FirstErrors)
+	if res.Unknown > 0 {
+		return fmt.Errorf("%s: %d orders failed half-written: %v", kind.Name, res.Unknown, res.FirstErrors)
+	}
+	r.Orders += int64(res.Accepted + res.Rejected)
+	r.GaveUp += int64(res.Errors)
+	r.Elapsed += res.Elapsed // the processors ran side by side, the turn as long as the longest
+	r.Ticks += res.Ticks
+	r.Refusals += res.Refusals
+	r.Backlog += res.Backlog
+	waits.all = append(waits.all, res.LockWaits...)
+	for i, w := range res.LockWaits {
+		if cfg.Mix.big(res.LockWaitSizes[i]) {
+			waits.big = append(waits.big, w)
+		} else {
+			waits.small = append(waits.small, w)
 		}
-		r.Orders += int64(res.Accepted + res.Rejected)
-		r.GaveUp += int64(res.Errors)
-		r.Elapsed += res.Elapsed / time.Duration(len(lists)) // the processors ran side by side
-		r.Ticks += res.Ticks
-		r.Refusals += res.Refusals
-		r.Backlog += res.Backlog
-		waits.all = append(waits.all, res.LockWaits...)
-		for i, w := range res.LockWaits {
-			if cfg.Mix.big(res.LockWaitSizes[i]) {
-				waits.big = append(waits.big, w)
-			} else {
-				waits.small = append(waits.small, w)
-			}
-		}
-		for sku, n := range res.SoldBySKU {
-			sold[sku] += n
-		}
+	}
+	for sku, n := range res.SoldBySKU {
+		sold[sku] += n
 	}
 	r.MastersCPU += cost.cpu
 	r.LockScripts += sumOf(cost.commands, scriptCommands).Calls - cost.writes

@@ -86,26 +86,15 @@ func TestBatchProcessorsNeverOversell(t *testing.T) {
 		wg.Go(func() { results[p] = orders.RunBatched(ctxTimeout(t, 2*time.Minute), b, share, orders.RunConfig{}) })
 	}
 	wg.Wait()
-	sold := map[string]int64{}
-	var total orders.Result
-	for _, res := range results {
-		require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
-		total.Orders += res.Orders
-		total.Accepted += res.Accepted
-		total.Rejected += res.Rejected
-		total.Refusals += res.Refusals
-		total.Ticks += res.Ticks
-		for sku, n := range res.SoldBySKU {
-			sold[sku] += n
-		}
-	}
+	total := orders.Merge(results...)
+	require.Zero(t, total.Errors+total.Unknown, "errors: %v", total.FirstErrors)
 	require.Equal(t, len(list), total.Orders, "every order ended")
 	assert.Positive(t, total.Rejected, "the stock ran out")
 	assert.Positive(t, total.Accepted)
 	assert.Positive(t, total.Refusals, "baskets met busy SKUs")
 	t.Logf("%d ticks, %d refusals, %d accepted, %d rejected", total.Ticks, total.Refusals, total.Accepted, total.Rejected)
 
-	audit, err := stock.Audit(ctxTimeout(t, 10*time.Second), sold)
+	audit, err := stock.Audit(ctxTimeout(t, 10*time.Second), total.SoldBySKU)
 	require.NoError(t, err)
 	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
 	assert.Zero(t, audit.OversoldUnits)

@@ -82,7 +82,7 @@ type Ticks struct {
 // waited, then the LockWait its tick or Alone gave), and the result's
 // Backlog is the orders that had arrived but were not done when the run
 // ended. In an open loop a tick that took nothing waits for the next
-// arrival before the next tick.
+// arrival before the next tick (once all arrived, for an arrival's time).
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	size := cmp.Or(max(ticks.Size, 0), 256)
 	cfg = cfg.withDefaults()
@@ -179,6 +179,7 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 				continue
 			}
 			delete(refusedTicks, o.ID)
+			delete(failedTicks, o.ID)
 			alone.Go(func() {
 				octx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
 				defer cancel()
@@ -187,8 +188,14 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 				done(o, asked, out, err)
 			})
 		}
-		if ticks.Rate > 0 && len(refused) == len(batch) && !awaitArrival(ctx, cfg.Stop, arrival(next)) {
-			break
+		if ticks.Rate > 0 && len(refused) == len(batch) {
+			at := arrival(next)
+			if next == len(orders) {
+				at = now.Add(time.Duration(float64(time.Second) / ticks.Rate)) // all arrived: a tick per arrival's time
+			}
+			if !awaitArrival(ctx, cfg.Stop, at) {
+				break
+			}
 		}
 	}
 	alone.Wait()
@@ -224,8 +231,9 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	baskets := make([][]string, len(batch))
 	var promos []string
 	for i, o := range batch {
-		baskets[i] = append(b.Stock.Keys(o), b.Stock.PromoKeys(o)...)
-		promos = append(promos, b.Stock.PromoKeys(o)...)
+		p := b.Stock.PromoKeys(o)
+		baskets[i] = append(b.Stock.Keys(o), p...)
+		promos = append(promos, p...)
 	}
 	slices.Sort(promos)
 	asked := time.Now()
