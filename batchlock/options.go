@@ -109,6 +109,7 @@ type lockConfig struct {
 	ackSet   bool
 	shared   []string
 	refusals *[]Refusal
+	turns    *Turns
 }
 
 // lockConfigOf applies opts, and validates what they say.

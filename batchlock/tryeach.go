@@ -30,6 +30,11 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	if err != nil {
 		return nil, err
 	}
+	if lc.turns != nil {
+		if err := lc.turns.bind(c); err != nil {
+			return nil, err
+		}
+	}
 	isShared, err := c.checkEach(baskets, lc.shared)
 	if err != nil {
 		return nil, err
@@ -66,6 +71,7 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 			locks[i] = l
 		}
 	}
+	t.startTurns()
 	return locks, nil
 }
 
@@ -76,6 +82,8 @@ type Refusal struct {
 	// first in the next call, it wins. Otherwise another lock or Client
 	// holds one, or waits for it: what a rule against starvation counts.
 	Earlier bool
+	// Turn says the basket's turn (WithTurns) is waiting for its keys.
+	Turn bool
 	// Keys are keys it met, without the prefix: those an earlier basket or
 	// another lock of the Client took, or the first found held in Redis on
 	// each master.
@@ -132,6 +140,11 @@ type eachCall struct {
 	sent  []bool
 	marks []string  // cancel marks of the slots where a call may have run unseen
 	why   []Refusal // with WithRefusals: why each refused basket was refused
+	// turnIDs name the baskets by their keys, with WithTurns ("" for a
+	// basket whose keys an earlier one of the call has); turns are those
+	// whose turn has its Lock, to hand out in their place.
+	turnIDs []string
+	turns   []*turn
 }
 
 // take admits the baskets in the process, then tries those admitted in
@@ -160,6 +173,7 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 			t.c.handOut(l, t.lc, start)
 		}
 	}
+	t.handOutTurns(ctx)
 	if t.lc.refusals != nil {
 		slices.SortFunc(t.why, func(a, b Refusal) int { return cmp.Compare(a.Basket, b.Basket) })
 		*t.lc.refusals = append(*t.lc.refusals, t.why...)
@@ -175,7 +189,18 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 func (t *eachCall) admit(ctx context.Context) error {
 	c := t.c
 	taken := map[string]bool{} // user key: taken by an earlier basket; true when exclusively
+	if t.lc.turns != nil {
+		t.turnIDs, t.turns = make([]string, len(t.baskets)), make([]*turn, len(t.baskets))
+	}
 	for i, basket := range t.baskets {
+		if ready, ok := t.hasTurn(i); ok {
+			for _, k := range basket {
+				if ready {
+					taken[k] = taken[k] || !t.isShared[k]
+				}
+			}
+			continue
+		}
 		var busy []string
 		for _, k := range basket {
 			if exclusive, ok := taken[k]; ok && (exclusive || !t.isShared[k]) && !slices.Contains(busy, k) {
@@ -214,6 +239,91 @@ func (t *eachCall) admit(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// hasTurn reports whether basket i has a turn (WithTurns), and whether its
+// Lock is ready to be handed out in the basket's place; else the basket is
+// refused while its Lock waits. A later basket of the call may take a key
+// of a turn that waits, as a later Lock may: the turn waits for it at its
+// gate, behind it, and no newer lock overtakes it there.
+func (t *eachCall) hasTurn(i int) (ready, ok bool) {
+	if t.lc.turns == nil {
+		return false, false
+	}
+	id := basketID(slices.Compact(slices.Sorted(slices.Values(t.baskets[i]))))
+	if slices.Contains(t.turnIDs[:i], id) {
+		return false, false
+	}
+	t.turnIDs[i] = id
+	tn := t.lc.turns.of(id)
+	if tn == nil {
+		return false, false
+	}
+	t.refused[i] = true
+	if t.lc.turns.ready(tn) {
+		t.turns[i] = tn
+		return true, true
+	}
+	if t.lc.refusals != nil {
+		t.why = append(t.why, Refusal{Basket: i, Turn: true})
+	}
+	return false, true
+}
+
+// handOutTurns hands out, in their baskets' places, the Locks of the turns
+// that hold every key with enough of their lease left (see lease.Enough).
+// A turn given up meanwhile (Place passed) leaves its basket refused; one
+// whose Lock was lost, or ran low on lease (renewals held up, or a fixed
+// lease spent waiting), is released, and its basket refused and tried
+// afresh next time.
+func (t *eachCall) handOutTurns(ctx context.Context) {
+	for i, tn := range t.turns {
+		if tn == nil {
+			continue
+		}
+		l := t.lc.turns.handOut(t.turnIDs[i], tn)
+		if l != nil && l.Err() == nil && l.leaseLeft("the turn's keys") == nil {
+			t.locks[i], t.refused[i] = l, false
+			continue
+		}
+		if l != nil {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+			_ = l.Unlock(uctx)
+			cancel()
+		}
+		if t.lc.refusals != nil {
+			t.why = append(t.why, Refusal{Basket: i, Turn: true})
+		}
+	}
+}
+
+// startTurns gives turns, while the turns have room, to the first baskets
+// of the call refused in Redis.
+func (t *eachCall) startTurns() {
+	if t.lc.turns == nil {
+		return
+	}
+	room := t.lc.turns.room()
+	for i, basket := range t.baskets {
+		if room == 0 {
+			return
+		}
+		if !t.sent[i] || !t.refused[i] || t.turnIDs[i] == "" {
+			continue
+		}
+		var exclusive, shared []string
+		for _, k := range basket {
+			if t.isShared[k] {
+				shared = append(shared, k)
+			} else {
+				exclusive = append(exclusive, k)
+			}
+		}
+		if !t.lc.turns.start(t.c, t.ctx, t.turnIDs[i], exclusive, shared, t.lc) {
+			return
+		}
+		room--
+	}
 }
 
 // refuse drops basket i, with the conflict that refused it (met with an

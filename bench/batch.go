@@ -116,11 +116,15 @@ type BatchResult struct {
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of
-// clients, with no order locked alone (a refused order waits for the next
-// tick, as the floor's do).
-func NewTryEachKind(clients []*batchlock.Client) BatchKind {
-	return BatchKind{Name: NameTryEachProcessor, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
-		return &orders.Batched{Locker: clients[i], Stock: stock}
+// clients, whose refused baskets take turns (WithTurns); without turns, a
+// refused order only waits for the next tick, as the floors' do.
+func NewTryEachKind(clients []*batchlock.Client, turns bool) BatchKind {
+	name := NameTryEachProcessor
+	if !turns {
+		name = NameTryEachWithoutTurns
+	}
+	return BatchKind{Name: name, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
+		return &orders.Batched{Locker: clients[i], Stock: stock, WithoutTurns: !turns}
 	}}
 }
 

@@ -247,7 +247,7 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
 		{"nothing oversold", nil, noOversellGoal, true, "none, 11 processors audited"},
 		{"oversold in the batch workload", func(r *Report) { r.Batches[1].Oversold = 1 }, noOversellGoal, false,
-			"oversold units: batchlock TryEach: one call per master for the tick, UnlockEach 1"},
+			"oversold units: batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) 1"},
 		{"no batch run", func(r *Report) { r.Batches = nil }, batch1Goal, false, "not measured"},
 		{"oversold in the contention workload", change(NameBatchlock16Clients, func(o *OrderResult) { o.Oversold = 3 }), noOversellGoal, false,
 			"oversold units: batchlock, 16 Clients (at 16 workers, one each: the cross-process case) 3"},

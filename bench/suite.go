@@ -43,6 +43,7 @@ const (
 	NameBatchFloorProcessor  = "batch-floor-processor"
 	NameCrossFloorProcessor  = "cross-process-floor-processor"
 	NameTryEachProcessor     = "batchlock-tryeach"
+	NameTryEachWithoutTurns  = "batchlock-tryeach-without-turns"
 	NameTryLockLoopProcessor = "batchlock-trylock-loop"
 )
 
@@ -71,7 +72,8 @@ var labels = map[string]string{
 	// The batch workload's own.
 	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
 	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
-	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach",
+	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns)",
+	NameTryEachWithoutTurns:  "batchlock TryEach without turns: a refused basket waits for the next tick",
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 }
 
@@ -193,6 +195,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	processors := slices.Max(DefaultBatch.Processors)
 	floors, crossFloors := make([]*Floor, processors), make([]*Floor, processors)
 	each, loop := make([]*batchlock.Client, processors), make([]*batchlock.Client, processors)
+	eachWithoutTurns := make([]*batchlock.Client, processors)
 	for i := range processors {
 		floors[i], crossFloors[i] = NewLockFloor(client()), NewLockFloor(client())
 		e, err := newBatchlock(NameTryEachProcessor)
@@ -203,9 +206,14 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 		if err != nil {
 			return nil, errors.Join(err, s.Close())
 		}
-		each[i], loop[i] = e.c, l.c
+		w, err := newBatchlock(NameTryEachWithoutTurns)
+		if err != nil {
+			return nil, errors.Join(err, s.Close())
+		}
+		each[i], eachWithoutTurns[i], loop[i] = e.c, w.c, l.c
 	}
-	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
+	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each, true),
+		NewTryEachKind(eachWithoutTurns, false), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
 	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {

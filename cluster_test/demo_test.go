@@ -81,7 +81,7 @@ func TestBatchProcessorsNeverOversell(t *testing.T) {
 	results := make([]orders.Result, processors)
 	var wg sync.WaitGroup
 	for p := range processors {
-		b := &orders.Batched{Locker: peerOf(t, rdb, prefix), Stock: stock, Think: time.Millisecond, Size: 32, Waits: 4}
+		b := &orders.Batched{Locker: peerOf(t, rdb, prefix), Stock: stock, Think: time.Millisecond, Size: 32}
 		share := list[p*len(list)/processors : (p+1)*len(list)/processors]
 		wg.Go(func() { results[p] = orders.RunBatched(ctxTimeout(t, 2*time.Minute), b, share, orders.RunConfig{}) })
 	}

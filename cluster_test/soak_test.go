@@ -89,6 +89,22 @@ type soak struct {
 type soakClient struct {
 	c     *batchlock.Client
 	lease time.Duration
+	// turns, refused and each are the Client's batch processor's: its
+	// TryEach ticks with turns put baskets refused before first, and all
+	// run with one set of options, chosen at its first tick, since a
+	// turn's Lock keeps the options of the call that gave it the turn.
+	turns   batchlock.Turns
+	mu      sync.Mutex
+	refused [][]string
+	each    *eachOptions
+}
+
+// eachOptions are the options of a Client's ticks with turns, and the lease
+// and acknowledgement they give.
+type eachOptions struct {
+	opts     []batchlock.LockOption
+	lease    time.Duration
+	replicas bool
 }
 
 func TestSoak(t *testing.T) {

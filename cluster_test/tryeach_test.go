@@ -59,9 +59,10 @@ func heldBy(t *testing.T, c *batchlock.Client, keys ...string) []string {
 }
 
 // Four Clients (processes) race ticks of baskets over a few hot SKUs with
-// TryEach and UnlockEach: no SKU is ever in two sections at once, a key's
-// token only grows from one section to the next, every tick takes some
-// baskets, and nothing is left held.
+// TryEach and UnlockEach, two of them with turns (WithTurns, their refused
+// baskets first in the next tick, each with Turns of two baskets): no SKU
+// is ever in two sections at once, a key's token only grows from one
+// section to the next, turns waited, and nothing is left held.
 func TestTryEachTicksRace(t *testing.T) {
 	rdb := newClient(t)
 	_, prefix := newLocker(t, rdb)
@@ -75,27 +76,46 @@ func TestTryEachTicksRace(t *testing.T) {
 	inUse := map[string]string{} // SKU: the owner in its section
 	lastToken := map[string]int64{}
 	var violations []string
-	var taken, refused int
+	var taken, refused, turnWaits int
 	var wg sync.WaitGroup
 	for w := range clients {
 		c := peerOf(t, rdb, prefix)
 		rng := rand.New(rand.NewPCG(uint64(w), 7))
+		var opts []batchlock.LockOption
+		if w%2 == 0 {
+			opts = []batchlock.LockOption{batchlock.WithTurns(&batchlock.Turns{Baskets: 2})}
+		}
 		wg.Go(func() {
+			var carry [][]string
 			for range ticks {
-				baskets := make([][]string, 32)
-				for i := range baskets {
+				baskets := carry
+				for len(baskets) < 32 {
+					var basket []string
 					for range 1 + rng.IntN(6) {
-						baskets[i] = append(baskets[i], fmt.Sprintf("sku:%02d", rng.IntN(skus)))
+						basket = append(basket, fmt.Sprintf("sku:%02d", rng.IntN(skus)))
 					}
+					baskets = append(baskets, basket)
 				}
-				locks, err := c.TryEach(ctx, baskets)
+				var why []batchlock.Refusal
+				locks, err := c.TryEach(ctx, baskets, append(opts, batchlock.WithRefusals(&why))...)
 				if !assert.NoError(t, err) {
 					return
 				}
+				carry = nil
+				turn := map[int]bool{}
+				for _, r := range why {
+					turn[r.Basket] = r.Turn
+				}
 				mu.Lock()
-				for _, l := range locks {
+				for i, l := range locks {
 					if l == nil {
 						refused++
+						if turn[i] {
+							turnWaits++
+						}
+						if opts != nil && (turn[i] || len(carry) < 8) {
+							carry = append(carry, baskets[i])
+						}
 						continue
 					}
 					taken++
@@ -123,13 +143,15 @@ func TestTryEachTicksRace(t *testing.T) {
 				mu.Unlock()
 				assert.NoError(t, c.UnlockEach(ctx, locks))
 			}
+			assert.NoError(t, c.Close(), "its turns end with it")
 		})
 	}
 	wg.Wait()
 	assert.Empty(t, violations)
 	assert.Positive(t, taken)
 	assert.Positive(t, refused, "the SKUs are hot enough to meet")
-	t.Logf("%d baskets taken, %d refused", taken, refused)
+	assert.Positive(t, turnWaits, "turns waited")
+	t.Logf("%d baskets taken, %d refused, %d of them as turns that waited", taken, refused, turnWaits)
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
 

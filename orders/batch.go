@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
@@ -15,45 +14,46 @@ import (
 // refused by the last tick first), locks every basket that is free with one
 // TryEach (one call per master for the whole tick), reads and writes the
 // stock of the orders taken in one pipeline each, and lets go with one
-// UnlockEach. An order whose basket is busy waits for the next tick; one
-// refused Waits ticks in a row by other processes' locks is locked alone
-// with a waiting Lock (WithWait), so that a basket of hot SKUs is not
-// starved by smaller ones. A basket beaten by an earlier one of its tick
-// goes first in the next and needs no such rule (WithRefusals tells them
-// apart).
+// UnlockEach. An order whose basket is busy waits for the next tick; the
+// first refused by another processor's locks takes its turn (WithTurns),
+// waiting in Redis's queues while the ticks go on, and is handed to the
+// tick after its keys came, so that a basket of hot SKUs is not starved by
+// smaller ones.
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock
 	Think  time.Duration // as in Locked, once per tick
 	Size   int           // orders per tick; default 256
-	// Waits is how many ticks in a row an order may be refused by other
-	// processes before it is locked alone, waiting; default 8.
-	Waits int
-	// WaitFor bounds that wait (WithWait); default 5s.
-	WaitFor time.Duration
+	// Turns are the processor's turns; the zero value serves (see
+	// batchlock.Turns).
+	Turns batchlock.Turns
+	// WithoutTurns leaves turns out: a refused basket only waits for the
+	// next tick (the bench's comparison).
+	WithoutTurns bool
 }
 
 // RunBatched processes orders with b until all are done, cfg.Stop is
-// closed or ctx ends. cfg.Workers is not used: one goroutine runs the ticks
-// (and, apart, the orders locked alone); cfg.Attempts bounds the ticks in a
-// row that fail as a whole for an order (a master down), cfg.Done is called
-// after each order.
+// closed or ctx ends. cfg.Workers is not used: one goroutine runs the
+// ticks; cfg.Attempts bounds the ticks in a row that fail as a whole for an
+// order (a master down), cfg.Done is called after each order.
 func RunBatched(ctx context.Context, b *Batched, orders []Order, cfg RunConfig) Result {
-	waitFor := b.WaitFor
-	if waitFor <= 0 {
-		waitFor = 5 * time.Second
-	}
-	locked := &Locked{Locker: b.Locker, Stock: b.Stock, Think: b.Think}
-	return RunTicks(ctx, b, orders, Ticks{Size: b.Size, Waits: cmp.Or(b.Waits, 8), Alone: func(ctx context.Context, o Order) (Outcome, error) {
-		return locked.process(ctx, o, batchlock.WithWait(waitFor))
-	}}, cfg)
+	return RunTicks(ctx, b, orders, Ticks{Size: b.Size}, cfg)
 }
+
+// Waker is a Ticker that can tell, while its run waits for arrivals, that
+// a tick would take something now (Batched: a turn's lock is ready).
+type Waker interface {
+	Wake() <-chan struct{}
+}
+
+// Wake receives when one of b's turns holds its keys (see
+// batchlock.Turns.Ready).
+func (b *Batched) Wake() <-chan struct{} { return b.Turns.Ready() }
 
 // Ticker locks the baskets of a tick's orders that are free, fulfils those
 // orders and lets go (Batched does it with TryEach): it returns per order
-// what became of it (Beaten for one refused by an earlier order of the
-// tick), and the orders refused (indices into batch). An error is the
-// tick's as a whole: nothing of it was locked.
+// what became of it, and the orders refused (indices into batch). An error
+// is the tick's as a whole: nothing of it was locked.
 type Ticker interface {
 	Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, error)
 }
@@ -61,11 +61,6 @@ type Ticker interface {
 // Ticks shapes a run of ticks.
 type Ticks struct {
 	Size int // orders per tick; default 256
-	// Waits is how many ticks in a row an order may be refused, not
-	// Beaten, before it is handed to Alone; without Alone, it waits for as
-	// many ticks as it takes.
-	Waits int
-	Alone func(ctx context.Context, o Order) (Outcome, error)
 	// Rate, when above 0, makes the run an open loop: orders arrive Rate a
 	// second, the first at the start, and a tick takes those that have
 	// arrived (after the refused ones), waiting for the next arrival when
@@ -79,33 +74,32 @@ type Ticks struct {
 // cfg.Stop is closed or ctx ends; cfg as RunBatched says. An order arrives
 // when ticks.Rate says, or in a closed loop when it first goes into a tick;
 // a locked order's lock wait runs from its arrival to its lock (the ticks it
-// waited, then the LockWait its tick or Alone gave), and the result's
+// waited, then the LockWait its tick gave), and the result's
 // Backlog is the orders that had arrived but were not done when the run
 // ended. In an open loop a tick that took nothing waits for the next
 // arrival before the next tick (once all arrived, for an arrival's time).
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	size := cmp.Or(max(ticks.Size, 0), 256)
+	var wake <-chan struct{}
+	if w, ok := t.(Waker); ok {
+		wake = w.Wake()
+	}
 	cfg = cfg.withDefaults()
 	r := newRecorder()
 	start := time.Now()
 	arrival := func(i int) time.Time { return start.Add(time.Duration(float64(i) / ticks.Rate * float64(time.Second))) }
-	refusedTicks := map[string]int{} // by order: refusals in a row
-	failedTicks := map[string]int{}  // by order: ticks failed as a whole in a row
-	var alone sync.WaitGroup
-	var carry []Order // refused by the last tick: first in the next
+	failedTicks := map[string]int{} // by order: ticks failed as a whole in a row
+	var carry []Order               // refused by the last tick: first in the next
 	next := 0
 	// arrived is when each order not done yet arrived: an order's lock wait
 	// runs from then to its lock.
-	var arrivedMu sync.Mutex
 	arrived := map[string]time.Time{}
 	// done records o, whose last lock was asked for at asked.
 	done := func(o Order, asked time.Time, out Outcome, err error) {
-		arrivedMu.Lock()
 		if out.Locked {
 			out.LockWait += asked.Sub(arrived[o.ID])
 		}
 		delete(arrived, o.ID)
-		arrivedMu.Unlock()
 		r.record(o, out, err, nil)
 		if cfg.Done != nil {
 			cfg.Done()
@@ -117,7 +111,6 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 		}
 		batch := carry
 		now := time.Now()
-		arrivedMu.Lock()
 		for len(batch) < size && next < len(orders) {
 			at := now
 			if ticks.Rate > 0 {
@@ -129,9 +122,8 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			arrived[orders[next].ID] = at
 			next++
 		}
-		arrivedMu.Unlock()
 		if len(batch) == 0 {
-			if !awaitArrival(ctx, cfg.Stop, arrival(next)) {
+			if !awaitArrival(ctx, cfg.Stop, wake, arrival(next)) {
 				break
 			}
 			continue
@@ -164,41 +156,23 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			if wasRefused[i] {
 				continue
 			}
-			delete(refusedTicks, o.ID)
 			delete(failedTicks, o.ID)
 			done(o, asked, outcomes[i].Outcome, outcomes[i].Err)
 		}
 		for _, i := range refused {
-			o := batch[i]
 			r.refusal()
-			if !outcomes[i].Beaten {
-				refusedTicks[o.ID]++
-			}
-			if ticks.Alone == nil || refusedTicks[o.ID] < ticks.Waits {
-				carry = append(carry, o)
-				continue
-			}
-			delete(refusedTicks, o.ID)
-			delete(failedTicks, o.ID)
-			alone.Go(func() {
-				octx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
-				defer cancel()
-				asked := time.Now()
-				out, err := ticks.Alone(octx, o)
-				done(o, asked, out, err)
-			})
+			carry = append(carry, batch[i])
 		}
 		if ticks.Rate > 0 && len(refused) == len(batch) {
 			at := arrival(next)
 			if next == len(orders) {
 				at = now.Add(time.Duration(float64(time.Second) / ticks.Rate)) // all arrived: a tick per arrival's time
 			}
-			if !awaitArrival(ctx, cfg.Stop, at) {
+			if !awaitArrival(ctx, cfg.Stop, wake, at) {
 				break
 			}
 		}
 	}
-	alone.Wait()
 	backlog := len(carry)
 	if ticks.Rate > 0 {
 		for end := time.Now(); next < len(orders) && !arrival(next).After(end); next++ {
@@ -209,13 +183,15 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 	return r.result(time.Since(start))
 }
 
-// awaitArrival waits until at, and reports false if ctx ends or stop is
-// closed first.
-func awaitArrival(ctx context.Context, stop <-chan struct{}, at time.Time) bool {
+// awaitArrival waits until at, or until wake receives (nil: never), and
+// reports false if ctx ends or stop is closed first.
+func awaitArrival(ctx context.Context, stop <-chan struct{}, wake <-chan struct{}, at time.Time) bool {
 	timer := time.NewTimer(time.Until(at))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
+		return true
+	case <-wake:
 		return true
 	case <-stop:
 	case <-ctx.Done():
@@ -237,8 +213,11 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	}
 	slices.Sort(promos)
 	asked := time.Now()
-	var why []batchlock.Refusal
-	locks, err := b.Locker.TryEach(ctx, baskets, batchlock.WithShared(slices.Compact(promos)...), batchlock.WithRefusals(&why))
+	opts := []batchlock.LockOption{batchlock.WithShared(slices.Compact(promos)...)}
+	if !b.WithoutTurns {
+		opts = append(opts, batchlock.WithTurns(&b.Turns))
+	}
+	locks, err := b.Locker.TryEach(ctx, baskets, opts...)
 	wait := time.Since(asked)
 	if err != nil {
 		return nil, nil, err
@@ -254,9 +233,6 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	out := b.Stock.FulfilTaken(ctx, batch, taken, wait, func(i, line int) int64 {
 		return locks[i].Token(baskets[i][line]) // the stock keys come first, in line order
 	}, b.Think)
-	for _, r := range why {
-		out[r.Basket].Beaten = r.Earlier
-	}
 	// The unlock's error changes nothing the orders did: their keys are
 	// left to their lease.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

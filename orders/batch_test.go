@@ -16,7 +16,6 @@ import (
 // each tick came and what it held.
 type tickerFunc struct {
 	refuse func(o Order) bool
-	beaten func(o Order) bool // of the refused, those an earlier order beat
 	wait   time.Duration
 	work   time.Duration
 	mu     sync.Mutex
@@ -36,7 +35,6 @@ func (f *tickerFunc) Tick(_ context.Context, batch []Order) ([]Fulfilled, []int,
 		seen.ids = append(seen.ids, o.ID)
 		if f.refuse != nil && f.refuse(o) {
 			refused = append(refused, i)
-			out[i].Beaten = f.beaten != nil && f.beaten(o)
 			continue
 		}
 		out[i] = Fulfilled{Outcome: Outcome{Accepted: true, Locked: true, LockWait: f.wait}}
@@ -157,31 +155,33 @@ func TestRunTicksOpenLoopDoesNotSpin(t *testing.T) {
 	assert.LessOrEqual(t, res.Ticks, 3*len(orders), "ticks of %d orders, refused ones waiting for arrivals", len(orders))
 }
 
-// An order beaten by earlier ones of its ticks is not handed to Alone,
-// however many ticks it waits; one refused by other processes' locks is,
-// after Waits ticks.
-func TestRunTicksBeatenOrdersAreNotLockedAlone(t *testing.T) {
+// wakingTicker is a tickerFunc that is a Waker: it refuses the first order
+// once, then wakes its run, as Batched does once a turn's lock is ready.
+type wakingTicker struct {
+	tickerFunc
+	wake chan struct{}
+}
+
+func (w *wakingTicker) Wake() <-chan struct{} { return w.wake }
+
+// An open loop waiting for its next arrival ticks at once when its Ticker
+// wakes it: the refused order's next tick holds it alone, long before the
+// next order arrives.
+func TestRunTicksWakes(t *testing.T) {
 	orders := tickOrders(t, 2)
-	beaten, busy := orders[0].ID, orders[1].ID
-	var mu sync.Mutex
-	refusals := map[string]int{}
-	var alone []string
-	f := &tickerFunc{
-		refuse: func(o Order) bool {
-			mu.Lock()
-			defer mu.Unlock()
-			refusals[o.ID]++
-			return o.ID == busy || refusals[o.ID] <= 5
-		},
-		beaten: func(o Order) bool { return o.ID == beaten },
+	w := &wakingTicker{wake: make(chan struct{}, 1)}
+	refused := false
+	w.refuse = func(o Order) bool {
+		if o.ID != orders[0].ID || refused {
+			return false
+		}
+		refused = true
+		w.wake <- struct{}{}
+		return true
 	}
-	res := RunTicks(t.Context(), f, orders, Ticks{Size: 8, Waits: 2, Alone: func(_ context.Context, o Order) (Outcome, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		alone = append(alone, o.ID)
-		return Outcome{Accepted: true, Locked: true}, nil
-	}}, RunConfig{Attempts: 1})
-	assert.Equal(t, 2, res.Accepted)
-	assert.Equal(t, []string{busy}, alone, "only the order other processes refused is locked alone")
-	assert.Equal(t, 6, refusals[beaten], "the beaten order waited its ticks")
+	stop := make(chan struct{})
+	res := RunTicks(t.Context(), w, orders, Ticks{Size: 8, Rate: 0.1}, RunConfig{Attempts: 1, Stop: stop, Done: sync.OnceFunc(func() { close(stop) })})
+	assert.Equal(t, 1, res.Accepted)
+	require.Len(t, w.ticks, 2)
+	assert.Equal(t, []string{orders[0].ID}, w.ticks[1].ids, "woken before the second order's arrival, 10s on")
 }

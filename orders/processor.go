@@ -127,12 +127,10 @@ func (s *Stock) Fulfil(ctx context.Context, o Order, tokens []int64, think time.
 	return r.Outcome, r.Err
 }
 
-// Fulfilled is what FulfilAll did to one order; for an order a tick
-// refused, Beaten says an earlier order of the tick won its basket's keys.
+// Fulfilled is what FulfilAll did to one order.
 type Fulfilled struct {
 	Outcome
-	Err    error
-	Beaten bool
+	Err error
 }
 
 // FulfilAll is Fulfil for several orders at once, whose baskets share no

@@ -4,9 +4,11 @@
 // TryEach call (one round trip per master, whatever the number of orders),
 // reads the stock of the orders it got in one pipeline, writes it in one
 // more, and lets go with one UnlockEach. A basket another order holds is
-// not waited for: the order goes first in the next tick. One refused
-// maxRefusals ticks in a row is locked alone, waiting (WithWait), so that
-// a big basket of busy SKUs is not starved by small ones.
+// not waited for: the order goes first in the next tick. Run as several
+// replicas, the first order refused by another replica's locks takes its
+// turn (WithTurns): it waits in Redis's queues while the ticks go on, and a
+// later tick is handed its lock, so that a big basket of busy SKUs is not
+// starved by the other replicas' small ones.
 //
 //	go -C examples run ./batchprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
 //
@@ -31,9 +33,8 @@ import (
 )
 
 const (
-	keyPrefix   = "example:batchprocessor:stock:"
-	tickSize    = 64 // orders per tick
-	maxRefusals = 8  // ticks an order may be refused in a row before it waits alone
+	keyPrefix = "example:batchprocessor:stock:"
+	tickSize  = 64 // orders per tick
 )
 
 // order is a customer order: units wanted per SKU.
@@ -79,7 +80,7 @@ func main() {
 
 // summary is what a run did.
 type summary struct {
-	ticks, accepted, rejected, refusals, waited int
+	ticks, accepted, rejected, refusals int
 	// ordered is the units of the orders accepted; sold and left what the
 	// stock says, over every SKU; below counts SKUs below zero (oversold).
 	ordered, sold, left int64
@@ -87,8 +88,8 @@ type summary struct {
 }
 
 func (s summary) String() string {
-	return fmt.Sprintf("%d ticks: %d orders accepted (%d units), %d rejected (out of stock); %d baskets refused for a tick, %d orders locked alone; stock: %d units sold, %d left, %d SKUs oversold",
-		s.ticks, s.accepted, s.ordered, s.rejected, s.refusals, s.waited, s.sold, s.left, s.below)
+	return fmt.Sprintf("%d ticks: %d orders accepted (%d units), %d rejected (out of stock); %d baskets refused for a tick; stock: %d units sold, %d left, %d SKUs oversold",
+		s.ticks, s.accepted, s.ordered, s.rejected, s.refusals, s.sold, s.left, s.below)
 }
 
 // queue is n orders over skus SKUs, a few of them in most baskets.
@@ -120,8 +121,10 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 	defer cleanUp(rdb, skus)
 
 	var sum summary
-	refused := map[string]int{} // by order: ticks refused in a row
-	var carry []order           // refused by the last tick: first in the next
+	// The turns of this processor's baskets: the oldest refused by another
+	// replica waits for its keys in Redis, and a later tick gets its lock.
+	var turns batchlock.Turns
+	var carry []order // refused by the last tick: first in the next
 	for len(pending) > 0 || len(carry) > 0 {
 		n := min(tickSize-len(carry), len(pending))
 		tick := append(carry, pending[:n]...)
@@ -134,34 +137,19 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 			baskets[i] = keysOf(o)
 		}
 		// Each basket whole or not at all; an earlier basket wins a SKU
-		// over a later one. A refused basket holds nothing.
-		var why []batchlock.Refusal
-		got, err := locks.TryEach(ctx, baskets, batchlock.WithRefusals(&why))
+		// over a later one. A refused basket holds nothing but its turn.
+		got, err := locks.TryEach(ctx, baskets, batchlock.WithTurns(&turns))
 		if err != nil {
 			return sum, err // nothing of the tick is held
 		}
-		// A basket beaten by an earlier one of the tick goes first in the
-		// next: only refusals by other locks or processes can starve it.
-		beaten := map[int]bool{}
-		for _, r := range why {
-			beaten[r.Basket] = r.Earlier
-		}
 		var taken []int
-		var starving []order
 		for i, l := range got {
 			if l != nil {
 				taken = append(taken, i)
-				delete(refused, tick[i].id)
 				continue
 			}
 			sum.refusals++
-			if beaten[i] {
-				carry = append(carry, tick[i])
-			} else if refused[tick[i].id]++; refused[tick[i].id] < maxRefusals {
-				carry = append(carry, tick[i])
-			} else {
-				starving = append(starving, tick[i])
-			}
+			carry = append(carry, tick[i])
 		}
 		results, err := fulfil(ctx, rdb, tick, got, taken)
 		// Let go of every lock of the tick, with one call per master, also
@@ -174,21 +162,6 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 		}
 		for n, i := range taken {
 			count(&sum, tick[i], results[n])
-		}
-		// Starving orders wait for their basket alone, a bounded time, once
-		// the tick let go of its own locks.
-		for _, o := range starving {
-			sum.waited++
-			delete(refused, o.id)
-			accepted, err := processAlone(ctx, locks, rdb, o)
-			switch {
-			case errors.Is(err, batchlock.ErrNotObtained):
-				carry = append(carry, o) // still busy: back in the queue
-			case err != nil:
-				return sum, fmt.Errorf("order %s: %w", o.id, err)
-			default:
-				count(&sum, o, accepted)
-			}
 		}
 	}
 	return sum, report(ctx, rdb, skus, &sum)
@@ -246,22 +219,6 @@ func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick []order, got []*
 		return nil, fmt.Errorf("taking stock: %w", err)
 	}
 	return accepted, nil
-}
-
-// processAlone locks one order's basket, waiting at most 5s for it, and
-// fulfils it.
-func processAlone(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterClient, o order) (bool, error) {
-	var accepted []bool
-	err := locks.Do(ctx, keysOf(o), func(ctx context.Context) error {
-		l, _ := batchlock.LockFromContext(ctx)
-		var err error
-		accepted, err = fulfil(ctx, rdb, []order{o}, []*batchlock.Lock{l}, []int{0})
-		return err
-	}, batchlock.WithWait(5*time.Second))
-	if err != nil {
-		return false, err
-	}
-	return accepted[0], nil
 }
 
 func keysOf(o order) []string {

@@ -1,0 +1,225 @@
+package batchlock
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Turns keeps the turns of a batch processor's baskets across its TryEach
+// calls (WithTurns), so that a basket refused because another Client holds
+// or waits for one of its keys is not overtaken, tick after tick, by newer
+// baskets of the other processors.
+//
+// Such a basket, when fewer than Baskets baskets hold turns, takes its
+// turn: the Client locks it in the background with a waiting Lock
+// (WithWait(Wait), the call's other options), which queues in Redis behind
+// the holders of its keys, as any waiting Lock, and is granted each key in
+// turn. A later TryEach with the same Turns and a basket of the same keys
+// (in any order) hands that Lock out in the basket's place once it holds
+// every key, with no call to Redis for it (a Lock lost meanwhile, or left
+// with less than half its lease, is released instead, and the basket tried
+// afresh next time); until then it refuses the basket (Refusal.Turn). Put
+// the refused baskets first in the next call, oldest first: the earliest
+// refused in Redis take the turns.
+//
+// A turn is a waiting Lock, and costs what one costs: while it waits it
+// holds the keys before the one it waits for and a place in that key's
+// queue, so turns never deadlock, and all of it goes when its wait ends
+// (Wait, then the basket is tried afresh), when the Client closes, or with
+// the lease and the place's lapse when the process dies. A Lock granted to
+// a basket that no call asks for within Place is released. At most Baskets
+// turns exist at once: a turn holds keys that newer baskets would have
+// taken, so a few, for the oldest baskets, keep them from starving, and the
+// rest compete as they come.
+//
+// A Turns serves one Client: a call of another Client with it is
+// ErrInvalid. It is safe for concurrent use; its zero value is ready, with
+// Baskets 1, Wait 5 s and Place 1 s.
+type Turns struct {
+	// Baskets is how many baskets hold turns at once; default 1.
+	Baskets int
+	// Wait bounds how long a turn waits for its keys; default 5 s.
+	Wait time.Duration
+	// Place is how long a basket's Lock waits to be handed out once it
+	// holds every key; default 1 s.
+	Place time.Duration
+
+	mu       sync.Mutex
+	client   *Client // the Client whose baskets they are, from the first call
+	byBasket map[string]*turn
+	wake     chan struct{} // see Ready; made on first use
+}
+
+// Turns' defaults.
+const (
+	defaultTurnBaskets = 1
+	defaultTurnWait    = 5 * time.Second
+	defaultTurnPlace   = time.Second
+)
+
+// turn is one basket's waiting Lock, from its start until a call hands it
+// out, or it fails or is given up.
+type turn struct {
+	// lock is the basket's Lock once taken; nil before, and after a failure.
+	lock   *Lock
+	handed chan struct{} // closed when a call hands the lock out
+	isOver bool          // the lock was handed out, or given up
+}
+
+// WithTurns has TryEach give turns to baskets refused in Redis, keep them
+// in turns, and hand out the Lock of a basket whose turn came (see Turns).
+// Ignored by Lock, TryLock and Do. Default: no turns, a refused basket
+// keeps no place.
+func WithTurns(turns *Turns) LockOption {
+	return lockOptionFunc(func(c *lockConfig) { c.turns = turns })
+}
+
+// Ready receives once a turn's Lock holds every key, for a processor that
+// waits for work between its calls to call again at once: the Lock waits
+// for that call, holding its keys. A receive may find the Lock handed out
+// or given up already.
+func (t *Turns) Ready() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.wake == nil {
+		t.wake = make(chan struct{}, 1)
+	}
+	return t.wake
+}
+
+// bind makes the turns c's, unless they are another Client's.
+func (t *Turns) bind(c *Client) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.client == nil {
+		t.client = c
+	}
+	if t.client != c {
+		return invalid("turns of another Client: a Turns serves one Client")
+	}
+	return nil
+}
+
+// basketID names a basket by its keys, whatever their order and repeats.
+func basketID(sorted []string) string {
+	return strings.Join(sorted, "\x00")
+}
+
+// of returns the turn of the basket named id, nil when it has none.
+func (t *Turns) of(id string) *turn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.byBasket[id]
+}
+
+// ready reports whether tn holds its Lock, to hand out.
+func (t *Turns) ready(tn *turn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return tn.lock != nil && !tn.isOver
+}
+
+// handOut hands out the Lock of the basket named id, unless it was given
+// up meanwhile, and forgets the turn.
+func (t *Turns) handOut(id string, tn *turn) *Lock {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tn.isOver || tn.lock == nil {
+		return nil
+	}
+	tn.isOver = true
+	close(tn.handed)
+	delete(t.byBasket, id)
+	return tn.lock
+}
+
+// room returns how many more baskets may take a turn.
+func (t *Turns) room() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	most := t.Baskets
+	if most <= 0 {
+		most = defaultTurnBaskets
+	}
+	return max(most-len(t.byBasket), 0)
+}
+
+// start gives the basket named id its turn: c locks exclusive and shared
+// with lc on ctx's values, waiting for them, and keeps the Lock until a
+// call hands it out or Place passes. It reports false when the Client is
+// closing.
+func (t *Turns) start(c *Client, ctx context.Context, id string, exclusive, shared []string, lc lockConfig) bool {
+	if !c.calls.Enter(1) {
+		return false
+	}
+	tn := &turn{handed: make(chan struct{})}
+	t.mu.Lock()
+	if t.byBasket == nil {
+		t.byBasket = map[string]*turn{}
+	}
+	t.byBasket[id] = tn
+	t.mu.Unlock()
+	lc.shared, lc.refusals, lc.turns = shared, nil, nil
+	lc.wait, lc.waitSet = cmpDuration(t.Wait, defaultTurnWait), true
+	go func() {
+		defer c.calls.Leave()
+		l, err := c.lock(context.WithoutCancel(ctx), exclusive, []LockOption{lockOptionFunc(func(c *lockConfig) { *c = lc })}, true)
+		t.mu.Lock()
+		tn.lock = l
+		if err != nil && t.byBasket[id] == tn {
+			delete(t.byBasket, id) // the basket is tried afresh
+		}
+		if t.wake == nil {
+			t.wake = make(chan struct{}, 1)
+		}
+		wake := t.wake
+		t.mu.Unlock()
+		if err != nil {
+			return
+		}
+		select {
+		case wake <- struct{}{}:
+		default: // one is pending already
+		}
+		timer := time.NewTimer(cmpDuration(t.Place, defaultTurnPlace))
+		defer timer.Stop()
+		select {
+		case <-tn.handed:
+			return
+		case <-c.closing.Done():
+			return // Close releases it
+		case <-timer.C:
+		}
+		if t.giveUp(id, tn) {
+			uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+			defer cancel()
+			_ = l.Unlock(uctx)
+		}
+	}()
+	return true
+}
+
+// giveUp forgets tn, whose Lock no call asked for in time, unless a call
+// handed it out meanwhile; it reports whether the Lock is to be released.
+func (t *Turns) giveUp(id string, tn *turn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tn.isOver {
+		return false
+	}
+	tn.isOver = true
+	if t.byBasket[id] == tn {
+		delete(t.byBasket, id)
+	}
+	return true
+}
+
+// cmpDuration returns d, or def when d is not above 0.
+func cmpDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
