@@ -297,18 +297,30 @@ func (t *eachCall) handOutTurns(ctx context.Context) {
 	}
 }
 
-// startTurns gives turns, while the turns have room, to the first baskets
-// of the call refused in Redis.
+// startTurns counts, by basket, the calls in a row that refused it in
+// Redis, and gives turns, while the turns have room, to the first baskets
+// of the call refused After times in a row. A basket the call refused in
+// the process keeps its count; one it took, or left out, loses it.
 func (t *eachCall) startTurns() {
 	if t.lc.turns == nil {
 		return
 	}
+	before, after := t.lc.turns.counts()
+	refusals := map[string]int{}
+	defer t.lc.turns.counted(refusals)
 	room := t.lc.turns.room()
 	for i, basket := range t.baskets {
-		if room == 0 {
-			return
-		}
-		if !t.sent[i] || !t.refused[i] || t.turnIDs[i] == "" {
+		id := t.turnIDs[i]
+		switch {
+		case id == "" || !t.refused[i]:
+			continue
+		case !t.sent[i]:
+			if n := before[id]; n > 0 {
+				refusals[id] = n
+			}
+			continue
+		case before[id]+1 < after || room == 0:
+			refusals[id] = before[id] + 1
 			continue
 		}
 		var exclusive, shared []string

@@ -12,8 +12,8 @@ import (
 // or waits for one of its keys is not overtaken, tick after tick, by newer
 // baskets of the other processors.
 //
-// Such a basket, when fewer than Baskets baskets hold turns, takes its
-// turn: the Client locks it in the background with a waiting Lock
+// Such a basket, once After calls in a row refused it in Redis and while
+// fewer than Baskets baskets hold turns, takes its turn: the Client locks it in the background with a waiting Lock
 // (WithWait(Wait), the call's other options), which queues in Redis behind
 // the holders of its keys, as any waiting Lock, and is granted each key in
 // turn. A later TryEach with the same Turns and a basket of the same keys
@@ -36,10 +36,17 @@ import (
 //
 // A Turns serves one Client: a call of another Client with it is
 // ErrInvalid. It is safe for concurrent use; its zero value is ready, with
-// Baskets 1, Wait 5 s and Place 1 s.
+// After 2, Baskets 1, Wait 5 s and Place 1 s.
 type Turns struct {
 	// Baskets is how many baskets hold turns at once; default 1.
 	Baskets int
+	// After is how many calls in a row must refuse a basket in Redis
+	// before it takes a turn; default 2. A basket refused once mostly
+	// passes in the next call, and a turn costs the other processors: it
+	// holds the keys before the one it waits for, and their baskets queue
+	// behind it. The count goes with a call that takes the basket, or that
+	// leaves it out; calls made at once with one Turns may lose counts.
+	After int
 	// Wait bounds how long a turn waits for its keys; default 5 s.
 	Wait time.Duration
 	// Place is how long a basket's Lock waits to be handed out once it
@@ -49,11 +56,15 @@ type Turns struct {
 	mu       sync.Mutex
 	client   *Client // the Client whose baskets they are, from the first call
 	byBasket map[string]*turn
+	// refusals count, by basket, the calls in a row that refused it in
+	// Redis, as the last call left them.
+	refusals map[string]int
 	wake     chan struct{} // see Ready; made on first use
 }
 
 // Turns' defaults.
 const (
+	defaultTurnAfter   = 2
 	defaultTurnBaskets = 1
 	defaultTurnWait    = 5 * time.Second
 	defaultTurnPlace   = time.Second
@@ -133,6 +144,25 @@ func (t *Turns) handOut(id string, tn *turn) *Lock {
 	close(tn.handed)
 	delete(t.byBasket, id)
 	return tn.lock
+}
+
+// counts returns the refusals counted by the last call, and how many make
+// a turn.
+func (t *Turns) counts() (map[string]int, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	after := t.After
+	if after <= 0 {
+		after = defaultTurnAfter
+	}
+	return t.refusals, after
+}
+
+// counted keeps the refusals counted by a call, for the next.
+func (t *Turns) counted(refusals map[string]int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.refusals = refusals
 }
 
 // room returns how many more baskets may take a turn.

@@ -43,7 +43,7 @@ func TestTurnsAreBounded(t *testing.T) {
 	busy, err := other.Lock(ctx, []string{"a", "b", "c"})
 	require.NoError(t, err)
 
-	turns := Turns{Baskets: 2, Place: 300 * time.Millisecond}
+	turns := Turns{After: 1, Baskets: 2, Place: 300 * time.Millisecond}
 	var why []Refusal
 	locks, err := proc.TryEach(ctx, [][]string{{"a", "x"}, {"x", "a"}, {"b"}, {"c"}}, WithTurns(&turns), WithRefusals(&why))
 	require.NoError(t, err)
@@ -84,7 +84,7 @@ func TestTurnHandedOut(t *testing.T) {
 	ctx := t.Context()
 	busy, err := other.Lock(ctx, []string{"b"})
 	require.NoError(t, err)
-	var turns Turns
+	turns := Turns{After: 1}
 	locks, err := proc.TryEach(ctx, [][]string{{"a", "b"}}, WithTurns(&turns))
 	require.NoError(t, err)
 	require.Nil(t, locks[0])
@@ -134,7 +134,7 @@ func TestTurnWaitEnds(t *testing.T) {
 	ctx := t.Context()
 	busy, err := other.Lock(ctx, []string{"a"})
 	require.NoError(t, err)
-	turns := Turns{Wait: 100 * time.Millisecond}
+	turns := Turns{After: 1, Wait: 100 * time.Millisecond}
 	locks, err := proc.TryEach(ctx, [][]string{{"a"}}, WithTurns(&turns))
 	require.NoError(t, err)
 	require.Nil(t, locks[0])
@@ -156,7 +156,7 @@ func TestTurnLostIsNotHandedOut(t *testing.T) {
 	ctx := t.Context()
 	busy, err := other.Lock(ctx, []string{"a"})
 	require.NoError(t, err)
-	turns := Turns{Place: 5 * time.Second}
+	turns := Turns{After: 1, Place: 5 * time.Second}
 	locks, err := proc.TryEach(ctx, [][]string{{"a"}}, WithTurns(&turns))
 	require.NoError(t, err)
 	require.Nil(t, locks[0])
@@ -178,4 +178,32 @@ func TestTurnLostIsNotHandedOut(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, locks[0], "tried afresh")
 	require.NoError(t, proc.UnlockEach(ctx, locks))
+}
+
+// A basket takes its turn once After calls in a row refused it in Redis: a
+// call that refuses it in the process keeps its count, one that takes it
+// or leaves it out loses it.
+func TestTurnAfterRefusalsInARow(t *testing.T) {
+	proc, other := turnClients(t)
+	ctx := t.Context()
+	busy, err := other.Lock(ctx, []string{"a"})
+	require.NoError(t, err)
+	var turns Turns // After 2
+	try := func(baskets ...[]string) {
+		t.Helper()
+		locks, err := proc.TryEach(ctx, baskets, WithTurns(&turns))
+		require.NoError(t, err)
+		require.NoError(t, proc.UnlockEach(ctx, locks))
+	}
+	try([]string{"a", "b"})
+	assert.Zero(t, turnCount(&turns), "refused once")
+	try([]string{"c"})
+	try([]string{"a", "b"})
+	assert.Zero(t, turnCount(&turns), "a call that left it out reset the count")
+	try([]string{"b"}, []string{"b", "a"})
+	assert.Zero(t, turnCount(&turns), "refused in the process: counted as before")
+	try([]string{"a", "b"})
+	assert.Equal(t, 1, turnCount(&turns), "refused in Redis twice in a row, the refusal in the process between")
+	require.Eventually(t, func() bool { return waitingOn(t, proc, "a") == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, busy.Unlock(ctx))
 }

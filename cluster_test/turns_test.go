@@ -62,7 +62,7 @@ func TestTurnIsNotOvertaken(t *testing.T) {
 	holder, rival := peerOf(t, rdb, prefix), peerOf(t, rdb, prefix)
 	ctx := ctxTimeout(t, 30*time.Second)
 	keys, _ := keysOnMasters(t, cl, prefix, "turn", 2, 2)
-	var turns batchlock.Turns
+	turns := batchlock.Turns{After: 1}
 	busy := waitingTurn(t, ctx, proc, holder, &turns, keys)
 	require.NoError(t, busy.Unlock(ctx))
 	require.Eventually(t, func() bool { return len(heldBy(t, proc, keys...)) == len(keys) }, 5*time.Second, 5*time.Millisecond,
@@ -118,7 +118,7 @@ func TestTurnOutlastsARivalLoop(t *testing.T) {
 		})
 	}
 	require.Eventually(t, func() bool { return rivalTaken.Load() >= 30 }, 10*time.Second, time.Millisecond, "the rivals loop")
-	var turns batchlock.Turns
+	turns := batchlock.Turns{After: 1}
 	l, calls := tryTurn(t, ctx, proc, &turns, keys)
 	close(stop)
 	wg.Wait()
@@ -135,7 +135,7 @@ func TestTurnEndsWithItsClient(t *testing.T) {
 	holder, rival := peerOf(t, rdb, prefix), peerOf(t, rdb, prefix)
 	ctx := ctxTimeout(t, 30*time.Second)
 	keys := spread(4, "closed")
-	var turns batchlock.Turns
+	turns := batchlock.Turns{After: 1}
 	busy := waitingTurn(t, ctx, proc, holder, &turns, keys)
 	require.NoError(t, proc.Close(), "the processor stops")
 	assert.Zero(t, holderOf(t, holder, keys[0]).Waiting, "the turn's place is gone")
@@ -156,7 +156,7 @@ func TestTurnNotAskedForIsReleased(t *testing.T) {
 	holder, rival := peerOf(t, rdb, prefix), peerOf(t, rdb, prefix)
 	ctx := ctxTimeout(t, 30*time.Second)
 	keys := spread(4, "dropped")
-	turns := batchlock.Turns{Place: 200 * time.Millisecond}
+	turns := batchlock.Turns{After: 1, Place: 200 * time.Millisecond}
 	busy := waitingTurn(t, ctx, proc, holder, &turns, keys)
 	require.NoError(t, busy.Unlock(ctx))
 	require.Eventually(t, func() bool { return len(heldBy(t, proc, keys...)) == len(keys) }, 5*time.Second, 5*time.Millisecond,
@@ -181,7 +181,7 @@ func TestTurnsServeOneClient(t *testing.T) {
 	proc, prefix := newLocker(t, rdb)
 	other := peerOf(t, rdb, prefix)
 	ctx := ctxTimeout(t, 10*time.Second)
-	var turns batchlock.Turns
+	turns := batchlock.Turns{After: 1}
 	locks, err := proc.TryEach(ctx, [][]string{{"a"}}, batchlock.WithTurns(&turns))
 	require.NoError(t, err)
 	require.NoError(t, proc.UnlockEach(ctx, locks))

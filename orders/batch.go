@@ -14,11 +14,11 @@ import (
 // refused by the last tick first), locks every basket that is free with one
 // TryEach (one call per master for the whole tick), reads and writes the
 // stock of the orders taken in one pipeline each, and lets go with one
-// UnlockEach. An order whose basket is busy waits for the next tick; the
-// first refused by another processor's locks takes its turn (WithTurns),
-// waiting in Redis's queues while the ticks go on, and is handed to the
-// tick after its keys came, so that a basket of hot SKUs is not starved by
-// smaller ones.
+// UnlockEach. An order whose basket is busy waits for the next tick; one
+// refused twice in a row by other processors' locks takes its turn
+// (WithTurns), waiting in Redis's queues while the ticks go on, and is
+// handed to the tick after its keys came, so that a basket of hot SKUs is
+// not starved by smaller ones.
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock

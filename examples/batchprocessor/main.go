@@ -5,10 +5,10 @@
 // reads the stock of the orders it got in one pipeline, writes it in one
 // more, and lets go with one UnlockEach. A basket another order holds is
 // not waited for: the order goes first in the next tick. Run as several
-// replicas, the first order refused by another replica's locks takes its
-// turn (WithTurns): it waits in Redis's queues while the ticks go on, and a
-// later tick is handed its lock, so that a big basket of busy SKUs is not
-// starved by the other replicas' small ones.
+// replicas, an order refused twice in a row by other replicas' locks takes
+// its turn (WithTurns): it waits in Redis's queues while the ticks go on,
+// and a later tick is handed its lock, so that a big basket of busy SKUs
+// is not starved by the other replicas' small ones.
 //
 //	go -C examples run ./batchprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
 //
@@ -121,8 +121,9 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 	defer cleanUp(rdb, skus)
 
 	var sum summary
-	// The turns of this processor's baskets: the oldest refused by another
-	// replica waits for its keys in Redis, and a later tick gets its lock.
+	// The turns of this processor's baskets: the oldest refused twice in a
+	// row by other replicas waits for its keys in Redis, and a later tick
+	// gets its lock.
 	var turns batchlock.Turns
 	var carry []order // refused by the last tick: first in the next
 	for len(pending) > 0 || len(carry) > 0 {
