@@ -13,16 +13,19 @@ import (
 // baskets of the other processors.
 //
 // Such a basket, once After calls in a row refused it in Redis and while
-// fewer than Baskets baskets hold turns, takes its turn: the Client locks it in the background with a waiting Lock
-// (WithWait(Wait), the call's other options), which queues in Redis behind
-// the holders of its keys, as any waiting Lock, and is granted each key in
-// turn. A later TryEach with the same Turns and a basket of the same keys
-// (in any order) hands that Lock out in the basket's place once it holds
-// every key, with no call to Redis for it (a Lock lost meanwhile, or left
-// with less than half its lease, is released instead, and the basket tried
-// afresh next time); until then it refuses the basket (Refusal.Turn). Put
-// the refused baskets first in the next call, oldest first: the earliest
-// refused in Redis take the turns.
+// fewer than Baskets baskets hold turns, takes its turn: the Client locks
+// it in the background with a waiting Lock (WithWait(Wait), the call's
+// other options), which queues in Redis behind the holders of its keys, as
+// any waiting Lock, and is granted each key in turn. A basket is known by
+// its keys: baskets of the same keys share one turn, which the first of
+// them in a call takes. A later TryEach with the same Turns and a basket of
+// the same keys (in any order) hands that Lock out in the basket's place
+// once it holds every key, with no call to Redis for it (a Lock lost
+// meanwhile, or left with less than half its lease, is released instead,
+// and the basket tried afresh next time); until then it refuses the basket
+// (Refusal.Turn). Put the refused baskets first in the next call, oldest
+// first: the earliest refused in Redis take the turns. The Lock keeps the
+// options of the call that gave the turn.
 //
 // A turn is a waiting Lock, and costs what one costs: while it waits it
 // holds the keys before the one it waits for and a place in that key's
