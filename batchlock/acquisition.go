@@ -41,6 +41,11 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err != nil {
 		return nil, err
 	}
+	return c.lockWith(ctx, keys, lc, wait)
+}
+
+// lockWith is Lock (wait) or TryLock with lc, checked already.
+func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wait bool) (*Lock, error) {
 	userKeys, groups, err := c.plan(keys, lc.shared)
 	if err != nil {
 		return nil, err

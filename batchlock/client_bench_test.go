@@ -8,9 +8,10 @@ import (
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
 
-// The client's own cost of a lock and unlock, on one redis-server: with
-// -cpuprofile and -benchmem, where the time and the allocations of a call
-// go.
+// The client's own cost of a lock and unlock, and of a batch processor's
+// tick (TryEach of 256 baskets with turns, UnlockEach), on one
+// redis-server: with -cpuprofile and -benchmem, where the time and the
+// allocations of a call go.
 //
 //	go test -run '^$' -bench BenchmarkClient -benchmem ./batchlock
 func BenchmarkClient(b *testing.B) {
@@ -36,4 +37,22 @@ func BenchmarkClient(b *testing.B) {
 			}
 		})
 	}
+	baskets := make([][]string, 256)
+	for i := range baskets {
+		for j := range 1 + i%40 {
+			baskets[i] = append(baskets[i], fmt.Sprintf("bench:sku:%d", (i*41+j*7)%2000))
+		}
+	}
+	var turns Turns
+	b.Run("tick=256", func(b *testing.B) {
+		for b.Loop() {
+			locks, err := c.TryEach(b.Context(), baskets, WithTTL(10*time.Second), WithTurns(&turns))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.UnlockEach(b.Context(), locks); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

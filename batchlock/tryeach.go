@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -140,9 +141,9 @@ type eachCall struct {
 	sent  []bool
 	marks []string  // cancel marks of the slots where a call may have run unseen
 	why   []Refusal // with WithRefusals: why each refused basket was refused
-	// turnIDs name the baskets by their keys, with WithTurns ("" for a
-	// basket whose keys an earlier one of the call has); turns are those
-	// whose turn has its Lock, to hand out in their place.
+	// turnIDs name the baskets by their keys, with WithTurns, each made
+	// when first needed (see basketID); turns are those whose turn has its
+	// Lock, to hand out in their place.
 	turnIDs []string
 	turns   []*turn
 }
@@ -189,11 +190,13 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 func (t *eachCall) admit(ctx context.Context) error {
 	c := t.c
 	taken := map[string]bool{} // user key: taken by an earlier basket; true when exclusively
+	anyTurns := false
 	if t.lc.turns != nil {
 		t.turnIDs, t.turns = make([]string, len(t.baskets)), make([]*turn, len(t.baskets))
+		anyTurns = t.lc.turns.any()
 	}
 	for i, basket := range t.baskets {
-		if ready, ok := t.hasTurn(i); ok {
+		if ready, ok := t.hasTurn(i, anyTurns); ok {
 			for _, k := range basket {
 				if ready {
 					taken[k] = taken[k] || !t.isShared[k]
@@ -241,26 +244,33 @@ func (t *eachCall) admit(ctx context.Context) error {
 	return nil
 }
 
-// hasTurn reports whether basket i has a turn (WithTurns), and whether its
-// Lock is ready to be handed out in the basket's place; else the basket is
-// refused while its Lock waits. A later basket of the call may take a key
-// of a turn that waits, as a later Lock may: the turn waits for it at its
-// gate, behind it, and no newer lock overtakes it there.
-func (t *eachCall) hasTurn(i int) (ready, ok bool) {
-	if t.lc.turns == nil {
+// basketID is basket i's name by its keys, for its turn: made once, and
+// only for the baskets that need it (most calls give no turn, and hand
+// none out).
+func (t *eachCall) basketID(i int) string {
+	if t.turnIDs[i] == "" {
+		t.turnIDs[i] = basketID(slices.Compact(slices.Sorted(slices.Values(t.baskets[i]))))
+	}
+	return t.turnIDs[i]
+}
+
+// hasTurn reports whether basket i has a turn (WithTurns; anyTurns: some
+// basket has one), and whether its Lock is ready to be handed out in the
+// basket's place; else the basket is refused while its Lock waits. A later
+// basket of the call may take a key of a turn that waits, as a later Lock
+// may: the turn waits for it at its gate, behind it, and no newer lock
+// overtakes it there. A basket of the same keys as an earlier one finds the
+// same turn, whose Lock only the first is handed (see handOutTurns).
+func (t *eachCall) hasTurn(i int, anyTurns bool) (ready, ok bool) {
+	if !anyTurns {
 		return false, false
 	}
-	id := basketID(slices.Compact(slices.Sorted(slices.Values(t.baskets[i]))))
-	if slices.Contains(t.turnIDs[:i], id) {
-		return false, false
-	}
-	t.turnIDs[i] = id
-	tn := t.lc.turns.of(id)
+	tn, ready := t.lc.turns.of(t.basketID(i))
 	if tn == nil {
 		return false, false
 	}
 	t.refused[i] = true
-	if t.lc.turns.ready(tn) {
+	if ready {
 		t.turns[i] = tn
 		return true, true
 	}
@@ -281,13 +291,13 @@ func (t *eachCall) handOutTurns(ctx context.Context) {
 		if tn == nil {
 			continue
 		}
-		l := t.lc.turns.handOut(t.turnIDs[i], tn)
+		l := t.lc.turns.handOut(t.basketID(i), tn)
 		if l != nil && l.Err() == nil && l.leaseLeft("the turn's keys") == nil {
 			t.locks[i], t.refused[i] = l, false
 			continue
 		}
 		if l != nil {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+			uctx, cancel := lifetime.Detached(ctx)
 			_ = l.Unlock(uctx)
 			cancel()
 		}
@@ -310,10 +320,13 @@ func (t *eachCall) startTurns() {
 	defer t.lc.turns.counted(refusals)
 	room := t.lc.turns.room()
 	for i, basket := range t.baskets {
-		id := t.turnIDs[i]
-		switch {
-		case id == "" || !t.refused[i]:
+		if !t.refused[i] || t.turns[i] != nil || !t.sent[i] && len(before) == 0 {
 			continue
+		}
+		id := t.basketID(i)
+		switch tn, _ := t.lc.turns.of(id); {
+		case tn != nil:
+			continue // a turn waits, or an earlier basket of the same keys took one
 		case !t.sent[i]:
 			if n := before[id]; n > 0 {
 				refusals[id] = n
@@ -331,7 +344,7 @@ func (t *eachCall) startTurns() {
 				exclusive = append(exclusive, k)
 			}
 		}
-		if !t.lc.turns.start(t.c, t.ctx, t.turnIDs[i], exclusive, shared, t.lc) {
+		if !t.lc.turns.start(t.c, t.ctx, id, exclusive, shared, t.lc) {
 			return
 		}
 		room--

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/batchlock/batchlock/internal/lifetime"
 )
 
 // Turns keeps the turns of a batch processor's baskets across its TryEach
@@ -97,6 +99,12 @@ func WithTurns(turns *Turns) LockOption {
 func (t *Turns) Ready() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.wakeLocked()
+}
+
+// wakeLocked returns the channel Ready receives on, made on first use; t.mu
+// is held.
+func (t *Turns) wakeLocked() chan struct{} {
 	if t.wake == nil {
 		t.wake = make(chan struct{}, 1)
 	}
@@ -121,18 +129,20 @@ func basketID(sorted []string) string {
 	return strings.Join(sorted, "\x00")
 }
 
-// of returns the turn of the basket named id, nil when it has none.
-func (t *Turns) of(id string) *turn {
+// of returns the turn of the basket named id, nil when it has none, and
+// whether it holds its Lock, to hand out.
+func (t *Turns) of(id string) (tn *turn, ready bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.byBasket[id]
+	tn = t.byBasket[id]
+	return tn, tn != nil && tn.lock != nil && !tn.isOver
 }
 
-// ready reports whether tn holds its Lock, to hand out.
-func (t *Turns) ready(tn *turn) bool {
+// any reports whether some basket holds a turn.
+func (t *Turns) any() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return tn.lock != nil && !tn.isOver
+	return len(t.byBasket) > 0
 }
 
 // handOut hands out the Lock of the basket named id, unless it was given
@@ -154,11 +164,7 @@ func (t *Turns) handOut(id string, tn *turn) *Lock {
 func (t *Turns) counts() (map[string]int, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	after := t.After
-	if after <= 0 {
-		after = defaultTurnAfter
-	}
-	return t.refusals, after
+	return t.refusals, positiveOr(t.After, defaultTurnAfter)
 }
 
 // counted keeps the refusals counted by a call, for the next.
@@ -172,11 +178,7 @@ func (t *Turns) counted(refusals map[string]int) {
 func (t *Turns) room() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	most := t.Baskets
-	if most <= 0 {
-		most = defaultTurnBaskets
-	}
-	return max(most-len(t.byBasket), 0)
+	return max(positiveOr(t.Baskets, defaultTurnBaskets)-len(t.byBasket), 0)
 }
 
 // start gives the basket named id its turn: c locks exclusive and shared
@@ -195,19 +197,16 @@ func (t *Turns) start(c *Client, ctx context.Context, id string, exclusive, shar
 	t.byBasket[id] = tn
 	t.mu.Unlock()
 	lc.shared, lc.refusals, lc.turns = shared, nil, nil
-	lc.wait, lc.waitSet = cmpDuration(t.Wait, defaultTurnWait), true
+	lc.wait, lc.waitSet = positiveOr(t.Wait, defaultTurnWait), true
 	go func() {
 		defer c.calls.Leave()
-		l, err := c.lock(context.WithoutCancel(ctx), exclusive, []LockOption{lockOptionFunc(func(c *lockConfig) { *c = lc })}, true)
+		l, err := c.lockWith(context.WithoutCancel(ctx), exclusive, lc, true)
 		t.mu.Lock()
 		tn.lock = l
 		if err != nil && t.byBasket[id] == tn {
 			delete(t.byBasket, id) // the basket is tried afresh
 		}
-		if t.wake == nil {
-			t.wake = make(chan struct{}, 1)
-		}
-		wake := t.wake
+		wake := t.wakeLocked()
 		t.mu.Unlock()
 		if err != nil {
 			return
@@ -216,7 +215,7 @@ func (t *Turns) start(c *Client, ctx context.Context, id string, exclusive, shar
 		case wake <- struct{}{}:
 		default: // one is pending already
 		}
-		timer := time.NewTimer(cmpDuration(t.Place, defaultTurnPlace))
+		timer := time.NewTimer(positiveOr(t.Place, defaultTurnPlace))
 		defer timer.Stop()
 		select {
 		case <-tn.handed:
@@ -226,7 +225,7 @@ func (t *Turns) start(c *Client, ctx context.Context, id string, exclusive, shar
 		case <-timer.C:
 		}
 		if t.giveUp(id, tn) {
-			uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+			uctx, cancel := lifetime.Detached(context.Background())
 			defer cancel()
 			_ = l.Unlock(uctx)
 		}
@@ -249,10 +248,11 @@ func (t *Turns) giveUp(id string, tn *turn) bool {
 	return true
 }
 
-// cmpDuration returns d, or def when d is not above 0.
-func cmpDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
+// positiveOr returns v, or def when v is not above 0: a Turns setting or
+// its default.
+func positiveOr[T ~int | ~int64](v, def T) T {
+	if v > 0 {
+		return v
 	}
 	return def
 }

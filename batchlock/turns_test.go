@@ -96,8 +96,8 @@ func TestTurnHandedOut(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		require.Fail(t, "Ready never received")
 	}
-	tn := turns.of(basketID([]string{"a", "b"}))
-	require.True(t, tn != nil && turns.ready(tn), "Ready receives once the turn's Lock holds its keys")
+	_, ready := turns.of(basketID([]string{"a", "b"}))
+	require.True(t, ready, "Ready receives once the turn's Lock holds its keys")
 
 	before := proc.Stats().Acquires
 	locks, err = proc.TryEach(ctx, [][]string{{"b", "a"}}, WithTurns(&turns))
@@ -162,8 +162,9 @@ func TestTurnLostIsNotHandedOut(t *testing.T) {
 	require.Nil(t, locks[0])
 	require.NoError(t, busy.Unlock(ctx))
 	id := basketID([]string{"a"})
-	require.Eventually(t, func() bool { tn := turns.of(id); return tn != nil && turns.ready(tn) }, 5*time.Second, 5*time.Millisecond)
-	lost := turns.of(id).lock
+	require.Eventually(t, func() bool { _, ready := turns.of(id); return ready }, 5*time.Second, 5*time.Millisecond)
+	tn, _ := turns.of(id)
+	lost := tn.lock
 	_, err = other.ForceUnlock(ctx, "a")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return lost.Err() != nil }, 5*time.Second, 5*time.Millisecond, "the watchdog finds it lost")

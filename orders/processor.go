@@ -63,11 +63,6 @@ const writeAttempts = 30
 // an unlock that fails, afterwards changes nothing it did (the keys are left
 // to their lease).
 func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
-	return p.process(ctx, o)
-}
-
-// process is Process with more options for the lock (WithWait).
-func (p *Locked) process(ctx context.Context, o Order, more ...batchlock.LockOption) (Outcome, error) {
 	keys := p.Stock.Keys(o)
 	opts := []batchlock.LockOption{batchlock.WithShared(p.Stock.PromoKeys(o)...)}
 	if p.ExclusivePromos {
@@ -92,7 +87,7 @@ func (p *Locked) process(ctx context.Context, o Order, more ...batchlock.LockOpt
 		out, workErr = p.Stock.Fulfil(ctx, o, tokens, p.Think, true)
 		out.LockWait, out.Locked = wait, true
 		return workErr
-	}, append(append(opts, more...), batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))...)
+	}, append(opts, batchlock.WithOwner("order-"+o.ID+"/"+hex.EncodeToString(suffix)))...)
 	if !ran {
 		return Outcome{}, fmt.Errorf("locking %d SKUs and %d promotions: %w", len(o.Lines), len(o.Promos), err)
 	}
