@@ -83,6 +83,62 @@ func (m BatchMix) big(lines int) bool { return 2*lines > m.MaxBasket }
 var DefaultBatch = BatchConfig{SKUs: 2000, Mix: MixUniform, Tick: 256, Processors: []int{1, 2, 4}, Stock: 1_000_000,
 	Rounds: 2, Slice: 3 * time.Second, LoopWorkers: 16}
 
+// BatchLoad is one load of the batch workload: a mix, and the open loop's
+// arrivals per second in all (0: a closed loop, every tick full).
+type BatchLoad struct {
+	Mix  BatchMix
+	Rate float64
+}
+
+// On is cfg under the load.
+func (l BatchLoad) On(cfg BatchConfig) BatchConfig {
+	cfg.Mix, cfg.Rate = l.Mix, l.Rate
+	return cfg
+}
+
+// The loads the batch targets are set at: the uniform mix in a closed loop
+// and arriving at 1200 orders/s, baskets of 1–200 SKUs at 100 orders/s.
+var (
+	LoadClosed      = BatchLoad{Mix: MixUniform}
+	LoadUniformOpen = BatchLoad{Mix: MixUniform, Rate: 1200}
+	LoadBigOpen     = BatchLoad{Mix: MixBig, Rate: 100}
+)
+
+// FullBatchLoads are a full run's: the targets' loads, then every other
+// mix in a closed loop and in an open one at its own rate.
+var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniformOpen, LoadBigOpen,
+	{Mix: MixStream}, {Mix: MixStream, Rate: MixStream.Rate}, {Mix: MixZipf}, {Mix: MixZipf, Rate: MixZipf.Rate}, {Mix: MixBig}}
+
+// BatchRun is what every kind did under one load.
+type BatchRun struct {
+	Config  BatchConfig
+	Results []BatchResult
+}
+
+// Is says whether the run was under load l.
+func (b BatchRun) Is(l BatchLoad) bool {
+	return b.Config.Mix.Name == l.Mix.Name && b.Config.Rate == l.Rate
+}
+
+// result is the result of a kind with n processors: empty where it did
+// not run.
+func (b BatchRun) result(name string, n int) BatchResult {
+	for _, res := range b.Results {
+		if res.Library == name && res.Workers == n {
+			return res
+		}
+	}
+	return BatchResult{OrderResult: OrderResult{Library: name, Workers: n}}
+}
+
+// Title names the run's load, for the report.
+func (b BatchRun) Title() string {
+	if b.Config.Rate > 0 {
+		return fmt.Sprintf("%s mix, open loop: %.0f orders/s", b.Config.Mix.Name, b.Config.Rate)
+	}
+	return b.Config.Mix.Name + " mix, closed loop"
+}
+
 // BatchKind is one kind of batch processor, with as many processors as the
 // workload runs at once at most.
 type BatchKind struct {
@@ -113,6 +169,14 @@ type BatchResult struct {
 	Refusals   int // baskets refused, each time
 	Backlog    int // orders arrived and not done at the ends of the turns
 	Small, Big Summary
+}
+
+// refusalsPerOrder is the baskets refused, each time, per order processed.
+func (r BatchResult) refusalsPerOrder() float64 {
+	if r.Orders == 0 {
+		return 0
+	}
+	return float64(r.Refusals) / float64(r.Orders)
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of

@@ -101,16 +101,33 @@ func sampleReport(bl100 time.Duration) Report {
 		{Library: NameFloorOneSlot, Keys: 100, Iterations: 10, Calls: 20, Usec: 2500, CPU: 9 * ms},
 		{Library: NameFencedFloorOneSlot, Keys: 100, Iterations: 10, Calls: 20, Usec: 2600, CPU: 10 * ms},
 	}
-	// Batches, each kind a second: with one processor TryEach makes 90% of
-	// the batch floor's orders/s at 1.2x its CPU per order, 3x the loop's;
-	// with four, 50% at 1.5x.
+	// Batches, each kind a second. Closed loop: with one processor TryEach
+	// makes 0.92x the batch floor's orders/s at 1.10x its CPU per order,
+	// 3x the loop's; with four, 0.5x at 2x, and 1.25x the cross-process
+	// floor's at 0.8x, 1.09x what one makes.
 	batch := func(name string, n int, orders int64, cpu time.Duration) BatchResult {
 		return BatchResult{OrderResult: OrderResult{Library: name, Workers: n, Orders: orders, MastersCPU: time.Duration(orders) * cpu,
 			Elapsed: time.Second, SendsScripts: true}, Ticks: 100}
 	}
-	r.Batches = []BatchResult{
-		batch(NameBatchFloorProcessor, 1, 10000, 100*us), batch(NameTryEachProcessor, 1, 9000, 120*us), batch(NameTryLockLoopProcessor, 1, 3000, 200*us),
-		batch(NameBatchFloorProcessor, 4, 20000, 100*us), batch(NameTryEachProcessor, 4, 10000, 150*us), batch(NameTryLockLoopProcessor, 4, 4000, 250*us),
+	waited := func(name string, n int, p99, most time.Duration, backlog int) BatchResult {
+		b := batch(name, n, 1000, 100*us)
+		b.LockWait.P99, b.LockWait.Max, b.Backlog = p99, most, backlog
+		return b
+	}
+	r.Batches = []BatchRun{
+		{Config: LoadClosed.On(DefaultBatch), Results: []BatchResult{
+			batch(NameBatchFloorProcessor, 1, 10000, 100*us), batch(NameCrossFloorProcessor, 1, 9500, 105*us), batch(NameTryEachProcessor, 1, 9200, 110*us),
+			batch(NameTryLockLoopProcessor, 1, 3000, 200*us),
+			batch(NameBatchFloorProcessor, 4, 20000, 100*us), batch(NameCrossFloorProcessor, 4, 8000, 250*us), batch(NameTryEachProcessor, 4, 10000, 200*us),
+			batch(NameTryLockLoopProcessor, 4, 4000, 250*us),
+		}},
+		// Open: uniform within every bound; big's p99 with four is 3x one's.
+		{Config: LoadUniformOpen.On(DefaultBatch), Results: []BatchResult{
+			waited(NameTryEachProcessor, 1, 10*ms, 15*ms, 0), waited(NameTryEachProcessor, 4, 15*ms, 40*ms, 0), waited(NameBatchFloorProcessor, 4, 20*ms, 30*ms, 0),
+		}},
+		{Config: LoadBigOpen.On(DefaultBatch), Results: []BatchResult{
+			waited(NameTryEachProcessor, 1, 10*ms, 15*ms, 0), waited(NameTryEachProcessor, 4, 30*ms, 40*ms, 0), waited(NameBatchFloorProcessor, 4, 50*ms, 60*ms, 0),
+		}},
 	}
 	return r
 }
@@ -122,9 +139,13 @@ const (
 	clients16Goal  = "contention, 16 Clients of one worker each: at least 65% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.6x its"
 	redsyncGoal    = "contention, one Client, 16 workers: at least 5x the redsync-based processor's orders/s"
 	noOversellGoal = "zero oversold units, every processor of the contention, shared-keys and batch workloads"
-	batch1Goal     = "batch, 1 processor(s): TryEach at least 85% of the batch-floor processor's orders/s, masters' CPU per order at most 1.25x its"
-	batch4Goal     = "batch, 4 processor(s): TryEach at least 60% of the batch-floor processor's orders/s, masters' CPU per order at most 1.60x its"
-	batchLoopGoal  = "batch, one processor: TryEach at least 2.5x the orders/s of the TryLock-loop processor"
+	batch1Goal     = "batch, closed loop, 1 processor(s): TryEach at least 0.90x the batch-floor processor's orders/s, masters' CPU per order at most 1.15x its"
+	batch4Goal     = "batch, closed loop, 4 processor(s): TryEach at least 0.60x the batch-floor processor's orders/s, masters' CPU per order at most 1.60x its"
+	batchCrossGoal = "batch, closed loop, 4 processor(s): TryEach at least 1.30x the cross-process floor's orders/s, masters' CPU per order at most 1.00x its"
+	batchScaleGoal = "batch, closed loop: TryEach's 4 processors together at least 0.70x the orders/s of one"
+	batchLoopGoal  = "batch, closed loop, one processor: TryEach at least 2.5x the orders/s of the TryLock-loop processor"
+	uniformGoal    = "batch, open loop, uniform mix at 1200 orders/s: TryEach's p99 wait with 4 processors at most 2x one processor's and below the batch-floor processor's with 4, its max at most 3x its p99, no backlog"
+	bigGoal        = "batch, open loop, big mix at 100 orders/s: TryEach's p99 wait with 4 processors at most 2x one processor's and below the batch-floor processor's with 4, its max at most 3x its p99, no backlog"
 )
 
 func targets(r Report) map[string]Target {
@@ -169,9 +190,14 @@ func TestTargets(t *testing.T) {
 		clients16Goal:  {true, ""},
 		redsyncGoal:    {true, ""},
 		noOversellGoal: {true, ""},
-		batch1Goal:     {true, "9000 orders/s against 10000: 90%; masters' CPU per order 120 µs against 100 µs: 1.20x"},
-		batch4Goal:     {false, "10000 orders/s against 20000: 50%; masters' CPU per order 150 µs against 100 µs: 1.50x"},
-		batchLoopGoal:  {true, "9000 orders/s against 3000: 3.0x"},
+		batch1Goal:     {true, "9200 orders/s against 10000: 0.92x; masters' CPU per order 110 µs against 100 µs: 1.10x"},
+		batch4Goal: {false, "10000 orders/s against 20000: 0.50x; masters' CPU per order 200 µs against 100 µs: 2.00x; beyond it, per order: " +
+			"scripts +0 µs (+0.00 calls), connections and pub/sub +0 µs (+0.00 calls), other commands +0 µs, outside commands +100 µs; refusals 0.0 against 0.0"},
+		batchCrossGoal: {false, ""},
+		batchScaleGoal: {true, "10000 orders/s against 9200: 1.09x"},
+		batchLoopGoal:  {true, "9200 orders/s against 3000: 3.1x"},
+		uniformGoal:    {true, "p99 15.0 ms against one processor's 10.0 ms (1.5x) and the batch-floor processor's 20.0 ms; max 40.0 ms (2.7x its p99); backlog 0"},
+		bigGoal:        {false, "p99 30.0 ms against one processor's 10.0 ms (3.0x) and the batch-floor processor's 50.0 ms; max 40.0 ms (1.3x its p99); backlog 0"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d targets, want %d: %v", len(got), len(want), got)
@@ -245,10 +271,18 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"16 Clients not run", drop(NameBatchlock16Clients), clients16Goal, false, "not measured"},
 		{"redsync 8x slower", nil, redsyncGoal, true, "7200 orders/s against 900: 8.0x"},
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
-		{"nothing oversold", nil, noOversellGoal, true, "none, 11 processors audited"},
-		{"oversold in the batch workload", func(r *Report) { r.Batches[1].Oversold = 1 }, noOversellGoal, false,
+		{"nothing oversold", nil, noOversellGoal, true, "none, 12 processors audited"},
+		{"oversold in the batch workload", func(r *Report) { r.Batches[0].Results[2].Oversold = 1 }, noOversellGoal, false,
 			"oversold units: batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) 1"},
 		{"no batch run", func(r *Report) { r.Batches = nil }, batch1Goal, false, "not measured"},
+		{"no open loop of the big mix", func(r *Report) { r.Batches = r.Batches[:2] }, bigGoal, false, "not measured"},
+		{"a backlog in the open loop", func(r *Report) { r.Batches[1].Results[1].Backlog = 3 }, uniformGoal, false, ""},
+		{"a max over 3x the p99", func(r *Report) { r.Batches[1].Results[1].LockWait.Max = 46 * time.Millisecond }, uniformGoal, false, ""},
+		{"a p99 above the batch floor's", func(r *Report) { r.Batches[1].Results[2].LockWait.P99 = 14 * time.Millisecond }, uniformGoal, false, ""},
+		{"4 processors below 0.7x one", func(r *Report) { r.Batches[0].Results[6].Orders = 6000 }, batchScaleGoal, false, ""},
+		{"4 processors 1.3x the cross floor at its CPU", func(r *Report) {
+			r.Batches[0].Results[5].Orders, r.Batches[0].Results[5].MastersCPU = 7000, 7000*200*time.Microsecond
+		}, batchCrossGoal, true, ""},
 		{"oversold in the contention workload", change(NameBatchlock16Clients, func(o *OrderResult) { o.Oversold = 3 }), noOversellGoal, false,
 			"oversold units: batchlock, 16 Clients (at 16 workers, one each: the cross-process case) 3"},
 		{"oversold in the shared-keys workload", func(r *Report) { r.Promotions[0].Oversold = 2 }, noOversellGoal, false,
@@ -361,24 +395,27 @@ func TestBatchSectionAgainstBothFloors(t *testing.T) {
 			Elapsed: time.Second, SendsScripts: true, LockWait: Summary{Median: 2 * ms, P99: 40 * ms, Max: 90 * ms}},
 			Ticks: 100, Refusals: refusals, Backlog: 12, Small: Summary{P99: 30 * ms}, Big: Summary{P99: 80 * ms}}
 	}
-	r := Report{Batch: BatchConfig{SKUs: 2000, Mix: MixBig, Tick: 256, Processors: []int{4}, Rate: 100, Rounds: 1, Slice: time.Second}}
-	r.Batches = []BatchResult{
+	r := Report{Batch: BatchConfig{SKUs: 2000, Tick: 256, Processors: []int{4}, Rounds: 1, Slice: time.Second}}
+	r.Batches = []BatchRun{{Config: LoadBigOpen.On(r.Batch), Results: []BatchResult{
 		batch(NameBatchFloorProcessor, 2000, 100*time.Microsecond, 500),
 		batch(NameCrossFloorProcessor, 1000, 200*time.Microsecond, 1000),
 		batch(NameTryEachProcessor, 900, 220*time.Microsecond, 1800),
-	}
+	}}}
 	md := r.BatchMarkdown()
 	for _, want := range []string{
-		"big: baskets of 1–200 SKUs, sizes alike, SKUs alike",
-		"The loop is **open**: orders arrive 100 a second in all",
+		"### big mix, open loop: 100 orders/s\n\nbig: baskets of 1–200 SKUs, sizes alike, SKUs alike.",
+		"in an **open** loop orders arrive at a fixed rate in all",
 		"With 4 processors at once",
-		"Big baskets are those of more than 100 SKUs.",
+		"Big baskets are those of more than half the mix's largest.",
 		"| 4 | " + Label(NameTryEachProcessor) + " | 900 | 900 | 45% / 90% | 220 µs | 2.20x / 1.10x | 0.000 | — | 9.0 | 2.00 | 2.00 / 40.0 / 90.0 | 30.0 / 80.0 | 12 | 0 |",
 		"| 4 | " + Label(NameCrossFloorProcessor) + " | 1000 | 1000 | 50% / — | 200 µs | 2.00x / — |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("batch section lacks %q:\n%s", want, md)
 		}
+	}
+	if strings.Contains(md, "Where the masters' CPU per order goes") {
+		t.Errorf("an open loop's section splits the CPU per order:\n%s", md)
 	}
 	if got := joinInts([]int{1, 2, 4}); got != "1, 2 and 4" {
 		t.Errorf("joinInts: %q", got)

@@ -38,12 +38,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/batchlock/batchlock/bench"
 	"github.com/batchlock/batchlock/localcluster"
 )
 
-// runTimeout stops a run that went wrong; a normal one takes a few minutes.
-const runTimeout = 20 * time.Minute
+// runTimeout stops a run that went wrong; a full one takes about 20 minutes.
+const runTimeout = 45 * time.Minute
 
 func main() {
 	addrs := flag.String("addrs", "", "seed addresses of a running cluster on loopback, comma-separated (default: start a throwaway one)")
@@ -99,19 +101,12 @@ func main() {
 	}
 }
 
-// batchLoad is one run of --only batch: a mix, and the open loop's rate
-// (0: a closed loop).
-type batchLoad struct {
-	mix  bench.BatchMix
-	rate float64
-}
-
-// batchLoads are the runs --mix, --open and --rate ask for.
-func batchLoads(names string, open bool, rate float64) ([]batchLoad, error) {
+// batchLoads are the loads --mix, --open and --rate ask for.
+func batchLoads(names string, open bool, rate float64) ([]bench.BatchLoad, error) {
 	if rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
 		return nil, fmt.Errorf("--rate %v: must be a positive number of orders a second", rate)
 	}
-	var loads []batchLoad
+	var loads []bench.BatchLoad
 	for name := range strings.SplitSeq(cmp.Or(names, bench.MixUniform.Name), ",") {
 		var mixes []bench.BatchMix
 		for _, m := range bench.BatchMixes {
@@ -123,9 +118,9 @@ func batchLoads(names string, open bool, rate float64) ([]batchLoad, error) {
 			return nil, fmt.Errorf("--mix %q: the mixes are uniform, stream, zipf, big and all", name)
 		}
 		for _, m := range mixes {
-			l := batchLoad{mix: m, rate: rate}
+			l := bench.BatchLoad{Mix: m, Rate: rate}
 			if open && rate == 0 {
-				l.rate = m.Rate
+				l.Rate = m.Rate
 			}
 			loads = append(loads, l)
 		}
@@ -133,7 +128,22 @@ func batchLoads(names string, open bool, rate float64) ([]batchLoad, error) {
 	return loads, nil
 }
 
-func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string, uniform bool, loads []batchLoad) (err error) {
+// runBatches runs the batch workload under each load into r.
+func runBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, suite *bench.Suite, r *bench.Report, loads []bench.BatchLoad) error {
+	for _, l := range loads {
+		step := time.Now()
+		run := bench.BatchRun{Config: l.On(r.Batch)}
+		var err error
+		if run.Results, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, run.Config); err != nil {
+			return err
+		}
+		r.Batches = append(r.Batches, run)
+		log.Printf("batches, %s: %v", run.Title(), time.Since(step).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string, uniform bool, loads []bench.BatchLoad) (err error) {
 	command := "cd bench && go run ./cmd/benchreport"
 	if addrs != "" {
 		// localcluster adopts a running cluster named this way.
@@ -192,15 +202,10 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		return nil
 	}
 	if only == "batch" {
-		for _, l := range loads {
-			step := time.Now()
-			r.Batch.Mix, r.Batch.Rate = l.mix, l.rate
-			if r.Batches, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, r.Batch); err != nil {
-				return err
-			}
-			log.Printf("batches, %s: %v", l.mix.Name, time.Since(step).Round(time.Millisecond))
-			fmt.Println(r.BatchMarkdown())
+		if err := runBatches(ctx, cl, rdb, suite, &r, loads); err != nil {
+			return err
 		}
+		fmt.Println(r.BatchMarkdown())
 		return nil
 	}
 
@@ -241,11 +246,9 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	}
 	log.Printf("promotions: %v", time.Since(step).Round(time.Millisecond))
 
-	step = time.Now()
-	if r.Batches, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, r.Batch); err != nil {
+	if err := runBatches(ctx, cl, rdb, suite, &r, bench.FullBatchLoads); err != nil {
 		return err
 	}
-	log.Printf("batches: %v", time.Since(step).Round(time.Millisecond))
 
 	for _, plan := range costPlans {
 		step := time.Now()
