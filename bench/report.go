@@ -485,9 +485,9 @@ type ordersComparison struct {
 }
 
 // compareOrders compares res with ref; false where either processed no
-// orders.
+// orders, or its masters' CPU was not read.
 func compareOrders(res, ref OrderResult) (ordersComparison, bool) {
-	if res.Orders == 0 || ref.Orders == 0 {
+	if res.Orders == 0 || ref.Orders == 0 || res.MastersCPU == 0 || ref.MastersCPU == 0 {
 		return ordersComparison{}, false
 	}
 	return ordersComparison{res: res, ref: ref,
@@ -505,24 +505,29 @@ func (c ordersComparison) String() string {
 }
 
 // oversoldTarget is the target of no oversell by any processor of the
-// contention and shared-keys workloads. A processor's audit covers all its
-// levels, so its results all carry the same count.
+// contention and shared-keys workloads and of every batch run. An audit
+// covers all the levels of a processor in its workload (a batch run has
+// stock of its own, and an audit of its own), so those results all carry
+// the same count.
 func (r Report) oversoldTarget() Target {
 	t := Target{Goal: "zero oversold units, every processor of the contention, shared-keys and batch workloads", Found: "not measured"}
 	var audited, oversold []string
-	results := slices.Concat(r.Orders, r.Promotions)
-	for _, run := range r.Batches {
-		for _, b := range run.Results {
-			results = append(results, b.OrderResult)
+	audit := func(res OrderResult, where string) {
+		name := Label(res.Library) + where
+		if slices.Contains(audited, name) {
+			return
+		}
+		audited = append(audited, name)
+		if res.Oversold > 0 {
+			oversold = append(oversold, fmt.Sprintf("%s %d", name, res.Oversold))
 		}
 	}
-	for _, res := range results {
-		if slices.Contains(audited, res.Library) {
-			continue
-		}
-		audited = append(audited, res.Library)
-		if res.Oversold > 0 {
-			oversold = append(oversold, fmt.Sprintf("%s %d", Label(res.Library), res.Oversold))
+	for _, res := range slices.Concat(r.Orders, r.Promotions) {
+		audit(res, "")
+	}
+	for _, run := range r.Batches {
+		for _, b := range run.Results {
+			audit(b.OrderResult, " ("+run.Title()+")")
 		}
 	}
 	if len(audited) == 0 {
@@ -821,14 +826,14 @@ func costRatio(v, base float64) string {
 	return strings.Replace(r, "faster", "less", 1)
 }
 
-// batchRun is the run under load l, if any.
-func (r Report) batchRun(l BatchLoad) (BatchRun, bool) {
+// batchRun is the run under load l: empty where there was none.
+func (r Report) batchRun(l BatchLoad) BatchRun {
 	for _, run := range r.Batches {
 		if run.Is(l) {
-			return run, true
+			return run
 		}
 	}
-	return BatchRun{}, false
+	return BatchRun{}
 }
 
 // batchTargets checks the batch workload against its goals: TryEach beside
@@ -836,7 +841,7 @@ func (r Report) batchRun(l BatchLoad) (BatchRun, bool) {
 // four processors beside one, against the TryLock loop, and the waits of
 // the open loops.
 func (r Report) batchTargets() []Target {
-	closed, _ := r.batchRun(LoadClosed)
+	closed := r.batchRun(LoadClosed)
 	var ts []Target
 	for _, goal := range []struct {
 		processors   int
@@ -855,7 +860,7 @@ func (r Report) batchTargets() []Target {
 			t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.2fx; masters' CPU per order %d µs against %d µs: %.2fx",
 				res.PerSecond(), ref.PerSecond(), c.share, res.CPUPerOrder().Microseconds(), ref.CPUPerOrder().Microseconds(), c.cpu)
 			if !t.Reached {
-				t.Found += fmt.Sprintf("; beyond it, per order: %s; refusals %.1f against %.1f",
+				t.Found += fmt.Sprintf("; beyond it, per order: %s; refusals per order %.1f against %.1f",
 					cpuGap(res.CPUSplitPerOrder(), ref.CPUSplitPerOrder()), res.refusalsPerOrder(), ref.refusalsPerOrder())
 			}
 		}
@@ -888,9 +893,9 @@ func (r Report) batchTargets() []Target {
 func (r Report) openTarget(l BatchLoad) Target {
 	t := Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s: TryEach's p99 wait with 4 processors at most 2x one processor's and below the batch-floor processor's with 4, its max at most 3x its p99, no backlog",
 		l.Mix.Name, l.Rate), Found: "not measured"}
-	run, _ := r.batchRun(l)
+	run := r.batchRun(l)
 	four, one, floor := run.result(NameTryEachProcessor, 4), run.result(NameTryEachProcessor, 1), run.result(NameBatchFloorProcessor, 4)
-	if four.Orders == 0 || one.Orders == 0 || floor.Orders == 0 {
+	if four.LockWait.Samples == 0 || one.LockWait.Samples == 0 || floor.LockWait.Samples == 0 {
 		return t
 	}
 	w := four.LockWait

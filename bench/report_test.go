@@ -111,7 +111,7 @@ func sampleReport(bl100 time.Duration) Report {
 	}
 	waited := func(name string, n int, p99, most time.Duration, backlog int) BatchResult {
 		b := batch(name, n, 1000, 100*us)
-		b.LockWait.P99, b.LockWait.Max, b.Backlog = p99, most, backlog
+		b.LockWait, b.Backlog = Summary{Samples: 100, P99: p99, Max: most}, backlog
 		return b
 	}
 	r.Batches = []BatchRun{
@@ -192,7 +192,7 @@ func TestTargets(t *testing.T) {
 		noOversellGoal: {true, ""},
 		batch1Goal:     {true, "9200 orders/s against 10000: 0.92x; masters' CPU per order 110 µs against 100 µs: 1.10x"},
 		batch4Goal: {false, "10000 orders/s against 20000: 0.50x; masters' CPU per order 200 µs against 100 µs: 2.00x; beyond it, per order: " +
-			"scripts +0 µs (+0.00 calls), connections and pub/sub +0 µs (+0.00 calls), other commands +0 µs, outside commands +100 µs; refusals 0.0 against 0.0"},
+			"scripts +0 µs (+0.00 calls), connections and pub/sub +0 µs (+0.00 calls), other commands +0 µs, outside commands +100 µs; refusals per order 0.0 against 0.0"},
 		batchCrossGoal: {false, ""},
 		batchScaleGoal: {true, "10000 orders/s against 9200: 1.09x"},
 		batchLoopGoal:  {true, "9200 orders/s against 3000: 3.1x"},
@@ -271,14 +271,29 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"16 Clients not run", drop(NameBatchlock16Clients), clients16Goal, false, "not measured"},
 		{"redsync 8x slower", nil, redsyncGoal, true, "7200 orders/s against 900: 8.0x"},
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
-		{"nothing oversold", nil, noOversellGoal, true, "none, 12 processors audited"},
+		{"nothing oversold", nil, noOversellGoal, true, "none, 16 processors audited"},
 		{"oversold in the batch workload", func(r *Report) { r.Batches[0].Results[2].Oversold = 1 }, noOversellGoal, false,
-			"oversold units: batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) 1"},
+			"oversold units: batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) (uniform mix, closed loop) 1"},
+		{"oversold in a later batch run", func(r *Report) { r.Batches[2].Results[2].Oversold = 4 }, noOversellGoal, false,
+			"oversold units: batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master (big mix, open loop: 100 orders/s) 4"},
 		{"no batch run", func(r *Report) { r.Batches = nil }, batch1Goal, false, "not measured"},
 		{"no open loop of the big mix", func(r *Report) { r.Batches = r.Batches[:2] }, bigGoal, false, "not measured"},
 		{"a backlog in the open loop", func(r *Report) { r.Batches[1].Results[1].Backlog = 3 }, uniformGoal, false, ""},
 		{"a max over 3x the p99", func(r *Report) { r.Batches[1].Results[1].LockWait.Max = 46 * time.Millisecond }, uniformGoal, false, ""},
-		{"a p99 above the batch floor's", func(r *Report) { r.Batches[1].Results[2].LockWait.P99 = 14 * time.Millisecond }, uniformGoal, false, ""},
+		{"a p99 equal to the batch floor's", func(r *Report) { r.Batches[1].Results[2].LockWait.P99 = 15 * time.Millisecond }, uniformGoal, false, ""},
+		{"a max of 3x the p99", func(r *Report) { r.Batches[1].Results[1].LockWait.Max = 45 * time.Millisecond }, uniformGoal, true, ""},
+		{"a p99 of 2x one processor's", func(r *Report) { r.Batches[2].Results[1].LockWait.P99 = 20 * time.Millisecond }, bigGoal, true,
+			"p99 20.0 ms against one processor's 10.0 ms (2.0x) and the batch-floor processor's 50.0 ms; max 40.0 ms (2.0x its p99); backlog 0"},
+		{"no batch floor with 4 processors in the open loop", func(r *Report) { r.Batches[1].Results = r.Batches[1].Results[:2] }, uniformGoal, false, "not measured"},
+		{"one processor below 0.9x", func(r *Report) { r.Batches[0].Results[2].Orders = 8900 }, batch1Goal, false, ""},
+		{"one processor over 1.15x the CPU", func(r *Report) { r.Batches[0].Results[2].MastersCPU = 9200 * 116 * time.Microsecond }, batch1Goal, false, ""},
+		{"4 processors 0.6x the batch floor at 1.6x its CPU", func(r *Report) {
+			r.Batches[0].Results[6].Orders, r.Batches[0].Results[6].MastersCPU = 12000, 12000*160*time.Microsecond
+		}, batch4Goal, true, ""},
+		{"4 processors over the cross floor's CPU alone", func(r *Report) {
+			r.Batches[0].Results[5].Orders, r.Batches[0].Results[5].MastersCPU = 7000, 7000*199*time.Microsecond
+		}, batchCrossGoal, false, ""},
+		{"no cross floor with 4 processors", func(r *Report) { r.Batches[0].Results = slices.Delete(r.Batches[0].Results, 5, 6) }, batchCrossGoal, false, "not measured"},
 		{"4 processors below 0.7x one", func(r *Report) { r.Batches[0].Results[6].Orders = 6000 }, batchScaleGoal, false, ""},
 		{"4 processors 1.3x the cross floor at its CPU", func(r *Report) {
 			r.Batches[0].Results[5].Orders, r.Batches[0].Results[5].MastersCPU = 7000, 7000*200*time.Microsecond
@@ -419,5 +434,27 @@ func TestBatchSectionAgainstBothFloors(t *testing.T) {
 	}
 	if got := joinInts([]int{1, 2, 4}); got != "1, 2 and 4" {
 		t.Errorf("joinInts: %q", got)
+	}
+}
+
+// Several runs make one section: the workload said once, then a table per
+// load, the closed loop's with where its CPU per order goes.
+func TestBatchSectionHasATablePerLoad(t *testing.T) {
+	md := sampleReport(4 * time.Millisecond).BatchMarkdown()
+	for want, n := range map[string]int{
+		"## Batch admission: ticks of orders":       1,
+		"### uniform mix, closed loop\n":            1,
+		"### uniform mix, open loop: 1200 orders/s": 1,
+		"### big mix, open loop: 100 orders/s":      1,
+		"| processors | processor | orders |":       3,
+		"Where the masters' CPU per order goes":     1,
+	} {
+		if got := strings.Count(md, want); got != n {
+			t.Errorf("%q %d times, want %d:\n%s", want, got, n, md)
+		}
+	}
+	closed := md[strings.Index(md, "### uniform mix, closed loop"):strings.Index(md, "### uniform mix, open loop")]
+	if !strings.Contains(closed, "Where the masters' CPU per order goes") {
+		t.Errorf("the CPU split is not in the closed loop's table:\n%s", closed)
 	}
 }

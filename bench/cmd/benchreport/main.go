@@ -202,11 +202,12 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		return nil
 	}
 	if only == "batch" {
-		if err := runBatches(ctx, cl, rdb, suite, &r, loads); err != nil {
-			return err
+		// The loads that ran are printed even when a later one failed.
+		err := runBatches(ctx, cl, rdb, suite, &r, loads)
+		if len(r.Batches) > 0 {
+			fmt.Println(r.BatchMarkdown())
 		}
-		fmt.Println(r.BatchMarkdown())
-		return nil
+		return err
 	}
 
 	if only == "floors" {
