@@ -197,8 +197,8 @@ func (t *eachCall) admit(ctx context.Context) error {
 	}
 	for i, basket := range t.baskets {
 		if ready, ok := t.hasTurn(i, anyTurns); ok {
-			for _, k := range basket {
-				if ready {
+			if ready {
+				for _, k := range basket {
 					taken[k] = taken[k] || !t.isShared[k]
 				}
 			}
@@ -214,15 +214,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			t.refuse(i, true, &ConflictError{Keys: busy})
 			continue
 		}
-		var exclusive, readers []string
-		for _, k := range basket {
-			if t.isShared[k] {
-				readers = append(readers, k)
-			} else {
-				exclusive = append(exclusive, k)
-			}
-		}
-		userKeys, groups, err := c.plan(exclusive, readers)
+		userKeys, groups, err := c.plan(t.split(basket))
 		if err != nil {
 			return err // checked before: not reached
 		}
@@ -242,6 +234,19 @@ func (t *eachCall) admit(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// split returns basket's keys asked for exclusively, and those asked for
+// shared (WithShared).
+func (t *eachCall) split(basket []string) (exclusive, shared []string) {
+	for _, k := range basket {
+		if t.isShared[k] {
+			shared = append(shared, k)
+		} else {
+			exclusive = append(exclusive, k)
+		}
+	}
+	return exclusive, shared
 }
 
 // basketID is basket i's name by its keys, for its turn: made once, and
@@ -336,14 +341,7 @@ func (t *eachCall) startTurns() {
 			refusals[id] = before[id] + 1
 			continue
 		}
-		var exclusive, shared []string
-		for _, k := range basket {
-			if t.isShared[k] {
-				shared = append(shared, k)
-			} else {
-				exclusive = append(exclusive, k)
-			}
-		}
+		exclusive, shared := t.split(basket)
 		if !t.lc.turns.start(t.c, t.ctx, id, exclusive, shared, t.lc) {
 			return
 		}

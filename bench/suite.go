@@ -194,23 +194,23 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 
 	processors := slices.Max(DefaultBatch.Processors)
 	floors, crossFloors := make([]*Floor, processors), make([]*Floor, processors)
-	each, loop := make([]*batchlock.Client, processors), make([]*batchlock.Client, processors)
-	eachWithoutTurns := make([]*batchlock.Client, processors)
 	for i := range processors {
 		floors[i], crossFloors[i] = NewLockFloor(client()), NewLockFloor(client())
-		e, err := newBatchlock(NameTryEachProcessor)
-		if err != nil {
-			return nil, errors.Join(err, s.Close())
+	}
+	// A batchlock kind's processors each have a Client on a cluster client
+	// of its own.
+	var each, eachWithoutTurns, loop []*batchlock.Client
+	for _, k := range []struct {
+		name    string
+		clients *[]*batchlock.Client
+	}{{NameTryEachProcessor, &each}, {NameTryEachWithoutTurns, &eachWithoutTurns}, {NameTryLockLoopProcessor, &loop}} {
+		for range processors {
+			b, err := newBatchlock(k.name)
+			if err != nil {
+				return nil, errors.Join(err, s.Close())
+			}
+			*k.clients = append(*k.clients, b.c)
 		}
-		l, err := newBatchlock(NameTryLockLoopProcessor)
-		if err != nil {
-			return nil, errors.Join(err, s.Close())
-		}
-		w, err := newBatchlock(NameTryEachWithoutTurns)
-		if err != nil {
-			return nil, errors.Join(err, s.Close())
-		}
-		each[i], eachWithoutTurns[i], loop[i] = e.c, w.c, l.c
 	}
 	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each, true),
 		NewTryEachKind(eachWithoutTurns, false), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}

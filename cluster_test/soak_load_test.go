@@ -258,8 +258,9 @@ func (s *soak) operate(rng *rand.Rand) {
 // refused go first, and the Lock of a basket's turn is handed out in its
 // place. Those take every key exclusively: a turn's Lock holds its keys as
 // the call that gave the turn asked, which a later call need not repeat,
-// and the judges must know how each key is held. The keys of every basket refused, and of every basket of a call
-// that failed, are checked for leftovers (see observe).
+// and the judges must know how each key is held. The keys of every basket
+// refused, and of every basket of a call that failed, are checked for
+// leftovers (see observe).
 func (s *soak) operateEach(rng *rand.Rand) {
 	sc := s.client(rng)
 	withTurns := rng.IntN(2) == 0

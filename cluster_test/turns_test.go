@@ -51,6 +51,16 @@ func waitingTurn(t *testing.T, ctx context.Context, proc, holder *batchlock.Clie
 	return busy
 }
 
+// takeAndLetGo has c take basket with one TryEach (opts), which must get
+// it (msg says why), and let it go.
+func takeAndLetGo(t *testing.T, ctx context.Context, c *batchlock.Client, basket []string, msg string, opts ...batchlock.LockOption) {
+	t.Helper()
+	got, err := c.TryEach(ctx, [][]string{basket}, opts...)
+	require.NoError(t, err)
+	require.NotNil(t, got[0], msg)
+	require.NoError(t, c.UnlockEach(ctx, got))
+}
+
 // A basket refused by another Client's key takes its turn: it waits in
 // that key's queue, so a rival processor's newer baskets cannot take the
 // key once it is released, and a later TryEach of the basket (its keys in
@@ -140,10 +150,7 @@ func TestTurnEndsWithItsClient(t *testing.T) {
 	require.NoError(t, proc.Close(), "the processor stops")
 	assert.Zero(t, holderOf(t, holder, keys[0]).Waiting, "the turn's place is gone")
 	require.NoError(t, busy.Unlock(ctx))
-	got, err := rival.TryEach(ctx, [][]string{keys})
-	require.NoError(t, err)
-	require.NotNil(t, got[0], "nothing of the turn is left")
-	require.NoError(t, rival.UnlockEach(ctx, got))
+	takeAndLetGo(t, ctx, rival, keys, "nothing of the turn is left")
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
 
@@ -163,14 +170,8 @@ func TestTurnNotAskedForIsReleased(t *testing.T) {
 		"the turn takes the basket")
 	require.Eventually(t, func() bool { return len(heldBy(t, proc, keys...)) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"released once Place passed")
-	got, err := rival.TryEach(ctx, [][]string{keys})
-	require.NoError(t, err)
-	require.NotNil(t, got[0])
-	require.NoError(t, rival.UnlockEach(ctx, got))
-	locks, err := proc.TryEach(ctx, [][]string{keys}, batchlock.WithTurns(&turns))
-	require.NoError(t, err)
-	require.NotNil(t, locks[0], "tried afresh")
-	require.NoError(t, proc.UnlockEach(ctx, locks))
+	takeAndLetGo(t, ctx, rival, keys, "the turn's keys are free")
+	takeAndLetGo(t, ctx, proc, keys, "tried afresh", batchlock.WithTurns(&turns))
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
 
