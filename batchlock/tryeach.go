@@ -313,9 +313,10 @@ func (t *eachCall) handOutTurns(ctx context.Context) {
 }
 
 // startTurns counts, by basket, the calls in a row that refused it in
-// Redis, and gives turns, while the turns have room, to the first baskets
-// of the call refused After times in a row. A basket the call refused in
-// the process keeps its count; one it took, or left out, loses it.
+// Redis, and gives turns, while the turns have room (and the call is no
+// backlog's), to the first baskets of the call refused After times in a
+// row. A basket the call refused in the process keeps its count; one it
+// took, or left out, loses it.
 func (t *eachCall) startTurns() {
 	if t.lc.turns == nil {
 		return
@@ -323,7 +324,7 @@ func (t *eachCall) startTurns() {
 	before, after := t.lc.turns.counts()
 	refusals := map[string]int{}
 	defer t.lc.turns.counted(refusals)
-	room := t.lc.turns.room()
+	room := t.lc.turns.room(len(t.baskets))
 	for i, basket := range t.baskets {
 		if !t.refused[i] || t.turns[i] != nil || !t.sent[i] && len(before) == 0 {
 			continue

@@ -208,3 +208,35 @@ func TestTurnAfterRefusalsInARow(t *testing.T) {
 	require.Eventually(t, func() bool { return waitingOn(t, proc, "a") == 1 }, 5*time.Second, 5*time.Millisecond)
 	require.NoError(t, busy.Unlock(ctx))
 }
+
+// A call of Backlog baskets or more (a full tick) starts no turn, but
+// counts the refusals: the first call below Backlog gives the basket its
+// turn at once, and the Lock is handed out as ever.
+func TestTurnsNoneFromABacklog(t *testing.T) {
+	proc, other := turnClients(t)
+	ctx := t.Context()
+	busy, err := other.Lock(ctx, []string{"a"})
+	require.NoError(t, err)
+	turns := Turns{After: 2, Backlog: 3}
+	try := func(baskets ...[]string) {
+		t.Helper()
+		locks, err := proc.TryEach(ctx, baskets, WithTurns(&turns))
+		require.NoError(t, err)
+		assert.Nil(t, locks[0], "a is held")
+		require.NoError(t, proc.UnlockEach(ctx, locks))
+	}
+	try([]string{"a", "b"}, []string{"c"}, []string{"d"})
+	try([]string{"a", "b"}, []string{"c"}, []string{"d"}, []string{"e"})
+	try([]string{"b", "a"}, []string{"c"}, []string{"d"})
+	assert.Zero(t, turnCount(&turns), "refused in Redis three times, in calls of a backlog")
+	try([]string{"a", "b"}, []string{"c"})
+	assert.Equal(t, 1, turnCount(&turns), "the next call below Backlog, the refusals counted")
+	require.Eventually(t, func() bool { return waitingOn(t, proc, "a") == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, busy.Unlock(ctx))
+	require.Eventually(t, func() bool {
+		locks, err := proc.TryEach(ctx, [][]string{{"b", "a"}, {"c"}, {"d"}}, WithTurns(&turns))
+		require.NoError(t, err)
+		require.NoError(t, proc.UnlockEach(ctx, locks))
+		return locks[0] != nil
+	}, 5*time.Second, 5*time.Millisecond, "a call of a backlog hands out the turn's Lock")
+}

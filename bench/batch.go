@@ -180,7 +180,8 @@ func (r BatchResult) refusalsPerOrder() float64 {
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of
-// clients, whose refused baskets take turns (WithTurns); without turns, a
+// clients, whose refused baskets take turns (WithTurns) in ticks that are
+// not full (Turns.Backlog, as orders.Batched sets it); without turns, a
 // refused order only waits for the next tick, as the floors' do.
 func NewTryEachKind(clients []*batchlock.Client, turns bool) BatchKind {
 	name := NameTryEachProcessor

@@ -72,7 +72,7 @@ var labels = map[string]string{
 	// The batch workload's own.
 	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
 	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
-	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns)",
+	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) but in full ticks",
 	NameTryEachWithoutTurns:  "batchlock TryEach without turns: a refused basket waits for the next tick",
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 }

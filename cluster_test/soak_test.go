@@ -319,7 +319,9 @@ func (s *soak) newClient(i int) *soakClient {
 	s.mu.Lock()
 	s.every = append(s.every, c)
 	s.mu.Unlock()
-	return &soakClient{c: c, lease: lease}
+	// A tick of 8 baskets or more (new ones behind those refused) is a
+	// backlog's: it starts no turn, and the next smaller one does.
+	return &soakClient{c: c, lease: lease, turns: batchlock.Turns{Backlog: 8}}
 }
 
 // eachOwners starts the owners the soak's Clients make themselves: those of

@@ -18,7 +18,8 @@ import (
 // refused twice in a row by other processors' locks takes its turn
 // (WithTurns), waiting in Redis's queues while the ticks go on, and is
 // handed to the tick after its keys came, so that a basket of hot SKUs is
-// not starved by smaller ones.
+// not starved by smaller ones. A full tick (a backlog) starts no turn: its
+// Turns.Backlog is Size unless set (see batchlock.Turns).
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock
@@ -79,7 +80,7 @@ type Ticks struct {
 // ended. In an open loop a tick that took nothing waits for the next
 // arrival before the next tick (once all arrived, for an arrival's time).
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
-	size := cmp.Or(max(ticks.Size, 0), 256)
+	size := tickSize(ticks.Size)
 	var wake <-chan struct{}
 	if w, ok := t.(Waker); ok {
 		wake = w.Wake()
@@ -215,6 +216,9 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	asked := time.Now()
 	opts := []batchlock.LockOption{batchlock.WithShared(slices.Compact(promos)...)}
 	if !b.WithoutTurns {
+		if b.Turns.Backlog == 0 {
+			b.Turns.Backlog = tickSize(b.Size)
+		}
 		opts = append(opts, batchlock.WithTurns(&b.Turns))
 	}
 	locks, err := b.Locker.TryEach(ctx, baskets, opts...)
@@ -240,6 +244,9 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	_ = b.Locker.UnlockEach(uctx, locks)
 	return out, refused, nil
 }
+
+// tickSize is the orders per tick of a Size setting: 256 unless above 0.
+func tickSize(size int) int { return cmp.Or(max(size, 0), 256) }
 
 func stopped(stop <-chan struct{}) bool {
 	select {

@@ -123,8 +123,9 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 	var sum summary
 	// The turns of this processor's baskets: the oldest refused twice in a
 	// row by other replicas waits for its keys in Redis, and a later tick
-	// gets its lock.
-	var turns batchlock.Turns
+	// gets its lock. A full tick means a backlog, where a turn would slow
+	// the draining: it starts none.
+	turns := batchlock.Turns{Backlog: tickSize}
 	var carry []order // refused by the last tick: first in the next
 	for len(pending) > 0 || len(carry) > 0 {
 		n := min(tickSize-len(carry), len(pending))
