@@ -15,7 +15,8 @@ import (
 // baskets of the other processors.
 //
 // Such a basket, once After calls in a row refused it in Redis and while
-// fewer than Baskets baskets hold turns, takes its turn: the Client locks
+// fewer than Baskets baskets hold turns, takes its turn in a call of fewer
+// than Backlog baskets (when Backlog is set): the Client locks
 // it in the background with a waiting Lock (WithWait(Wait), the call's
 // other options), which queues in Redis behind the holders of its keys, as
 // any waiting Lock, and is granted each key in turn. A basket is known by
@@ -41,7 +42,7 @@ import (
 //
 // A Turns serves one Client: a call of another Client with it is
 // ErrInvalid. It is safe for concurrent use; its zero value is ready, with
-// After 2, Baskets 1, Wait 5 s and Place 1 s.
+// After 2, Baskets 1, Wait 5 s, Place 1 s and no Backlog.
 type Turns struct {
 	// Baskets is how many baskets hold turns at once; default 1.
 	Baskets int
@@ -59,13 +60,16 @@ type Turns struct {
 	Place time.Duration
 	// Backlog, when above 0, is how many baskets make a call a backlog's:
 	// such a call starts no turn (it still hands out the Locks of turns
-	// that came, and counts refusals). A processor whose ticks are full has
-	// more orders than it takes; every one of them waits for the backlog
-	// to drain, and a turn's Lock, holding keys others' baskets would take
-	// and queueing them behind it, slows the draining (by a quarter to a
-	// third with four processors in the bench); the basket takes its turn
-	// in the first call below Backlog. Default 0: every call may start
-	// turns.
+	// that came, and counts refusals), and the basket takes its turn in the
+	// first call below Backlog. A processor whose ticks are full has more
+	// orders than it takes, and every one of them waits for the backlog to
+	// drain; a turn's Lock holds keys others' baskets would take and queues
+	// them behind it, which slowed the draining by a fifth, at a quarter
+	// more masters' CPU per order, with four processors in the bench. So
+	// while every tick is full no turn starts at all, and a basket refused
+	// tick after tick by other processors has no place until the backlog
+	// is gone: what a turn would buy it is paid by all the orders behind
+	// it. Default 0 (or below): every call may start turns.
 	Backlog int
 
 	mu       sync.Mutex

@@ -190,12 +190,7 @@ func TestTurnAfterRefusalsInARow(t *testing.T) {
 	busy, err := other.Lock(ctx, []string{"a"})
 	require.NoError(t, err)
 	var turns Turns // After 2
-	try := func(baskets ...[]string) {
-		t.Helper()
-		locks, err := proc.TryEach(ctx, baskets, WithTurns(&turns))
-		require.NoError(t, err)
-		require.NoError(t, proc.UnlockEach(ctx, locks))
-	}
+	try := func(baskets ...[]string) { tryAndLetGo(t, proc, &turns, baskets...) }
 	try([]string{"a", "b"})
 	assert.Zero(t, turnCount(&turns), "refused once")
 	try([]string{"c"})
@@ -220,10 +215,7 @@ func TestTurnsNoneFromABacklog(t *testing.T) {
 	turns := Turns{After: 2, Backlog: 3}
 	try := func(baskets ...[]string) {
 		t.Helper()
-		locks, err := proc.TryEach(ctx, baskets, WithTurns(&turns))
-		require.NoError(t, err)
-		assert.Nil(t, locks[0], "a is held")
-		require.NoError(t, proc.UnlockEach(ctx, locks))
+		assert.Nil(t, tryAndLetGo(t, proc, &turns, baskets...)[0], "a is held")
 	}
 	try([]string{"a", "b"}, []string{"c"}, []string{"d"})
 	try([]string{"a", "b"}, []string{"c"}, []string{"d"}, []string{"e"})
@@ -233,10 +225,22 @@ func TestTurnsNoneFromABacklog(t *testing.T) {
 	assert.Equal(t, 1, turnCount(&turns), "the next call below Backlog, the refusals counted")
 	require.Eventually(t, func() bool { return waitingOn(t, proc, "a") == 1 }, 5*time.Second, 5*time.Millisecond)
 	require.NoError(t, busy.Unlock(ctx))
-	require.Eventually(t, func() bool {
-		locks, err := proc.TryEach(ctx, [][]string{{"b", "a"}, {"c"}, {"d"}}, WithTurns(&turns))
-		require.NoError(t, err)
-		require.NoError(t, proc.UnlockEach(ctx, locks))
-		return locks[0] != nil
-	}, 5*time.Second, 5*time.Millisecond, "a call of a backlog hands out the turn's Lock")
+	select {
+	case <-turns.Ready():
+	case <-time.After(5 * time.Second):
+		require.Fail(t, "the turn's Lock never held its keys")
+	}
+	// The turn's Lock holds a and b: no fresh basket of them could be taken.
+	locks := tryAndLetGo(t, proc, &turns, []string{"b", "a"}, []string{"c"}, []string{"d"})
+	assert.NotNil(t, locks[0], "a call of a backlog hands out the turn's Lock")
+}
+
+// tryAndLetGo has proc try baskets with turns, lets go of what it took,
+// and returns what it took.
+func tryAndLetGo(t *testing.T, proc *Client, turns *Turns, baskets ...[]string) []*Lock {
+	t.Helper()
+	locks, err := proc.TryEach(t.Context(), baskets, WithTurns(turns))
+	require.NoError(t, err)
+	require.NoError(t, proc.UnlockEach(t.Context(), locks))
+	return locks
 }

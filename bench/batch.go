@@ -180,16 +180,16 @@ func (r BatchResult) refusalsPerOrder() float64 {
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of
-// clients, whose refused baskets take turns (WithTurns) in ticks that are
+// clients, with ticks of tick orders, whose refused baskets take turns (WithTurns) in ticks that are
 // not full (Turns.Backlog, as orders.Batched sets it); without turns, a
 // refused order only waits for the next tick, as the floors' do.
-func NewTryEachKind(clients []*batchlock.Client, turns bool) BatchKind {
+func NewTryEachKind(clients []*batchlock.Client, turns bool, tick int) BatchKind {
 	name := NameTryEachProcessor
 	if !turns {
 		name = NameTryEachWithoutTurns
 	}
 	return BatchKind{Name: name, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
-		return &orders.Batched{Locker: clients[i], Stock: stock, WithoutTurns: !turns}
+		return &orders.Batched{Locker: clients[i], Stock: stock, Size: tick, WithoutTurns: !turns}
 	}}
 }
 

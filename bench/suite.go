@@ -72,7 +72,7 @@ var labels = map[string]string{
 	// The batch workload's own.
 	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
 	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
-	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) but in full ticks",
+	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) except in full ticks",
 	NameTryEachWithoutTurns:  "batchlock TryEach without turns: a refused basket waits for the next tick",
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 }
@@ -212,8 +212,8 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 			*k.clients = append(*k.clients, b.c)
 		}
 	}
-	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each, true),
-		NewTryEachKind(eachWithoutTurns, false), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
+	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each, true, DefaultBatch.Tick),
+		NewTryEachKind(eachWithoutTurns, false, DefaultBatch.Tick), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
 	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {

@@ -319,8 +319,8 @@ func (s *soak) newClient(i int) *soakClient {
 	s.mu.Lock()
 	s.every = append(s.every, c)
 	s.mu.Unlock()
-	// A tick of 8 baskets or more (new ones behind those refused) is a
-	// backlog's: it starts no turn, and the next smaller one does.
+	// Ticks are 2-8 new baskets behind those refused before: a Backlog
+	// of 8 has some start turns and some not, both paths under faults.
 	return &soakClient{c: c, lease: lease, turns: batchlock.Turns{Backlog: 8}}
 }
 

@@ -18,8 +18,10 @@ import (
 // refused twice in a row by other processors' locks takes its turn
 // (WithTurns), waiting in Redis's queues while the ticks go on, and is
 // handed to the tick after its keys came, so that a basket of hot SKUs is
-// not starved by smaller ones. A full tick (a backlog) starts no turn: its
-// Turns.Backlog is Size unless set (see batchlock.Turns).
+// not starved by smaller ones. A full tick (a backlog) starts no turn, so
+// none starts while every tick is full: its Turns.Backlog is Size unless
+// set (a negative one keeps turns in full ticks; see batchlock.Turns). A
+// Batched runs one tick at a time.
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock
@@ -217,6 +219,8 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	opts := []batchlock.LockOption{batchlock.WithShared(slices.Compact(promos)...)}
 	if !b.WithoutTurns {
 		if b.Turns.Backlog == 0 {
+			// Set by the first tick, before the Turns is in use: ticks
+			// run one at a time.
 			b.Turns.Backlog = tickSize(b.Size)
 		}
 		opts = append(opts, batchlock.WithTurns(&b.Turns))
