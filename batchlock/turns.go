@@ -16,10 +16,10 @@ import (
 //
 // Such a basket, once After calls in a row refused it in Redis and while
 // fewer than Baskets baskets hold turns, takes its turn in a call of fewer
-// than Backlog baskets (when Backlog is set): the Client locks
-// it in the background with a waiting Lock (WithWait(Wait), the call's
-// other options), which queues in Redis behind the holders of its keys, as
-// any waiting Lock, and is granted each key in turn. A basket is known by
+// than Backlog baskets (when Backlog is set): the Client locks it in the
+// background with a waiting Lock (WithWait(Wait), the call's other
+// options), which queues in Redis behind the holders of its keys, as any
+// waiting Lock, and is granted each key in turn. A basket is known by
 // its keys: baskets of the same keys share one turn, which the first of
 // them in a call takes. A later TryEach with the same Turns and a basket of
 // the same keys (in any order) hands that Lock out in the basket's place

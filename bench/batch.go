@@ -180,9 +180,10 @@ func (r BatchResult) refusalsPerOrder() float64 {
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of
-// clients, with ticks of tick orders, whose refused baskets take turns (WithTurns) in ticks that are
-// not full (Turns.Backlog, as orders.Batched sets it); without turns, a
-// refused order only waits for the next tick, as the floors' do.
+// clients, with ticks of tick orders (the runs' BatchConfig.Tick, which
+// Batched's Turns.Backlog follows), whose refused baskets take turns
+// (WithTurns) in ticks that are not full; without turns, a refused order
+// only waits for the next tick, as the floors' do.
 func NewTryEachKind(clients []*batchlock.Client, turns bool, tick int) BatchKind {
 	name := NameTryEachProcessor
 	if !turns {
