@@ -552,10 +552,11 @@ func TestForceUnlock(t *testing.T) {
 	c, f := newFaked(t)
 	l, err := c.TryLock(t.Context(), basket[:2], WithOwner("stuck"), WithTTL(time.Hour))
 	require.NoError(t, err)
+	token := l.Token(basket[0]) // 0 once the lock ends
 	released, err := c.ForceUnlock(t.Context(), basket[0], "free")
 	require.NoError(t, err)
 	assert.Equal(t, []Released{
-		{HeldKey: HeldKey{Key: basket[0], Holders: []string{"stuck"}, Holds: 1, Token: l.Token(basket[0])}, Held: true},
+		{HeldKey: HeldKey{Key: basket[0], Holders: []string{"stuck"}, Holds: 1, Token: token}, Held: true},
 		{HeldKey: HeldKey{Key: "free"}},
 	}, released)
 	// Through the holder's own Client the lock ends at once, and its other

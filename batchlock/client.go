@@ -100,8 +100,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // Close ends the Client: calls in flight fail with ErrClosed and roll back,
 // and every later call fails with ErrClosed. Every lock it handed out still
-// held ends (Err wraps ErrLockLost and ErrClosed) and is released: nothing
-// the Client held outlives it. It waits for those releases and rollbacks
+// held ends (Err wraps ErrLockLost and ErrClosed: its holder must stop) and
+// is released, told as EventReleased, not EventLost: nothing the Client held
+// outlives it. It waits for those releases and rollbacks
 // (each at most 5s) and returns the releases' errors. It is idempotent: a
 // later Close, also one made meanwhile, returns nil once the first has
 // returned. No goroutine of the Client outlives it.
@@ -118,14 +119,19 @@ func (c *Client) Close() error {
 	c.stopCalls(ErrClosed)
 	c.calls.Wait()
 	shares := make([]releasing, len(held))
+	ended := make([]bool, len(held))
 	for i, l := range held {
-		l.loseAtClose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
+		ended[i] = l.endAtClose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
 		shares[i].l = l
 	}
 	var errs []error
 	for i, err := range c.release(context.Background(), lettingGo, shares) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(held[i].sortedKeys()), inner(err)))
+			err = fmt.Errorf("batchlock: close: releasing %s: %w", describeKeys(held[i].sortedKeys()), inner(err))
+			errs = append(errs, err)
+		}
+		if ended[i] {
+			held[i].emit(Event{Kind: EventReleased, Duration: time.Since(held[i].acquiredAt), Err: err})
 		}
 	}
 	c.watchdog.close()

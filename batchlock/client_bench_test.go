@@ -9,7 +9,7 @@ import (
 )
 
 // The client's own cost of a lock and unlock, and of a batch processor's
-// tick (TryEach of 256 baskets with turns, UnlockEach), on one
+// tick (TryEach of 256 baskets, UnlockEach), on one
 // redis-server: with -cpuprofile and -benchmem, where the time and the
 // allocations of a call go.
 //
@@ -43,10 +43,9 @@ func BenchmarkClient(b *testing.B) {
 			baskets[i] = append(baskets[i], fmt.Sprintf("bench:sku:%d", (i*41+j*7)%2000))
 		}
 	}
-	var turns Turns
 	b.Run("tick=256", func(b *testing.B) {
 		for b.Loop() {
-			locks, err := c.TryEach(b.Context(), baskets, WithTTL(10*time.Second), WithTurns(&turns))
+			locks, err := c.TryEach(b.Context(), baskets, WithTTL(10*time.Second))
 			if err != nil {
 				b.Fatal(err)
 			}

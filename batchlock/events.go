@@ -35,10 +35,11 @@ const (
 	// EventRenewed: the watchdog renewed the lock; Duration is the lease
 	// that was left when the renewal landed.
 	EventRenewed EventKind = "renewed"
-	// EventLost: the lock was lost; Err says why.
+	// EventLost: the lock was lost (never for Close); Err says why.
 	EventLost EventKind = "lost"
-	// EventReleased: Unlock ran; Duration is how long the lock was held, Err
-	// set when the release failed.
+	// EventReleased: Unlock ran, or Close ended and released the lock;
+	// Duration is how long the lock was held, Err set when the release
+	// failed.
 	EventReleased EventKind = "released"
 	// EventFailed: a call gave up without the lock after sending something
 	// to Redis (a TryEach failed as a whole: one per basket); Err says why.

@@ -149,12 +149,13 @@ var nilLock = func() *lifetime.Lifetime {
 }()
 
 // Token returns the fencing token of key (without the prefix) in this lock,
-// or 0 when key is not one of its keys: tokens start at 1, so storage that
-// refuses a token below 1 catches a wrong key. A key's token grows with
-// each new ownership of it (taken fresh, or handed on); locks of one owner
-// share the token of the ownership they joined.
+// or 0 when key is not one of its keys or the lock ended (released, lost,
+// closed): tokens start at 1, so storage that refuses a token below 1
+// catches a wrong key and a write made after the lock ended. A key's token
+// grows with each new ownership of it (taken fresh, or handed on); locks of
+// one owner share the token of the ownership they joined.
 func (l *Lock) Token(key string) int64 {
-	if l == nil {
+	if l == nil || l.Err() != nil {
 		return 0
 	}
 	l.mu.Lock()
@@ -396,16 +397,19 @@ func (l *Lock) lose(err error) bool {
 	return true
 }
 
-// loseAtClose is lose for Close: after an Unlock whose release is running,
-// which ends the lock as released (its keys were let go by their owner,
-// not lost).
-func (l *Lock) loseAtClose(err error) {
+// endAtClose ends the lock with err for Close, after an Unlock whose
+// release is running, which ends it as released; it reports whether Close
+// ended it. Close releases it, and tells EventReleased, not EventLost: a
+// Client closed on purpose (a deploy) lost nothing, though its holder must
+// stop (err wraps ErrLockLost).
+func (l *Lock) endAtClose(err error) bool {
 	l.unlocking.Lock()
-	ended := l.finish(err)
-	l.unlocking.Unlock()
-	if ended {
-		l.lost(err) // outside unlocking: an observer may Unlock
+	defer l.unlocking.Unlock()
+	if !l.finish(err) {
+		return false
 	}
+	l.c.watchdog.remove(l)
+	return true
 }
 
 // lost tells that the lock ended with err, lost.

@@ -109,7 +109,6 @@ type lockConfig struct {
 	ackSet   bool
 	shared   []string
 	refusals *[]Refusal
-	turns    *Turns
 }
 
 // lockConfigOf applies opts, and validates what they say.

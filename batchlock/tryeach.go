@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
-	"github.com/batchlock/batchlock/internal/lifetime"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -30,11 +29,6 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	lc, err := lockConfigOf(opts)
 	if err != nil {
 		return nil, err
-	}
-	if lc.turns != nil {
-		if err := lc.turns.bind(c); err != nil {
-			return nil, err
-		}
 	}
 	isShared, err := c.checkEach(baskets, lc.shared)
 	if err != nil {
@@ -72,7 +66,6 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 			locks[i] = l
 		}
 	}
-	t.startTurns()
 	return locks, nil
 }
 
@@ -83,8 +76,6 @@ type Refusal struct {
 	// first in the next call, it wins. Otherwise another lock or Client
 	// holds one, or waits for it: what a rule against starvation counts.
 	Earlier bool
-	// Turn says the basket's turn (WithTurns) is waiting for its keys.
-	Turn bool
 	// Keys are keys it met, without the prefix: those an earlier basket or
 	// another lock of the Client took, or the first found held in Redis on
 	// each master.
@@ -141,11 +132,6 @@ type eachCall struct {
 	sent  []bool
 	marks []string  // cancel marks of the slots where a call may have run unseen
 	why   []Refusal // with WithRefusals: why each refused basket was refused
-	// turnIDs name the baskets by their keys, with WithTurns, each made
-	// when first needed (see basketID); turns are those whose turn has its
-	// Lock, to hand out in their place.
-	turnIDs []string
-	turns   []*turn
 }
 
 // take admits the baskets in the process, then tries those admitted in
@@ -174,7 +160,6 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 			t.c.handOut(l, t.lc, start)
 		}
 	}
-	t.handOutTurns(ctx)
 	if t.lc.refusals != nil {
 		slices.SortFunc(t.why, func(a, b Refusal) int { return cmp.Compare(a.Basket, b.Basket) })
 		*t.lc.refusals = append(*t.lc.refusals, t.why...)
@@ -190,20 +175,7 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 func (t *eachCall) admit(ctx context.Context) error {
 	c := t.c
 	taken := map[string]bool{} // user key: taken by an earlier basket; true when exclusively
-	anyTurns := false
-	if t.lc.turns != nil {
-		t.turnIDs, t.turns = make([]string, len(t.baskets)), make([]*turn, len(t.baskets))
-		anyTurns = t.lc.turns.any()
-	}
 	for i, basket := range t.baskets {
-		if ready, ok := t.hasTurn(i, anyTurns); ok {
-			if ready {
-				for _, k := range basket {
-					taken[k] = taken[k] || !t.isShared[k]
-				}
-			}
-			continue
-		}
 		var busy []string
 		for _, k := range basket {
 			if exclusive, ok := taken[k]; ok && (exclusive || !t.isShared[k]) && !slices.Contains(busy, k) {
@@ -247,107 +219,6 @@ func (t *eachCall) split(basket []string) (exclusive, shared []string) {
 		}
 	}
 	return exclusive, shared
-}
-
-// basketID is basket i's name by its keys, for its turn: made once, and
-// only for the baskets that need it (most calls give no turn, and hand
-// none out).
-func (t *eachCall) basketID(i int) string {
-	if t.turnIDs[i] == "" {
-		t.turnIDs[i] = basketID(slices.Compact(slices.Sorted(slices.Values(t.baskets[i]))))
-	}
-	return t.turnIDs[i]
-}
-
-// hasTurn reports whether basket i has a turn (WithTurns; anyTurns: some
-// basket has one), and whether its Lock is ready to be handed out in the
-// basket's place; else the basket is refused while its Lock waits. A later
-// basket of the call may take a key of a turn that waits, as a later Lock
-// may: the turn waits for it at its gate, behind it, and no newer lock
-// overtakes it there. A basket of the same keys as an earlier one finds the
-// same turn, whose Lock only the first is handed (see handOutTurns).
-func (t *eachCall) hasTurn(i int, anyTurns bool) (ready, ok bool) {
-	if !anyTurns {
-		return false, false
-	}
-	tn, ready := t.lc.turns.of(t.basketID(i))
-	if tn == nil {
-		return false, false
-	}
-	t.refused[i] = true
-	if ready {
-		t.turns[i] = tn
-		return true, true
-	}
-	if t.lc.refusals != nil {
-		t.why = append(t.why, Refusal{Basket: i, Turn: true})
-	}
-	return false, true
-}
-
-// handOutTurns hands out, in their baskets' places, the Locks of the turns
-// that hold every key with enough of their lease left (see lease.Enough).
-// A turn given up meanwhile (Place passed) leaves its basket refused; one
-// whose Lock was lost, or ran low on lease (renewals held up, or a fixed
-// lease spent waiting), is released, and its basket refused and tried
-// afresh next time.
-func (t *eachCall) handOutTurns(ctx context.Context) {
-	for i, tn := range t.turns {
-		if tn == nil {
-			continue
-		}
-		l := t.lc.turns.handOut(t.basketID(i), tn)
-		if l != nil && l.Err() == nil && l.leaseLeft("the turn's keys") == nil {
-			t.locks[i], t.refused[i] = l, false
-			continue
-		}
-		if l != nil {
-			uctx, cancel := lifetime.Detached(ctx)
-			_ = l.Unlock(uctx)
-			cancel()
-		}
-		if t.lc.refusals != nil {
-			t.why = append(t.why, Refusal{Basket: i, Turn: true})
-		}
-	}
-}
-
-// startTurns counts, by basket, the calls in a row that refused it in
-// Redis, and gives turns, while the turns have room (and the call is no
-// backlog's), to the first baskets of the call refused After times in a
-// row. A basket the call refused in the process keeps its count; one it
-// took, or left out, loses it.
-func (t *eachCall) startTurns() {
-	if t.lc.turns == nil {
-		return
-	}
-	before, after := t.lc.turns.counts()
-	refusals := map[string]int{}
-	defer t.lc.turns.counted(refusals)
-	room := t.lc.turns.room(len(t.baskets))
-	for i, basket := range t.baskets {
-		if !t.refused[i] || t.turns[i] != nil || !t.sent[i] && len(before) == 0 {
-			continue
-		}
-		id := t.basketID(i)
-		switch tn, _ := t.lc.turns.of(id); {
-		case tn != nil:
-			continue // a turn waits, or an earlier basket of the same keys took one
-		case !t.sent[i]:
-			if n := before[id]; n > 0 {
-				refusals[id] = n
-			}
-			continue
-		case before[id]+1 < after || room == 0:
-			refusals[id] = before[id] + 1
-			continue
-		}
-		exclusive, shared := t.split(basket)
-		if !t.lc.turns.start(t.c, t.ctx, id, exclusive, shared, t.lc) {
-			return
-		}
-		room--
-	}
 }
 
 // refuse drops basket i, with the conflict that refused it (met with an

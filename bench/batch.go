@@ -180,17 +180,11 @@ func (r BatchResult) refusalsPerOrder() float64 {
 }
 
 // NewTryEachKind is the TryEach processor: orders.Batched over each of
-// clients, with ticks of tick orders (the runs' BatchConfig.Tick, which
-// Batched's Turns.Backlog follows), whose refused baskets take turns
-// (WithTurns) in ticks that are not full; without turns, a refused order
-// only waits for the next tick, as the floors' do.
-func NewTryEachKind(clients []*batchlock.Client, turns bool, tick int) BatchKind {
-	name := NameTryEachProcessor
-	if !turns {
-		name = NameTryEachWithoutTurns
-	}
-	return BatchKind{Name: name, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
-		return &orders.Batched{Locker: clients[i], Stock: stock, Size: tick, WithoutTurns: !turns}
+// clients, with ticks of tick orders (the runs' BatchConfig.Tick); a
+// refused order waits for the next tick, as the floors' do.
+func NewTryEachKind(clients []*batchlock.Client, tick int) BatchKind {
+	return BatchKind{Name: NameTryEachProcessor, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
+		return &orders.Batched{Locker: clients[i], Stock: stock, Size: tick}
 	}}
 }
 

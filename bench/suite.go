@@ -43,7 +43,6 @@ const (
 	NameBatchFloorProcessor  = "batch-floor-processor"
 	NameCrossFloorProcessor  = "cross-process-floor-processor"
 	NameTryEachProcessor     = "batchlock-tryeach"
-	NameTryEachWithoutTurns  = "batchlock-tryeach-without-turns"
 	NameTryLockLoopProcessor = "batchlock-trylock-loop"
 )
 
@@ -72,8 +71,7 @@ var labels = map[string]string{
 	// The batch workload's own.
 	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
 	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
-	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; turns (WithTurns) except in full ticks",
-	NameTryEachWithoutTurns:  "batchlock TryEach without turns: a refused basket waits for the next tick",
+	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; a refused basket waits for the next tick",
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 }
 
@@ -199,11 +197,11 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	}
 	// A batchlock kind's processors each have a Client on a cluster client
 	// of its own.
-	var each, eachWithoutTurns, loop []*batchlock.Client
+	var each, loop []*batchlock.Client
 	for _, k := range []struct {
 		name    string
 		clients *[]*batchlock.Client
-	}{{NameTryEachProcessor, &each}, {NameTryEachWithoutTurns, &eachWithoutTurns}, {NameTryLockLoopProcessor, &loop}} {
+	}{{NameTryEachProcessor, &each}, {NameTryLockLoopProcessor, &loop}} {
 		for range processors {
 			b, err := newBatchlock(k.name)
 			if err != nil {
@@ -212,8 +210,8 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 			*k.clients = append(*k.clients, b.c)
 		}
 	}
-	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each, true, DefaultBatch.Tick),
-		NewTryEachKind(eachWithoutTurns, false, DefaultBatch.Tick), NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
+	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each, DefaultBatch.Tick),
+		NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
 	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {

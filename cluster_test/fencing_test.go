@@ -52,8 +52,12 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 
 	stale, err := staleClient.Lock(ctx, keys, batchlock.WithTTL(300*time.Millisecond))
 	require.NoError(t, err)
+	// Read while held, as a holder does before it pauses: once the lock
+	// ended, Token says 0.
+	staleTokens := map[string]int64{}
 	for _, k := range keys {
-		require.EqualValues(t, 1, write(k, stale.Token(k), "stale holder, in time"), "a holder in time writes")
+		staleTokens[k] = stale.Token(k)
+		require.EqualValues(t, 1, write(k, staleTokens[k], "stale holder, in time"), "a holder in time writes")
 	}
 
 	// The pause: the holder does nothing until its lease is over in Redis.
@@ -71,13 +75,13 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = fresh.Unlock(context.Background()) })
 	for _, k := range keys {
-		require.Greater(t, fresh.Token(k), stale.Token(k), "a new ownership of %s outranks the old one", k)
+		require.Greater(t, fresh.Token(k), staleTokens[k], "a new ownership of %s outranks the old one", k)
 		require.EqualValues(t, 1, write(k, fresh.Token(k), "new holder"))
 	}
 
 	// The paused holder resumes and writes as if it still held the keys.
 	for _, k := range keys {
-		assert.EqualValues(t, 0, write(k, stale.Token(k), "stale holder, late"), "the stale write to %s is refused", k)
+		assert.EqualValues(t, 0, write(k, staleTokens[k], "stale holder, late"), "the stale write to %s is refused", k)
 		v, err := rdb.HGet(ctx, record(k), "value").Result()
 		require.NoError(t, err)
 		assert.Equal(t, "new holder", v, "the new holder's value of %s stands", k)
@@ -95,4 +99,42 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 	assert.Len(t, lockKeysUnder(t, rdb, prefix), len(keys), "the new holder still holds every key")
 	require.NoError(t, fresh.Err())
 	require.NoError(t, fresh.Unlock(ctx))
+}
+
+// A lock that ended (unlocked, lost, run out) gives 0 for every key: a
+// fenced write made after the end, with a token read then, is refused by
+// every store that refuses a token below 1, even when nobody took the key
+// since (the old token would still pass its fence).
+func TestTokenIsZeroOnceTheLockEnds(t *testing.T) {
+	rdb := newClient(t)
+	c, _ := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, tc := range []struct {
+		name string
+		opts []batchlock.LockOption
+		end  func(l *batchlock.Lock, keys []string)
+	}{
+		{"unlocked", nil, func(l *batchlock.Lock, _ []string) { require.NoError(t, l.Unlock(ctx)) }},
+		{"lost", nil, func(l *batchlock.Lock, keys []string) {
+			_, err := c.ForceUnlock(ctx, keys[0]) // through its own Client: lost at once
+			require.NoError(t, err)
+		}},
+		{"lease ran out", []batchlock.LockOption{batchlock.WithTTL(200 * time.Millisecond)}, func(l *batchlock.Lock, _ []string) {
+			<-l.Done()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := spread(6, "token-end-"+tc.name)
+			l, err := c.Lock(ctx, keys, tc.opts...)
+			require.NoError(t, err)
+			for _, k := range keys {
+				require.Positive(t, l.Token(k), "%s while held", k)
+			}
+			tc.end(l, keys)
+			require.Error(t, l.Err(), "the lock ended")
+			for _, k := range keys {
+				assert.Zero(t, l.Token(k), "%s once the lock ended", k)
+			}
+		})
+	}
 }

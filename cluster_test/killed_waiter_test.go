@@ -99,6 +99,7 @@ func TestWaiterKilledWhileQueued(t *testing.T) {
 		got <- l
 	}()
 	waitQueued(ctx, t, c, key[0], 2)
+	holderToken := holder.Token(key[0]) // 0 once released
 	require.NoError(t, holder.Unlock(ctx))
 	h := holderOf(t, c, key[0])
 	require.Len(t, h.Holders, 1, "granted to the dead waiter, which nobody renews")
@@ -107,7 +108,7 @@ func TestWaiterKilledWhileQueued(t *testing.T) {
 
 	l := <-got // within ctx, well before holder's minute-long lease
 	require.NotNil(t, l)
-	assert.Greater(t, l.Token(key[0]), holder.Token(key[0]))
+	assert.Greater(t, l.Token(key[0]), holderToken)
 	assert.Equal(t, []string{l.Owner()}, holderOf(t, c, key[0]).Holders)
 	require.NoError(t, l.Unlock(ctx))
 	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
@@ -124,6 +125,7 @@ func TestReaderJoiningAKeyHandedToADeadReader(t *testing.T) {
 	writer, err := c.Lock(ctx, key)
 	require.NoError(t, err)
 	killQueuedWaiter(t, c, prefix, key[0], true, 1)
+	writerToken := writer.Token(key[0]) // 0 once released
 	require.NoError(t, writer.Unlock(ctx))
 	h := holderOf(t, c, key[0])
 	require.True(t, h.Shared, "granted to the dead reader")
@@ -135,7 +137,7 @@ func TestReaderJoiningAKeyHandedToADeadReader(t *testing.T) {
 		require.NoError(t, err)
 	}
 	token := readers[0].Token(key[0])
-	assert.Greater(t, token, writer.Token(key[0]), "a newer token than the writer's")
+	assert.Greater(t, token, writerToken, "a newer token than the writer's")
 	assert.Equal(t, token, readers[1].Token(key[0]), "one shared ownership, one token")
 	assert.Equal(t, token, holderOf(t, c, key[0]).Token)
 	for _, l := range readers {

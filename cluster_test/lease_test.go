@@ -257,10 +257,21 @@ func TestHandoffWhenLeaseRunsOut(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 }
 
+// Close ends and releases every lock its Client holds, and tells the
+// observer each was released, not lost: a deploy that closes a Client must
+// not raise the alarm a loss does (batchlockslog logs EventLost as an
+// error). The holder still learns its lock ended, and its tokens are 0.
 func TestCloseEndsAndReleasesEveryLock(t *testing.T) {
 	rdb := newClient(t)
 	prefix := testPrefix(t)
-	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix))
+	var mu sync.Mutex
+	told := map[batchlock.EventKind]int{}
+	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix), batchlock.WithObserver(func(e batchlock.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		told[e.Kind]++
+		assert.NoError(t, e.Err, "%s event", e.Kind)
+	}))
 	require.NoError(t, err)
 	ctx := ctxTimeout(t, 30*time.Second)
 	renewed, err := c.Lock(ctx, []string{"c1"})
@@ -271,10 +282,15 @@ func TestCloseEndsAndReleasesEveryLock(t *testing.T) {
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close(), "Close is idempotent")
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix), "Close released every key its Client held")
-	for _, l := range []*batchlock.Lock{renewed, fixed} {
+	mu.Lock()
+	assert.Zero(t, told[batchlock.EventLost], "a lock ended by Close is no loss")
+	assert.Equal(t, 2, told[batchlock.EventReleased], "each lock told released")
+	mu.Unlock()
+	for i, l := range []*batchlock.Lock{renewed, fixed} {
 		<-l.Done()
 		assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
 		assert.ErrorIs(t, l.Err(), batchlock.ErrClosed)
+		assert.Zero(t, l.Token(fmt.Sprintf("c%d", i+1)), "no token once closed")
 		err := l.Unlock(ctx)
 		assert.ErrorIs(t, err, batchlock.ErrNotHeld)
 		assert.ErrorIs(t, err, batchlock.ErrClosed, "Unlock after Close says why the lock ended")

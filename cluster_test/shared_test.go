@@ -118,6 +118,7 @@ func TestWaitingWriterIsNotOvertakenByReaders(t *testing.T) {
 		t.Fatal("the writer got the key while a reader still held it")
 	default:
 	}
+	readersToken := readers[1].Token(key[0]) // 0 once released
 	require.NoError(t, readers[1].Unlock(ctx))
 	w := <-writer // polling once a minute, only a hand-off gives it the key in time
 	require.NotNil(t, w)
@@ -125,8 +126,9 @@ func TestWaitingWriterIsNotOvertakenByReaders(t *testing.T) {
 	assert.False(t, h.Shared)
 	assert.Equal(t, []string{"writer"}, h.Holders)
 	assert.Equal(t, 2, h.Waiting, "the late readers still wait")
-	assert.Greater(t, w.Token(key[0]), readers[1].Token(key[0]), "the writer's token is newer than the readers'")
+	assert.Greater(t, w.Token(key[0]), readersToken, "the writer's token is newer than the readers'")
 
+	writerToken := w.Token(key[0]) // 0 once released
 	require.NoError(t, w.Unlock(ctx))
 	got := []*batchlock.Lock{<-late, <-late}
 	require.NotNil(t, got[0])
@@ -135,7 +137,7 @@ func TestWaitingWriterIsNotOvertakenByReaders(t *testing.T) {
 	assert.True(t, h.Shared)
 	assert.Equal(t, []string{"late-0", "late-1"}, h.Holders, "both readers were handed the key together")
 	assert.Equal(t, got[0].Token(key[0]), got[1].Token(key[0]))
-	assert.Greater(t, got[0].Token(key[0]), w.Token(key[0]), "readers after a writer get a newer token")
+	assert.Greater(t, got[0].Token(key[0]), writerToken, "readers after a writer get a newer token")
 	for _, l := range got {
 		require.NoError(t, l.Unlock(ctx))
 	}

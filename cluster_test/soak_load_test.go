@@ -253,29 +253,21 @@ func (s *soak) operate(rng *rand.Rand) {
 // operateEach is one tick of a batch processor: TryEach over a few baskets
 // (a key shared in any of them shared in every one that has it), a short
 // section of fenced writes for each basket taken, then UnlockEach,
-// sometimes with a context that already ended. Half the ticks are a batch
-// processor's with turns (WithTurns): the baskets a tick of the Client's
-// refused go first, and the Lock of a basket's turn is handed out in its
-// place. Those take every key exclusively: a turn's Lock holds its keys as
-// the call that gave the turn asked, which a later call need not repeat,
-// and the judges must know how each key is held. The keys of every basket
-// refused, and of every basket of a call that failed, are checked for
-// leftovers (see observe).
+// sometimes with a context that already ended. Half the ticks put first
+// the baskets that ticks of the Client refused before, as a batch
+// processor does. The keys of every basket refused, and of every basket
+// of a call that failed, are checked for leftovers (see observe).
 func (s *soak) operateEach(rng *rand.Rand) {
 	sc := s.client(rng)
-	withTurns := rng.IntN(2) == 0
+	carry := rng.IntN(2) == 0
 	var baskets [][]string
-	if withTurns {
+	if carry {
 		sc.mu.Lock()
 		baskets, sc.refused = sc.refused, nil
 		sc.mu.Unlock()
 	}
 	allShared := map[string]bool{}
 	for range 2 + rng.IntN(7) {
-		if withTurns {
-			baskets = append(baskets, s.basket(rng))
-			continue
-		}
 		keys, shared := s.split(rng, s.basket(rng))
 		baskets = append(baskets, append(keys, keysOf(shared)...))
 		for k := range shared {
@@ -283,16 +275,6 @@ func (s *soak) operateEach(rng *rand.Rand) {
 		}
 	}
 	opts, lease, replicas := s.options(rng, sc)
-	if withTurns {
-		sc.mu.Lock()
-		if sc.each == nil {
-			sc.each = &eachOptions{opts: opts, lease: lease, replicas: replicas}
-		}
-		opts, lease, replicas = append(slices.Clip(sc.each.opts), batchlock.WithTurns(&sc.turns)), sc.each.lease, sc.each.replicas
-		sc.mu.Unlock()
-	}
-	var why []batchlock.Refusal
-	opts = append(opts, batchlock.WithRefusals(&why))
 	ctx, cancel := s.callContext(rng)
 	defer cancel()
 	called := time.Now()
@@ -300,21 +282,14 @@ func (s *soak) operateEach(rng *rand.Rand) {
 	s.count(s.ops, "TryEach")
 	s.outcome("TryEach", err)
 	var taken []*holding
-	for _, r := range why {
-		if r.Turn {
-			s.count(s.outcomes, "TryEach basket refused, its turn waiting")
-		}
-	}
 	for i, l := range locks {
 		if l == nil {
 			s.count(s.outcomes, "TryEach basket refused")
-			if withTurns {
-				sc.mu.Lock()
-				if len(sc.refused) < 4 {
-					sc.refused = append(sc.refused, baskets[i])
-				}
-				sc.mu.Unlock()
+			sc.mu.Lock()
+			if len(sc.refused) < 4 {
+				sc.refused = append(sc.refused, baskets[i])
 			}
+			sc.mu.Unlock()
 			continue
 		}
 		s.count(s.outcomes, "TryEach basket taken")

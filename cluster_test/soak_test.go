@@ -89,22 +89,10 @@ type soak struct {
 type soakClient struct {
 	c     *batchlock.Client
 	lease time.Duration
-	// turns, refused and each are the Client's batch processor's: its
-	// TryEach ticks with turns put baskets refused before first, and all
-	// run with one set of options, chosen at its first tick, since a
-	// turn's Lock keeps the options of the call that gave it the turn.
-	turns   batchlock.Turns
+	// refused are the baskets its TryEach ticks refused, which half the
+	// ticks put first, as a batch processor does.
 	mu      sync.Mutex
 	refused [][]string
-	each    *eachOptions
-}
-
-// eachOptions are the options of a Client's ticks with turns, and the lease
-// and acknowledgement they give.
-type eachOptions struct {
-	opts     []batchlock.LockOption
-	lease    time.Duration
-	replicas bool
 }
 
 func TestSoak(t *testing.T) {
@@ -319,9 +307,7 @@ func (s *soak) newClient(i int) *soakClient {
 	s.mu.Lock()
 	s.every = append(s.every, c)
 	s.mu.Unlock()
-	// Ticks are 2-8 new baskets behind those refused before: a Backlog
-	// of 8 has some start turns and some not, both paths under faults.
-	return &soakClient{c: c, lease: lease, turns: batchlock.Turns{Backlog: 8}}
+	return &soakClient{c: c, lease: lease}
 }
 
 // eachOwners starts the owners the soak's Clients make themselves: those of

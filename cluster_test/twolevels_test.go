@@ -256,6 +256,7 @@ func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
 	waitQueued(ctx, t, p, x, 1)
 	g1, err := p.Lock(ctx, []string{y})
 	require.NoError(t, err, "y's gate is free while the other call waits for x")
+	heldToken := held.Token(x) // 0 once released
 	require.NoError(t, held.Unlock(ctx))
 	require.Eventually(t, func() bool {
 		h := holderOf(t, p, x)
@@ -271,7 +272,7 @@ func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
 	l := <-got
 	require.NotNil(t, l)
 	assert.Equal(t, waiter, []string{l.Owner()})
-	assert.Greater(t, l.Token(x), held.Token(x))
+	assert.Greater(t, l.Token(x), heldToken)
 	assert.Greater(t, time.Until(l.ValidUntil()), leaseLen/2)
 	require.NoError(t, l.Unlock(ctx))
 	assert.Zero(t, p.Stats().Gated)

@@ -14,25 +14,13 @@ import (
 // refused by the last tick first), locks every basket that is free with one
 // TryEach (one call per master for the whole tick), reads and writes the
 // stock of the orders taken in one pipeline each, and lets go with one
-// UnlockEach. An order whose basket is busy waits for the next tick; one
-// refused twice in a row by other processors' locks takes its turn
-// (WithTurns), waiting in Redis's queues while the ticks go on, and is
-// handed to the tick after its keys came, so that a basket of hot SKUs is
-// not starved by smaller ones. A full tick (a backlog) starts no turn, so
-// none starts while every tick is full: its Turns.Backlog is Size unless
-// set (a negative one keeps turns in full ticks; see batchlock.Turns). A
+// UnlockEach. An order whose basket is busy waits for the next tick. A
 // Batched runs one tick at a time.
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock
 	Think  time.Duration // as in Locked, once per tick
 	Size   int           // orders per tick; default 256
-	// Turns are the processor's turns; the zero value serves (see
-	// batchlock.Turns).
-	Turns batchlock.Turns
-	// WithoutTurns leaves turns out: a refused basket only waits for the
-	// next tick (the bench's comparison).
-	WithoutTurns bool
 }
 
 // RunBatched processes orders with b until all are done, cfg.Stop is
@@ -42,16 +30,6 @@ type Batched struct {
 func RunBatched(ctx context.Context, b *Batched, orders []Order, cfg RunConfig) Result {
 	return RunTicks(ctx, b, orders, Ticks{Size: b.Size}, cfg)
 }
-
-// Waker is a Ticker that can tell, while its run waits for arrivals, that
-// a tick would take something now (Batched: a turn's lock is ready).
-type Waker interface {
-	Wake() <-chan struct{}
-}
-
-// Wake receives when one of b's turns holds its keys (see
-// batchlock.Turns.Ready).
-func (b *Batched) Wake() <-chan struct{} { return b.Turns.Ready() }
 
 // Ticker locks the baskets of a tick's orders that are free, fulfils those
 // orders and lets go (Batched does it with TryEach): it returns per order
@@ -83,10 +61,6 @@ type Ticks struct {
 // arrival before the next tick (once all arrived, for an arrival's time).
 func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	size := tickSize(ticks.Size)
-	var wake <-chan struct{}
-	if w, ok := t.(Waker); ok {
-		wake = w.Wake()
-	}
 	cfg = cfg.withDefaults()
 	r := newRecorder()
 	start := time.Now()
@@ -126,7 +100,7 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			next++
 		}
 		if len(batch) == 0 {
-			if !awaitArrival(ctx, cfg.Stop, wake, arrival(next)) {
+			if !awaitArrival(ctx, cfg.Stop, arrival(next)) {
 				break
 			}
 			continue
@@ -171,7 +145,7 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			if next == len(orders) {
 				at = now.Add(time.Duration(float64(time.Second) / ticks.Rate)) // all arrived: a tick per arrival's time
 			}
-			if !awaitArrival(ctx, cfg.Stop, wake, at) {
+			if !awaitArrival(ctx, cfg.Stop, at) {
 				break
 			}
 		}
@@ -186,15 +160,13 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 	return r.result(time.Since(start))
 }
 
-// awaitArrival waits until at, or until wake receives (nil: never), and
-// reports false if ctx ends or stop is closed first.
-func awaitArrival(ctx context.Context, stop <-chan struct{}, wake <-chan struct{}, at time.Time) bool {
+// awaitArrival waits until at, and reports false if ctx ends or stop is
+// closed first.
+func awaitArrival(ctx context.Context, stop <-chan struct{}, at time.Time) bool {
 	timer := time.NewTimer(time.Until(at))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return true
-	case <-wake:
 		return true
 	case <-stop:
 	case <-ctx.Done():
@@ -216,16 +188,7 @@ func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, 
 	}
 	slices.Sort(promos)
 	asked := time.Now()
-	opts := []batchlock.LockOption{batchlock.WithShared(slices.Compact(promos)...)}
-	if !b.WithoutTurns {
-		if b.Turns.Backlog == 0 {
-			// Set by the first tick, before the Turns is in use: ticks
-			// run one at a time.
-			b.Turns.Backlog = tickSize(b.Size)
-		}
-		opts = append(opts, batchlock.WithTurns(&b.Turns))
-	}
-	locks, err := b.Locker.TryEach(ctx, baskets, opts...)
+	locks, err := b.Locker.TryEach(ctx, baskets, batchlock.WithShared(slices.Compact(promos)...))
 	wait := time.Since(asked)
 	if err != nil {
 		return nil, nil, err

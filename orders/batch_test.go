@@ -154,34 +154,3 @@ func TestRunTicksOpenLoopDoesNotSpin(t *testing.T) {
 	assert.Equal(t, len(orders), res.Accepted)
 	assert.LessOrEqual(t, res.Ticks, 3*len(orders), "ticks of %d orders, refused ones waiting for arrivals", len(orders))
 }
-
-// wakingTicker is a tickerFunc that is a Waker: it refuses the first order
-// once, then wakes its run, as Batched does once a turn's lock is ready.
-type wakingTicker struct {
-	tickerFunc
-	wake chan struct{}
-}
-
-func (w *wakingTicker) Wake() <-chan struct{} { return w.wake }
-
-// An open loop waiting for its next arrival ticks at once when its Ticker
-// wakes it: the refused order's next tick holds it alone, long before the
-// next order arrives.
-func TestRunTicksWakes(t *testing.T) {
-	orders := tickOrders(t, 2)
-	w := &wakingTicker{wake: make(chan struct{}, 1)}
-	refused := false
-	w.refuse = func(o Order) bool {
-		if o.ID != orders[0].ID || refused {
-			return false
-		}
-		refused = true
-		w.wake <- struct{}{}
-		return true
-	}
-	stop := make(chan struct{})
-	res := RunTicks(t.Context(), w, orders, Ticks{Size: 8, Rate: 0.1}, RunConfig{Attempts: 1, Stop: stop, Done: sync.OnceFunc(func() { close(stop) })})
-	assert.Equal(t, 1, res.Accepted)
-	require.Len(t, w.ticks, 2)
-	assert.Equal(t, []string{orders[0].ID}, w.ticks[1].ids, "woken before the second order's arrival, 10s on")
-}

@@ -4,13 +4,10 @@
 // TryEach call (one round trip per master, whatever the number of orders),
 // reads the stock of the orders it got in one pipeline, writes it in one
 // more, and lets go with one UnlockEach. A basket another order holds is
-// not waited for: the order goes first in the next tick. Run as several
-// replicas, an order refused twice in a row by other replicas' locks takes
-// its turn (WithTurns): it waits in Redis's queues while the ticks go on,
-// and a later tick is handed its lock, so that a big basket of busy SKUs
-// is not starved by the other replicas' small ones.
+// not waited for: the order goes first in the next tick.
 //
-//	go -C examples run ./batchprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
+//	make cluster-up   # the README's dev cluster, on 127.0.0.1:7000-7005
+//	go -C examples run ./batchprocessor --addrs 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
 //
 // or with BATCHLOCK_CLUSTER_ADDRS set instead of --addrs. It writes keys
 // under example:batchprocessor: and deletes them at the end.
@@ -121,11 +118,6 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 	defer cleanUp(rdb, skus)
 
 	var sum summary
-	// The turns of this processor's baskets: the oldest refused twice in a
-	// row by other replicas waits for its keys in Redis, and a later tick
-	// gets its lock. A full tick means a backlog, where a turn would slow
-	// the draining: it starts none.
-	turns := batchlock.Turns{Backlog: tickSize}
 	var carry []order // refused by the last tick: first in the next
 	for len(pending) > 0 || len(carry) > 0 {
 		n := min(tickSize-len(carry), len(pending))
@@ -139,8 +131,8 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 			baskets[i] = keysOf(o)
 		}
 		// Each basket whole or not at all; an earlier basket wins a SKU
-		// over a later one. A refused basket holds nothing but its turn.
-		got, err := locks.TryEach(ctx, baskets, batchlock.WithTurns(&turns))
+		// over a later one. A refused basket holds nothing.
+		got, err := locks.TryEach(ctx, baskets)
 		if err != nil {
 			return sum, err // nothing of the tick is held
 		}

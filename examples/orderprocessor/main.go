@@ -4,7 +4,7 @@
 // of every line or of none. Orders run concurrently; those that share SKUs
 // wait for each other, and stock is never oversold.
 //
-//	go -C examples run ./orderprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
+//	go -C examples run ./orderprocessor --addrs 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
 //
 // or with BATCHLOCK_CLUSTER_ADDRS set instead of --addrs. It writes keys
 // under example:orderprocessor: and deletes them at the end.

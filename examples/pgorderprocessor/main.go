@@ -5,7 +5,7 @@
 // whose every stock write carries the key's fencing token, and commits only
 // while the lock holds.
 //
-//	go -C examples run ./pgorderprocessor --addrs 127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
+//	go -C examples run ./pgorderprocessor --addrs 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
 //
 // or with BATCHLOCK_CLUSTER_ADDRS set instead of --addrs. --database names
 // an empty PostgreSQL database (default $DATABASE_URL); without one it starts

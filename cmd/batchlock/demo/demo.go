@@ -71,9 +71,7 @@ same call (batchlock.WithShared): orders on one promotion run side by side.
 (those refused by the last tick first), every free basket of a tick locked
 by one TryEach (one call per master), stock read and written in one
 pipeline each, all let go by one UnlockEach; a busy basket waits for the
-next tick, and one refused twice in a row by other processors' locks
-takes its turn (batchlock.WithTurns): it waits in Redis's queues and is
-handed to the tick after its keys came.
+next tick.
 --processors P runs P such processors at once, as replicas: each with a
 batchlock Client and a cluster client of its own, sharing out the orders;
 the report gives orders/s in all and per processor, and the wait of an
