@@ -35,14 +35,16 @@ func TestPausedHolderCannotCommit(t *testing.T) {
 	first := orders.Order{ID: "first", Lines: []orders.Line{line(0, 2), line(1, 3)}}
 	next := orders.Order{ID: "next", Lines: []orders.Line{line(0, 1), line(1, 1), line(2, 1)}}
 
-	paused := make(chan *batchlock.Lock, 1)
+	// Each lock's tokens are read while it is held: Token says 0 once it
+	// ended.
+	paused := make(chan []int64, 1)
 	resume := make(chan struct{})
 	var pausedCause error
 	holder := &pgorders.Processor{
 		Locker: f.locker, Store: f.store,
 		LockOptions: []batchlock.LockOption{batchlock.WithTTL(500 * time.Millisecond)},
 		Work: func(ctx context.Context, l *batchlock.Lock, _ orders.Order) error {
-			paused <- l
+			paused <- tokens(l, f.store, first)
 			select {
 			case <-ctx.Done(): // paused past its lease
 			case <-time.After(guard):
@@ -62,16 +64,16 @@ func TestPausedHolderCannotCommit(t *testing.T) {
 		out, err := holder.Process(ctx, first)
 		done <- result{out, err}
 	}()
-	var stale *batchlock.Lock
+	var staleTokens []int64
 	select {
-	case stale = <-paused:
+	case staleTokens = <-paused:
 	case r := <-done:
 		t.Fatalf("the first order ended before its pause: %+v, %v", r.out, r.err)
 	}
 
-	var nextLock *batchlock.Lock
+	var newTokens []int64
 	owner := &pgorders.Processor{Locker: f.locker, Store: f.store, Work: func(_ context.Context, l *batchlock.Lock, _ orders.Order) error {
-		nextLock = l
+		newTokens = tokens(l, f.store, next)
 		return nil
 	}}
 	nctx, ncancel := context.WithTimeout(ctx, guard)
@@ -89,8 +91,6 @@ func TestPausedHolderCannotCommit(t *testing.T) {
 
 	// Its write arrives late, with the tokens of its lost lock: PostgreSQL
 	// refuses it, since a newer token has written the rows.
-	staleTokens := tokens(stale, f.store, first)
-	newTokens := tokens(nextLock, f.store, next)
 	require.Less(t, staleTokens[0], newTokens[0])
 	require.Less(t, staleTokens[1], newTokens[1])
 	tx, err := f.db.Begin(ctx)
