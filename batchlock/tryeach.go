@@ -34,19 +34,46 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	if err != nil {
 		return nil, err
 	}
+	each := make([]eachBasket, len(baskets))
+	for i, b := range baskets {
+		each[i] = eachBasket{keys: b, isShared: isShared}
+	}
+	locks, why, err := c.tryEach(ctx, lc, each, lc.refusals != nil)
+	if err == nil && lc.refusals != nil {
+		for _, r := range why {
+			*lc.refusals = append(*lc.refusals, r.Refusal)
+		}
+	}
+	return locks, err
+}
+
+// eachBasket is one basket of a TryEach call: its keys (as given, repeats
+// and all), which of them it asks for shared, and once planned its keys
+// and groups.
+type eachBasket struct {
+	keys     []string
+	isShared map[string]bool
+	userKeys []string // nil until planned
+	groups   []group
+}
+
+// tryEach is TryEach of baskets, checked already, with lc: locks[i] is
+// basket i's Lock or nil, and with explain why says why each refused one
+// was, in basket order.
+func (c *Client) tryEach(ctx context.Context, lc lockConfig, baskets []eachBasket, explain bool) (locks []*Lock, why []refusal, err error) {
 	ctx, end, err := c.beginTaking(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer end()
 	locks = make([]*Lock, len(baskets))
 	if len(baskets) == 0 {
-		return locks, nil
+		return locks, nil, nil
 	}
 
 	start := time.Now()
 	owner, _ := OwnerFromContext(ctx)
-	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, isShared: isShared, hold: wire.NewHold(), fresh: !lc.ownerSet && owner == "",
+	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, hold: wire.NewHold(), fresh: !lc.ownerSet && owner == "", explain: explain,
 		locks: make([]*Lock, len(baskets)), refused: make([]bool, len(baskets)), sent: make([]bool, len(baskets))}
 	returned := false
 	defer func() {
@@ -59,14 +86,15 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	err = t.take(ctx, start)
 	returned = true
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i, l := range t.locks {
 		if !t.refused[i] {
 			locks[i] = l
 		}
 	}
-	return locks, nil
+	slices.SortFunc(t.why, func(a, b refusal) int { return cmp.Compare(a.Basket, b.Basket) })
+	return locks, t.why, nil
 }
 
 // Refusal says why TryEach refused a basket (see WithRefusals).
@@ -80,6 +108,14 @@ type Refusal struct {
 	// another lock of the Client took, or the first found held in Redis on
 	// each master.
 	Keys []string
+}
+
+// refusal is a Refusal, where it happened, and, in Redis, the longest lease
+// left of the keys that refused it (0 when not told).
+type refusal struct {
+	Refusal
+	cause refusalCause
+	wait  time.Duration
 }
 
 // checkEach validates every basket and the shared keys, which it returns
@@ -115,12 +151,11 @@ func (c *Client) checkEach(baskets [][]string, shared []string) (map[string]bool
 // eachCall is one TryEach call: its baskets' locks, those refused, and the
 // hold whose cancel marks stand for all of them.
 type eachCall struct {
-	c        *Client
-	ctx      context.Context // the call's, which its locks keep the values of
-	lc       lockConfig
-	baskets  [][]string
-	isShared map[string]bool
-	hold     string
+	c       *Client
+	ctx     context.Context // the call's, which its locks keep the values of
+	lc      lockConfig
+	baskets []eachBasket
+	hold    string
 	// fresh: every basket's owner is made for the call (see newLockFor),
 	// so that it holds no key.
 	fresh bool
@@ -130,8 +165,10 @@ type eachCall struct {
 	refused []bool
 	// sent are the baskets sent to Redis: admitted in the process.
 	sent  []bool
-	marks []string  // cancel marks of the slots where a call may have run unseen
-	why   []Refusal // with WithRefusals: why each refused basket was refused
+	marks []string // cancel marks of the slots where a call may have run unseen
+	// why says why each refused basket was refused, with explain.
+	why     []refusal
+	explain bool
 }
 
 // take admits the baskets in the process, then tries those admitted in
@@ -160,10 +197,6 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 			t.c.handOut(l, t.lc, start)
 		}
 	}
-	if t.lc.refusals != nil {
-		slices.SortFunc(t.why, func(a, b Refusal) int { return cmp.Compare(a.Basket, b.Basket) })
-		*t.lc.refusals = append(*t.lc.refusals, t.why...)
-	}
 	return nil
 }
 
@@ -175,44 +208,47 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 func (t *eachCall) admit(ctx context.Context) error {
 	c := t.c
 	taken := map[string]bool{} // user key: taken by an earlier basket; true when exclusively
-	for i, basket := range t.baskets {
+	for i := range t.baskets {
+		b := &t.baskets[i]
 		var busy []string
-		for _, k := range basket {
-			if exclusive, ok := taken[k]; ok && (exclusive || !t.isShared[k]) && !slices.Contains(busy, k) {
+		for _, k := range b.keys {
+			if exclusive, ok := taken[k]; ok && (exclusive || !b.isShared[k]) && !slices.Contains(busy, k) {
 				busy = append(busy, k)
 			}
 		}
 		if len(busy) > 0 {
-			t.refuse(i, true, &ConflictError{Keys: busy})
+			t.refuse(i, refusedEarlier, &ConflictError{Keys: busy}, 0)
 			continue
 		}
-		userKeys, groups, err := c.plan(t.split(basket))
-		if err != nil {
-			return err // checked before: not reached
+		if b.userKeys == nil {
+			var err error
+			if b.userKeys, b.groups, err = c.plan(b.split()); err != nil {
+				return err // checked before: not reached
+			}
 		}
-		l := c.newLockFor(t.ctx, t.lc, userKeys, groups)
+		l := c.newLockFor(t.ctx, t.lc, b.userKeys, b.groups)
 		t.locks[i] = l
 		gated, err := l.enterGates(ctx, false, nil)
 		if err != nil {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, false, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
+			t.refuse(i, refusedGate, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)}, 0)
 			continue
 		}
 		t.sent[i] = true
-		for _, k := range basket {
-			taken[k] = taken[k] || !t.isShared[k]
+		for _, k := range b.keys {
+			taken[k] = taken[k] || !b.isShared[k]
 		}
 	}
 	return nil
 }
 
-// split returns basket's keys asked for exclusively, and those asked for
-// shared (WithShared).
-func (t *eachCall) split(basket []string) (exclusive, shared []string) {
-	for _, k := range basket {
-		if t.isShared[k] {
+// split returns the basket's keys asked for exclusively, and those asked
+// for shared.
+func (b *eachBasket) split() (exclusive, shared []string) {
+	for _, k := range b.keys {
+		if b.isShared[k] {
 			shared = append(shared, k)
 		} else {
 			exclusive = append(exclusive, k)
@@ -221,14 +257,23 @@ func (t *eachCall) split(basket []string) (exclusive, shared []string) {
 	return exclusive, shared
 }
 
-// refuse drops basket i, with the conflict that refused it (met with an
-// earlier basket of the call, or not), which WithRefusals and the observer
-// are told; a basket refused before it got its lock gets one to be told
-// with only when an observer listens.
-func (t *eachCall) refuse(i int, earlier bool, conflict *ConflictError) {
+// Why a basket was refused (see Refusal).
+type refusalCause int
+
+const (
+	refusedEarlier refusalCause = iota // an earlier basket of the call took a key
+	refusedGate                        // another lock of the Client holds a key
+	refusedHeld                        // in Redis: another Client holds a key, or waits for it
+)
+
+// refuse drops basket i, with the conflict that refused it and why (and,
+// refused in Redis, the longest lease left of the keys met), which
+// WithRefusals and the observer are told; a basket refused before it got
+// its lock gets one to be told with only when an observer listens.
+func (t *eachCall) refuse(i int, cause refusalCause, conflict *ConflictError, wait time.Duration) {
 	t.refused[i] = true
-	if t.lc.refusals != nil {
-		t.why = append(t.why, Refusal{Basket: i, Earlier: earlier, Keys: conflict.Keys})
+	if t.explain {
+		t.why = append(t.why, refusal{Refusal{Basket: i, Earlier: cause == refusedEarlier, Keys: conflict.Keys}, cause, wait})
 	}
 	l := t.locks[i]
 	if l == nil {
@@ -237,7 +282,7 @@ func (t *eachCall) refuse(i int, earlier bool, conflict *ConflictError) {
 		}
 		// The event's keys, sorted once each, are a copy: the basket is the
 		// caller's.
-		l = t.c.newLockFor(t.ctx, t.lc, slices.Compact(slices.Sorted(slices.Values(t.baskets[i]))), nil)
+		l = t.c.newLockFor(t.ctx, t.lc, slices.Compact(slices.Sorted(slices.Values(t.baskets[i].keys))), nil)
 	}
 	l.leaveGates()
 	l.emit(Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict})
@@ -281,7 +326,7 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	if len(parts) == 0 {
 		return held, nil
 	}
-	refused := map[int]*ConflictError{}
+	refused := map[int]*redisRefusal{}
 	leaseMs := lease.Millis(first.lease)
 	results := c.route(ctx, routing.Batch{
 		Step:   "try each",
@@ -322,7 +367,8 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 		return nil, err
 	}
 	for _, i := range slices.Sorted(maps.Keys(refused)) {
-		t.refuse(i, false, refused[i])
+		r := refused[i]
+		t.refuse(i, refusedHeld, r.conflict, r.wait)
 	}
 	return held, nil
 }
@@ -359,12 +405,19 @@ func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, l
 	return args
 }
 
+// redisRefusal is why Redis refused a basket: its conflicts, and the
+// longest lease left of the keys held.
+type redisRefusal struct {
+	conflict *ConflictError
+	wait     time.Duration
+}
+
 // read records what one call of tryeach.lua did, basket by basket as an
 // attempt's reply reads (Client.read): the groups it took, the baskets it
 // refused (with their conflicts); it returns the parts of the baskets that
 // found a slot elsewhere (which changed nothing of them).
 func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
-	held [][]bool, refused map[int]*ConflictError, ack routing.Ack) ([]int, error) {
+	held [][]bool, refused map[int]*redisRefusal, ack routing.Ack) ([]int, error) {
 	c := t.c
 	vals, _ := cl.Reply.Slice()
 	if len(vals) == 1 {
@@ -401,14 +454,15 @@ func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
 		case elsewhere:
 			again = append(again, seg...)
 		case len(out.conflicts) > 0:
-			conflict := refused[i]
-			if conflict == nil {
-				conflict = &ConflictError{Holders: map[string][]string{}}
-				refused[i] = conflict
+			why := refused[i]
+			if why == nil {
+				why = &redisRefusal{conflict: &ConflictError{Holders: map[string][]string{}}}
+				refused[i] = why
 			}
-			conflict.Keys = append(conflict.Keys, c.names.UserKeys(out.conflicts)...)
+			why.conflict.Keys = append(why.conflict.Keys, c.names.UserKeys(out.conflicts)...)
+			why.wait = max(why.wait, out.wait)
 			for key, owners := range c.userHolders(out.holders) {
-				conflict.Holders[key] = owners
+				why.conflict.Holders[key] = owners
 			}
 		}
 		for _, gi := range out.granted {

@@ -145,8 +145,10 @@ type BatchKind struct {
 	Name string
 	// Clients are batchlock's, one per processor; none for the floor.
 	Clients []*batchlock.Client
-	// New returns processor i, ticking on stock.
-	New func(i int, stock *orders.Stock) orders.Ticker
+	// New returns processor i, ticking on stock; or Batched, batchlock's
+	// Processor (orders.RunBatched).
+	New     func(i int, stock *orders.Stock) orders.Ticker
+	Batched func(i int, stock *orders.Stock) *orders.Batched
 }
 
 // sent is what the kind's Clients sent so far.
@@ -179,11 +181,10 @@ func (r BatchResult) refusalsPerOrder() float64 {
 	return float64(r.Refusals) / float64(r.Orders)
 }
 
-// NewTryEachKind is the TryEach processor: orders.Batched over each of
-// clients, with ticks of tick orders (the runs' BatchConfig.Tick); a
-// refused order waits for the next tick, as the floors' do.
-func NewTryEachKind(clients []*batchlock.Client, tick int) BatchKind {
-	return BatchKind{Name: NameTryEachProcessor, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
+// NewProcessorKind is batchlock's Processor: orders.Batched over each of
+// clients, with ticks of tick orders (the runs' BatchConfig.Tick).
+func NewProcessorKind(clients []*batchlock.Client, tick int) BatchKind {
+	return BatchKind{Name: NameTryEachProcessor, Clients: clients, Batched: func(i int, stock *orders.Stock) *orders.Batched {
 		return &orders.Batched{Locker: clients[i], Stock: stock, Size: tick}
 	}}
 }
@@ -452,12 +453,16 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		t := time.AfterFunc(cfg.Slice, func() { close(stop) })
 		defer t.Stop()
 		var wg sync.WaitGroup
+		ticks := orders.Ticks{Size: cfg.Tick, Rate: cfg.Rate / float64(len(lists))}
+		run := orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop}
 		for p, list := range lists {
+			if kind.Batched != nil {
+				b := kind.Batched(p, stock)
+				wg.Go(func() { results[p] = orders.RunBatched(ctx, b, list, ticks, run) })
+				continue
+			}
 			proc := kind.New(p, stock)
-			wg.Go(func() {
-				results[p] = orders.RunTicks(ctx, proc, list, orders.Ticks{Size: cfg.Tick, Rate: cfg.Rate / float64(len(lists))},
-					orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop})
-			})
+			wg.Go(func() { results[p] = orders.RunTicks(ctx, proc, list, ticks, run) })
 		}
 		wg.Wait()
 		res = orders.Merge(results...)

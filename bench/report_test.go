@@ -273,7 +273,7 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
 		{"nothing oversold", nil, noOversellGoal, true, "none, 16 processors audited"},
 		{"oversold in the batch workload", func(r *Report) { r.Batches[0].Results[2].Oversold = 1 }, noOversellGoal, false,
-			"oversold units: batchlock TryEach: one call per master for the tick, UnlockEach; a refused basket waits for the next tick (uniform mix, closed loop) 1"},
+			"oversold units: batchlock Processor: one TryEach per tick, a refused basket offered again once a key that refused it may be free (uniform mix, closed loop) 1"},
 		{"oversold in a later batch run", func(r *Report) { r.Batches[2].Results[2].Oversold = 4 }, noOversellGoal, false,
 			"oversold units: batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master (big mix, open loop: 100 orders/s) 4"},
 		{"no batch run", func(r *Report) { r.Batches = nil }, batch1Goal, false, "not measured"},

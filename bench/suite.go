@@ -71,7 +71,7 @@ var labels = map[string]string{
 	// The batch workload's own.
 	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
 	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
-	NameTryEachProcessor:     "batchlock TryEach: one call per master for the tick, UnlockEach; a refused basket waits for the next tick",
+	NameTryEachProcessor:     "batchlock Processor: one TryEach per tick, a refused basket offered again once a key that refused it may be free",
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 }
 
@@ -210,7 +210,7 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 			*k.clients = append(*k.clients, b.c)
 		}
 	}
-	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewTryEachKind(each, DefaultBatch.Tick),
+	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewProcessorKind(each, DefaultBatch.Tick),
 		NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64

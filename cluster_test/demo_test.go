@@ -68,38 +68,45 @@ func TestDemoWithBatchlockNeverOversells(t *testing.T) {
 	assert.Equal(t, audit.Initial, audit.Sold+audit.Remaining)
 }
 
-// The batch processor: four processors (Clients) at once, each taking
-// ticks of baskets with TryEach over hot SKUs and promotions read shared,
-// never oversell; busy baskets wait for a later tick, and every order ends.
+// The batch processor: four replicas (Processors on Clients of their own)
+// at once, over hot SKUs and promotions read shared, their locks spread
+// over the masters or in one space, never oversell; busy baskets wait, and
+// every order ends.
 func TestBatchProcessorsNeverOversell(t *testing.T) {
-	rdb := newClient(t)
-	stock := newStock(t, rdb, 60, 10)
-	list := generate(t, orders.GenConfig{SKUs: 60, Orders: 600, MaxBasket: 12, MaxQty: 3, HotSKUs: 6, HotShare: 0.3,
-		Promos: 2, PromoShare: 0.5, Seed: 3})
-	_, prefix := newLocker(t, rdb)
-	const processors = 4
-	results := make([]orders.Result, processors)
-	var wg sync.WaitGroup
-	for p := range processors {
-		b := &orders.Batched{Locker: peerOf(t, rdb, prefix), Stock: stock, Think: time.Millisecond, Size: 32}
-		share := list[p*len(list)/processors : (p+1)*len(list)/processors]
-		wg.Go(func() { results[p] = orders.RunBatched(ctxTimeout(t, 2*time.Minute), b, share, orders.RunConfig{}) })
-	}
-	wg.Wait()
-	total := orders.Merge(results...)
-	require.Zero(t, total.Errors+total.Unknown, "errors: %v", total.FirstErrors)
-	require.Equal(t, len(list), total.Orders, "every order ended")
-	assert.Positive(t, total.Rejected, "the stock ran out")
-	assert.Positive(t, total.Accepted)
-	assert.Positive(t, total.Refusals, "baskets met busy SKUs")
-	t.Logf("%d ticks, %d refusals, %d accepted, %d rejected", total.Ticks, total.Refusals, total.Accepted, total.Rejected)
+	for _, space := range []string{"", "shop"} {
+		t.Run("space="+space, func(t *testing.T) {
+			rdb := newClient(t)
+			stock := newStock(t, rdb, 60, 10)
+			list := generate(t, orders.GenConfig{SKUs: 60, Orders: 600, MaxBasket: 12, MaxQty: 3, HotSKUs: 6, HotShare: 0.3,
+				Promos: 2, PromoShare: 0.5, Seed: 3})
+			_, prefix := newLocker(t, rdb)
+			const processors = 4
+			results := make([]orders.Result, processors)
+			var wg sync.WaitGroup
+			for p := range processors {
+				b := &orders.Batched{Locker: peerOf(t, rdb, prefix), Stock: stock, Think: time.Millisecond, Size: 32, Space: space}
+				share := list[p*len(list)/processors : (p+1)*len(list)/processors]
+				wg.Go(func() {
+					results[p] = orders.RunBatched(ctxTimeout(t, 2*time.Minute), b, share, orders.Ticks{}, orders.RunConfig{})
+				})
+			}
+			wg.Wait()
+			total := orders.Merge(results...)
+			require.Zero(t, total.Errors+total.Unknown, "errors: %v", total.FirstErrors)
+			require.Equal(t, len(list), total.Orders, "every order ended")
+			assert.Positive(t, total.Rejected, "the stock ran out")
+			assert.Positive(t, total.Accepted)
+			assert.Positive(t, total.Refusals, "baskets met busy SKUs")
+			t.Logf("%d ticks, %d refusals, %d accepted, %d rejected", total.Ticks, total.Refusals, total.Accepted, total.Rejected)
 
-	audit, err := stock.Audit(ctxTimeout(t, 10*time.Second), total.SoldBySKU)
-	require.NoError(t, err)
-	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
-	assert.Zero(t, audit.OversoldUnits)
-	assert.Equal(t, audit.AcceptedUnits, audit.Sold)
-	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+			audit, err := stock.Audit(ctxTimeout(t, 10*time.Second), total.SoldBySKU)
+			require.NoError(t, err)
+			assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
+			assert.Zero(t, audit.OversoldUnits)
+			assert.Equal(t, audit.AcceptedUnits, audit.Sold)
+			assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+		})
+	}
 }
 
 func TestDemoWithoutLockOversells(t *testing.T) {

@@ -3,32 +3,152 @@ package orders
 import (
 	"cmp"
 	"context"
-	"slices"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
 )
 
-// Batched processes orders a tick at a time, as a batch order processor
-// pulls them from its queue: each tick takes up to Size orders (those
-// refused by the last tick first), locks every basket that is free with one
-// TryEach (one call per master for the whole tick), reads and writes the
-// stock of the orders taken in one pipeline each, and lets go with one
-// UnlockEach. An order whose basket is busy waits for the next tick. A
-// Batched runs one tick at a time.
+// Batched processes orders as a batch order processor run as replicas
+// does, with a batchlock.Processor: orders come in as they arrive, each
+// tick takes up to Size of them whose baskets are free (one TryEach, one
+// call per master), reads and writes their stock in one pipeline each, and
+// lets go with the tick's Done. A refused order waits in the Processor,
+// first among those after it, until a key that refused it may be free.
 type Batched struct {
 	Locker *batchlock.Client
 	Stock  *Stock
 	Think  time.Duration // as in Locked, once per tick
 	Size   int           // orders per tick; default 256
+	// Space, when not empty, is the hash tag of every lock key: the locks
+	// of every SKU and promotion in one slot, where replicas meet in one
+	// script call and a refused order keeps its place by age across them
+	// (see batchlock.Processor). The stock keys stay where they are.
+	Space string
+}
+
+// lockKey is the lock key of a stock or promotion key.
+func (b *Batched) lockKey(key string) string {
+	if b.Space == "" {
+		return key
+	}
+	return "{" + b.Space + "}" + key
+}
+
+// basket is o's basket: its stock's lock keys in line order, its
+// promotions' shared.
+func (b *Batched) basket(o Order) batchlock.Basket {
+	keys := b.Stock.Keys(o)
+	for i, k := range keys {
+		keys[i] = b.lockKey(k)
+	}
+	promos := b.Stock.PromoKeys(o)
+	for i, k := range promos {
+		promos[i] = b.lockKey(k)
+	}
+	return batchlock.Basket{Keys: keys, Shared: promos}
 }
 
 // RunBatched processes orders with b until all are done, cfg.Stop is
-// closed or ctx ends. cfg.Workers is not used: one goroutine runs the
-// ticks; cfg.Attempts bounds the ticks in a row that fail as a whole for an
-// order (a master down), cfg.Done is called after each order.
-func RunBatched(ctx context.Context, b *Batched, orders []Order, cfg RunConfig) Result {
-	return RunTicks(ctx, b, orders, Ticks{Size: b.Size}, cfg)
+// closed or ctx ends: an order is added to b's Processor when it arrives
+// (ticks.Rate, as RunTicks says: in a closed loop, as the Processor has
+// fewer than a tick's worth waiting; ticks.Size is not used, b.Size is),
+// and a locked order's lock wait runs from its arrival to its lock.
+// cfg.Workers and cfg.Attempts are not used (the Processor tries a tick
+// that failed as a whole again itself); cfg.Done is called after each
+// order. The result's Backlog is the orders added and not done when the
+// run ended, its Refusals the baskets the Processor's ticks refused.
+func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cfg RunConfig) Result {
+	cfg = cfg.withDefaults()
+	r := newRecorder()
+	start := time.Now()
+	size := tickSize(b.Size)
+	p, err := batchlock.NewProcessor[int](b.Locker, batchlock.WithTick(size))
+	if err != nil {
+		for _, o := range orders {
+			r.record(o, Outcome{}, err, nil)
+		}
+		return r.result(time.Since(start))
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cfg.Stop != nil {
+		go func() {
+			select {
+			case <-cfg.Stop:
+				cancel()
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	add := func(i int) {
+		if err := p.Add(i, b.basket(orders[i])); err != nil {
+			r.record(orders[i], Outcome{}, err, nil)
+		}
+	}
+	arrivals := make(chan struct{})
+	next := 0 // the next order to add in a closed loop
+	if ticks.Rate > 0 {
+		go func() {
+			defer close(arrivals)
+			for i := range orders {
+				at := start.Add(time.Duration(float64(i) / ticks.Rate * float64(time.Second)))
+				if sleep(runCtx, time.Until(at)) != nil {
+					return
+				}
+				add(i)
+			}
+		}()
+	} else {
+		close(arrivals)
+	}
+	for done := 0; done < len(orders); {
+		for ticks.Rate == 0 && next < len(orders) && p.Stats().Pending < size {
+			add(next)
+			next++
+		}
+		tick, err := p.Next(runCtx)
+		if err != nil {
+			break
+		}
+		r.tick(len(tick.Baskets))
+		done += b.fulfil(ctx, tick, orders, cfg, r)
+	}
+	cancel()
+	<-arrivals
+	left, _ := p.Close(context.WithoutCancel(ctx))
+	r.backlog(len(left))
+	st := p.Stats()
+	r.refusals(int(st.RefusedByEarlier + st.RefusedByClient + st.RefusedInRedis))
+	return r.result(time.Since(start))
+}
+
+// fulfil fulfils the orders of tick, reading and writing their stock in
+// one pipeline each, lets go of the tick, records each order in r, and
+// returns how many it did.
+func (b *Batched) fulfil(ctx context.Context, tick *batchlock.Tick[int], orders []Order, cfg RunConfig, r *recorder) int {
+	batch := make([]Order, len(tick.Baskets))
+	all := make([]int, len(batch))
+	for n, t := range tick.Baskets {
+		batch[n], all[n] = orders[t.Item], n
+	}
+	fctx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
+	out := b.Stock.FulfilTaken(fctx, batch, all, 0, func(n, line int) int64 {
+		return tick.Baskets[n].Lock.Token(b.lockKey(b.Stock.Key(batch[n].Lines[line].SKU)))
+	}, b.Think)
+	cancel()
+	// The unlock's error changes nothing the orders did: their keys are
+	// left to their lease.
+	uctx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	_ = tick.Done(uctx)
+	cancelUnlock()
+	for n, o := range batch {
+		out[n].LockWait = tick.Baskets[n].Waited
+		r.record(o, out[n].Outcome, out[n].Err, nil)
+		if cfg.Done != nil {
+			cfg.Done()
+		}
+	}
+	return len(batch)
 }
 
 // Ticker locks the baskets of a tick's orders that are free, fulfils those
@@ -172,44 +292,6 @@ func awaitArrival(ctx context.Context, stop <-chan struct{}, at time.Time) bool 
 	case <-ctx.Done():
 	}
 	return false
-}
-
-// Tick locks the baskets of batch that are free, fulfils their orders and
-// lets go: it returns per order what became of it, and the orders refused
-// (indices into batch). An error is the tick's as a whole: nothing was
-// locked.
-func (b *Batched) Tick(ctx context.Context, batch []Order) ([]Fulfilled, []int, error) {
-	baskets := make([][]string, len(batch))
-	var promos []string
-	for i, o := range batch {
-		p := b.Stock.PromoKeys(o)
-		baskets[i] = append(b.Stock.Keys(o), p...)
-		promos = append(promos, p...)
-	}
-	slices.Sort(promos)
-	asked := time.Now()
-	locks, err := b.Locker.TryEach(ctx, baskets, batchlock.WithShared(slices.Compact(promos)...))
-	wait := time.Since(asked)
-	if err != nil {
-		return nil, nil, err
-	}
-	var refused, taken []int
-	for i, l := range locks {
-		if l == nil {
-			refused = append(refused, i)
-		} else {
-			taken = append(taken, i)
-		}
-	}
-	out := b.Stock.FulfilTaken(ctx, batch, taken, wait, func(i, line int) int64 {
-		return locks[i].Token(baskets[i][line]) // the stock keys come first, in line order
-	}, b.Think)
-	// The unlock's error changes nothing the orders did: their keys are
-	// left to their lease.
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_ = b.Locker.UnlockEach(uctx, locks)
-	return out, refused, nil
 }
 
 // tickSize is the orders per tick of a Size setting: 256 unless above 0.

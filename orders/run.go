@@ -191,10 +191,13 @@ func (r *recorder) backlog(n int) {
 }
 
 // refusal counts a basket refused by a tick.
-func (r *recorder) refusal() {
+func (r *recorder) refusal() { r.refusals(1) }
+
+// refusals counts n baskets refused by ticks.
+func (r *recorder) refusals(n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.res.Refusals++
+	r.res.Refusals += n
 }
 
 // retried counts a tick that failed as a whole and will be tried again.

@@ -1,10 +1,15 @@
 // Command batchprocessor is a batch order processor on Redis Cluster: a
-// starting point to copy when orders come in batches. Each tick it takes
-// the next orders from its queue, locks every basket that is free with one
-// TryEach call (one round trip per master, whatever the number of orders),
-// reads the stock of the orders it got in one pipeline, writes it in one
-// more, and lets go with one UnlockEach. A basket another order holds is
-// not waited for: the order goes first in the next tick.
+// starting point to copy when orders come in batches and the processor
+// runs as replicas. Its batchlock.Processor takes the orders as they come,
+// in arrival order, and each tick locks every basket that is free with one
+// TryEach (one round trip per master, whatever the number of orders); the
+// processor reads the stock of the tick's orders in one pipeline, writes it
+// in one more, and lets go with the tick's Done. A busy basket waits, first
+// among the younger ones, until a key that refused it may be free. The
+// locks of every SKU share one hash tag ({shop}), so that replicas meet in
+// one script call per tick; the stock keys stay spread over the masters.
+// On SIGTERM it stops taking ticks, finishes the one under way, and hands
+// back the orders it did not take.
 //
 //	make cluster-up   # the README's dev cluster, on 127.0.0.1:7000-7005
 //	go -C examples run ./batchprocessor --addrs 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
@@ -21,7 +26,9 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,7 +69,9 @@ func main() {
 	if *addrs == "" {
 		log.Fatal("pass --addrs host:port,... or set BATCHLOCK_CLUSTER_ADDRS")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	rdb := redis.NewClusterClient(batchlock.ClusterOptions(strings.Split(*addrs, ",")...))
 	defer rdb.Close()
@@ -103,7 +112,7 @@ func queue(n, skus int) []order {
 	return out
 }
 
-func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summary, error) {
+func run(ctx context.Context, rdb *redis.ClusterClient, incoming []order) (summary, error) {
 	// One batchlock Client per process: it runs the watchdog that renews
 	// leases, and the pub/sub connections that wake waiters.
 	locks, err := batchlock.New(rdb)
@@ -111,52 +120,57 @@ func run(ctx context.Context, rdb *redis.ClusterClient, pending []order) (summar
 		return summary{}, err
 	}
 	defer locks.Close()
-	skus := skusOf(pending)
+	skus := skusOf(incoming)
 	if err := setUp(ctx, rdb, skus); err != nil {
 		return summary{}, err
 	}
 	defer cleanUp(rdb, skus)
 
-	var sum summary
-	var carry []order // refused by the last tick: first in the next
-	for len(pending) > 0 || len(carry) > 0 {
-		n := min(tickSize-len(carry), len(pending))
-		tick := append(carry, pending[:n]...)
-		pending = pending[n:]
-		carry = nil
-		sum.ticks++
+	p, err := batchlock.NewProcessor[order](locks, batchlock.WithTick(tickSize))
+	if err != nil {
+		return summary{}, err
+	}
+	for _, o := range incoming { // as the queue delivers them
+		if err := p.Add(o, batchlock.Basket{Keys: lockKeysOf(o)}); err != nil {
+			log.Printf("order %s refused: %v", o.id, err) // a bad basket, alone
+		}
+	}
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-ctx.Done(): // SIGTERM: stop taking ticks, hand the rest back
+			left, _ := p.Close(context.Background())
+			log.Printf("%d orders handed back to the queue", len(left))
+		case <-finished:
+		}
+	}()
 
-		baskets := make([][]string, len(tick))
-		for i, o := range tick {
-			baskets[i] = keysOf(o)
-		}
-		// Each basket whole or not at all; an earlier basket wins a SKU
-		// over a later one. A refused basket holds nothing.
-		got, err := locks.TryEach(ctx, baskets)
+	var sum summary
+	for done := 0; done < len(incoming); {
+		tick, err := p.Next(ctx)
 		if err != nil {
-			return sum, err // nothing of the tick is held
+			return sum, err // closed, or ctx ended
 		}
-		var taken []int
-		for i, l := range got {
-			if l != nil {
-				taken = append(taken, i)
-				continue
-			}
-			sum.refusals++
-			carry = append(carry, tick[i])
-		}
-		results, err := fulfil(ctx, rdb, tick, got, taken)
+		results, err := fulfil(ctx, rdb, tick)
 		// Let go of every lock of the tick, with one call per master, also
 		// when the work failed.
-		if uerr := locks.UnlockEach(context.WithoutCancel(ctx), got); uerr != nil && err == nil {
+		if uerr := tick.Done(context.WithoutCancel(ctx)); uerr != nil && err == nil {
 			err = uerr
 		}
 		if err != nil {
 			return sum, err
 		}
-		for n, i := range taken {
-			count(&sum, tick[i], results[n])
+		sum.ticks++
+		for n, b := range tick.Baskets {
+			count(&sum, b.Item, results[n])
 		}
+		done += len(tick.Baskets)
+	}
+	st := p.Stats()
+	sum.refusals = int(st.RefusedByEarlier + st.RefusedByClient + st.RefusedInRedis)
+	if _, err := p.Close(ctx); err != nil {
+		return sum, err
 	}
 	return sum, report(ctx, rdb, skus, &sum)
 }
@@ -172,26 +186,26 @@ func count(sum *summary, o order, accepted bool) {
 	}
 }
 
-// fulfil checks the stock of the taken orders of tick in one pipeline, and
-// takes the units of those in stock in one more, each write carrying its
-// key's fencing token. It returns, per taken order, whether it was accepted.
-func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick []order, got []*batchlock.Lock, taken []int) ([]bool, error) {
+// fulfil checks the stock of the tick's orders in one pipeline, and takes
+// the units of those in stock in one more, each write carrying its key's
+// fencing token. It returns, per order of the tick, whether it was accepted.
+func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick *batchlock.Tick[order]) ([]bool, error) {
 	pipe := rdb.Pipeline()
-	units := make([]map[string]*redis.StringCmd, len(taken))
-	for n, i := range taken {
+	units := make([]map[string]*redis.StringCmd, len(tick.Baskets))
+	for n, b := range tick.Baskets {
 		units[n] = map[string]*redis.StringCmd{}
-		for sku := range tick[i].lines {
+		for sku := range b.Item.lines {
 			units[n][sku] = pipe.HGet(ctx, keyPrefix+sku, "units")
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("reading stock: %w", err)
 	}
-	accepted := make([]bool, len(taken))
+	accepted := make([]bool, len(tick.Baskets))
 	pipe = rdb.Pipeline()
-	for n, i := range taken {
+	for n, b := range tick.Baskets {
 		inStock := true
-		for sku, want := range tick[i].lines {
+		for sku, want := range b.Item.lines {
 			have, err := units[n][sku].Int64()
 			if err != nil {
 				return nil, fmt.Errorf("reading stock of %s: %w", sku, err)
@@ -202,8 +216,8 @@ func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick []order, got []*
 			continue
 		}
 		accepted[n] = true
-		for sku, want := range tick[i].lines {
-			take.EvalSha(ctx, pipe, []string{keyPrefix + sku}, got[i].Token(keyPrefix+sku), want)
+		for sku, want := range b.Item.lines {
+			take.EvalSha(ctx, pipe, []string{keyPrefix + sku}, b.Lock.Token(lockKey(sku)), want)
 		}
 	}
 	// The writes go to several masters and are not atomic together: a
@@ -215,10 +229,13 @@ func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick []order, got []*
 	return accepted, nil
 }
 
-func keysOf(o order) []string {
+// lockKey is the lock of a SKU: every lock in one slot, by its hash tag.
+func lockKey(sku string) string { return "{shop}" + keyPrefix + sku }
+
+func lockKeysOf(o order) []string {
 	keys := make([]string, 0, len(o.lines))
 	for sku := range o.lines {
-		keys = append(keys, keyPrefix+sku)
+		keys = append(keys, lockKey(sku))
 	}
 	return keys
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,8 +28,9 @@ type demoOptions struct {
 	skus      int
 	orders    int
 	workers   int
-	batch     int // orders per tick of the batch processor; 0: a basket per call
-	procs     int // batch processors at once, each with a Client of its own
+	batch     int    // orders per tick of the batch processor; 0: a basket per call
+	procs     int    // batch processors at once, each with a Client of its own
+	space     string // with --batch: the hash tag of every lock key, or none
 	maxBasket int
 	maxQty    int64
 	stock     int64
@@ -67,11 +69,14 @@ read one of a few hot promotions (--promos), which they lock shared in the
 same call (batchlock.WithShared): orders on one promotion run side by side.
 --exclusive-promos locks them exclusively instead, for comparison.
 
---batch N runs a batch processor instead of --workers: ticks of N orders
-(those refused by the last tick first), every free basket of a tick locked
-by one TryEach (one call per master), stock read and written in one
-pipeline each, all let go by one UnlockEach; a busy basket waits for the
-next tick.
+--batch N runs a batch processor instead of --workers (a batchlock
+Processor): ticks of up to N orders, the oldest that may be free, every
+free basket of a tick locked by one TryEach (one call per master), stock
+read and written in one pipeline each, all let go by the tick's Done; a
+busy basket waits, before the younger ones, until a key that refused it
+may be free. Every lock key has the hash tag {shop} (--space NAME for
+another, --space "" for none): the processors' locks in one slot, where
+they meet in one script call; the stock stays spread over the masters.
 --processors P runs P such processors at once, as replicas: each with a
 batchlock Client and a cluster client of its own, sharing out the orders;
 the report gives orders/s in all and per processor, and the wait of an
@@ -109,6 +114,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.IntVar(&o.workers, "workers", 32, "orders processed at once")
 			fs.IntVar(&o.batch, "batch", 0, "process orders as a batch processor: ticks of N orders, each tick's free baskets locked by one TryEach (redis store)")
 			fs.IntVar(&o.procs, "processors", 1, "with --batch: processors at once, replicas each with a batchlock Client and a cluster client of its own, sharing the orders")
+			fs.StringVar(&o.space, "space", "shop", "with --batch: the hash tag of every lock key, so that replicas meet in one slot (empty: the locks spread over every master)")
 			fs.IntVar(&o.maxBasket, "max-basket", 200, "most SKUs in one order")
 			fs.Int64Var(&o.maxQty, "max-qty", 3, "most units of one SKU in one order")
 			fs.Int64Var(&o.stock, "stock", 100, "initial units of each SKU")
@@ -156,6 +162,8 @@ func (o *demoOptions) validate(args []string) error {
 		return cli.Usagef("--batch %d must not be negative", o.batch)
 	case o.procs < 1 || o.procs > 64:
 		return cli.Usagef("--processors %d: want 1 to 64", o.procs)
+	case strings.ContainsAny(o.space, "{}"):
+		return cli.Usagef("--space %q: a hash tag has no braces", o.space)
 	case o.procs > 1 && o.batch == 0:
 		return cli.Usagef("--processors runs batch processors: it needs --batch")
 	case o.batch > 0 && (o.noLock || o.store != storeRedis || o.exclusive):
@@ -356,14 +364,14 @@ func newProcessor(o *demoOptions, t *target, stock stockStore) (runner, *orders.
 			return nil, nil, nil, err
 		}
 		closers = append(closers, locker.Close)
-		procs[p] = &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch}
+		procs[p] = &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch, Space: o.space}
 	}
 	run := func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) (orders.Result, []orders.Result) {
 		shares := make([]orders.Result, len(procs))
 		var wg sync.WaitGroup
 		for p, b := range procs {
 			mine := list[p*len(list)/len(procs) : (p+1)*len(list)/len(procs)]
-			wg.Go(func() { shares[p] = orders.RunBatched(ctx, b, mine, cfg) })
+			wg.Go(func() { shares[p] = orders.RunBatched(ctx, b, mine, orders.Ticks{}, cfg) })
 		}
 		wg.Wait()
 		return orders.Merge(shares...), shares

@@ -1,0 +1,488 @@
+package batchlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/batchlock/batchlock/internal/backoff"
+)
+
+// Processor is a batch processor's admission: baskets come in with Add, in
+// arrival order, and each Next takes a tick of them, every basket that is
+// free locked at once with one TryEach (one call per master for the tick).
+// Run one per process, as replicas: a Processor's baskets meet those of
+// the other replicas in Redis; a basket's keys in one slot (a hash tag in
+// every key, "{warehouse-7}sku-42") make that meeting one script call, with
+// no partial take to undo.
+//
+// A tick offers the oldest baskets that may be free, so a refused basket
+// goes before every younger one of its Processor. It is offered again only
+// once a key that refused it may be free: when a tick of its own lets go of
+// it (Tick.Done); behind an earlier basket of its tick, when that one may
+// go; refused in Redis, after a backoff (from 1 ms, doubling, at most the
+// Client's poll interval, WithPollInterval) or the lease left on the key
+// that refused it, whichever is shorter. So a Processor never spins, and a
+// tick costs what its new and readied baskets cost, however long the
+// backlog.
+//
+// Every basket has an owner of its own, whatever Next's context says, so
+// two baskets never both hold a key exclusively. A Processor is safe for
+// concurrent use; Next may run on several goroutines, each tick held while
+// later ones are taken.
+type Processor[T any] struct {
+	c    *Client
+	tick int
+
+	mu      sync.Mutex
+	pending []*pendingBasket[T] // arrival order
+	// held counts, by key, the baskets of ticks handed out and not done
+	// that hold it.
+	held  map[string]int
+	ticks map[*Tick[T]]struct{}
+	// busy counts the ticks handed out and the calls taking ticks; once
+	// closed, settled is closed when it reaches zero.
+	busy    int
+	closed  bool
+	ticked  uint64
+	refused [refusedHeld + 1]uint64 // by cause
+	settled chan struct{}
+	wake    chan struct{} // a basket may be ready: a Next that waits looks again
+}
+
+// pendingBasket is a basket added and not yet taken.
+type pendingBasket[T any] struct {
+	item    T
+	basket  eachBasket
+	arrived time.Time
+	offered bool // a call of Next has it now
+	// readyAt is when it is offered again at the latest; zero: now.
+	readyAt time.Time
+	// waitsFor are the keys held by the Processor's ticks whose release
+	// readies it.
+	waitsFor []string
+	refusals int // refused in Redis, in a row
+}
+
+// Basket is what Add asks for: keys taken exclusively and keys taken
+// shared, all or none (a key in both is taken exclusively).
+type Basket struct {
+	Keys   []string
+	Shared []string
+}
+
+// Tick is what Next took: baskets, each held by its Lock until Done.
+type Tick[T any] struct {
+	p       *Processor[T]
+	Baskets []Taken[T]
+	done    sync.Once
+}
+
+// Taken is one basket of a Tick.
+type Taken[T any] struct {
+	Item T
+	Lock *Lock
+	// Waited is how long the basket waited, from Add to its Lock.
+	Waited time.Duration
+}
+
+// ProcessorOption configures a Processor.
+type ProcessorOption interface{ applyProcessor(*processorConfig) }
+
+type processorConfig struct{ tick int }
+
+type processorOptionFunc func(*processorConfig)
+
+func (f processorOptionFunc) applyProcessor(c *processorConfig) { f(c) }
+
+// WithTick sets how many baskets a tick offers at most, the oldest ready
+// ones; n < 1 is ErrInvalid. Default 256.
+func WithTick(n int) ProcessorOption {
+	return processorOptionFunc(func(c *processorConfig) { c.tick = n })
+}
+
+// defaultTick is a Processor's tick unless WithTick says otherwise.
+const defaultTick = 256
+
+// NewProcessor returns a Processor of c for baskets of items T, whose locks
+// take c's defaults (New's options). Close it before c.
+func NewProcessor[T any](c *Client, opts ...ProcessorOption) (*Processor[T], error) {
+	if c == nil {
+		return nil, invalid("a nil Client")
+	}
+	cfg := processorConfig{tick: defaultTick}
+	for _, o := range opts {
+		o.applyProcessor(&cfg)
+	}
+	if cfg.tick < 1 {
+		return nil, invalid("tick of %d baskets: want at least 1", cfg.tick)
+	}
+	return &Processor[T]{c: c, tick: cfg.tick, held: map[string]int{}, ticks: map[*Tick[T]]struct{}{},
+		settled: make(chan struct{}), wake: make(chan struct{}, 1)}, nil
+}
+
+// Add queues item's basket, after every basket added before it. A bad
+// basket (no keys, an empty or reserved key, more than MaxEachKeys keys)
+// is ErrInvalid and queues nothing; after Close, Add is ErrClosed.
+func (p *Processor[T]) Add(item T, b Basket) error {
+	if len(b.Keys)+len(b.Shared) == 0 {
+		return invalid("a basket with no keys")
+	}
+	if len(b.Keys)+len(b.Shared) > MaxEachKeys {
+		return invalid("%d keys: at most %d (MaxEachKeys) in a basket", len(b.Keys)+len(b.Shared), MaxEachKeys)
+	}
+	isShared := make(map[string]bool, len(b.Shared))
+	for i, k := range b.Shared {
+		if err := p.c.checkKey(k, "shared key", i); err != nil {
+			return err
+		}
+		isShared[k] = true
+	}
+	keys := make([]string, 0, len(b.Keys)+len(b.Shared))
+	for i, k := range b.Keys {
+		if err := p.c.checkKey(k, "key", i); err != nil {
+			return err
+		}
+		delete(isShared, k)
+		keys = append(keys, k)
+	}
+	for _, k := range b.Shared {
+		if isShared[k] {
+			keys = append(keys, k)
+		}
+	}
+	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared}, arrived: time.Now()}
+	var err error
+	if pb.basket.userKeys, pb.basket.groups, err = p.c.plan(pb.basket.split()); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.pending = append(p.pending, pb)
+	p.signal()
+	return nil
+}
+
+// ProcessorStats is what a Processor did and keeps, for metrics and tests.
+type ProcessorStats struct {
+	Pending int    // baskets added and not taken yet: the backlog
+	Ticks   uint64 // ticks handed out
+	// Refused count the baskets ticks refused, each time, by why: an
+	// earlier basket of the tick took a key, another lock of the Client
+	// holds one, another Client holds one in Redis (or waits for it).
+	RefusedByEarlier, RefusedByClient, RefusedInRedis uint64
+}
+
+// Stats returns what the Processor did and keeps so far.
+func (p *Processor[T]) Stats() ProcessorStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return ProcessorStats{Pending: len(p.pending), Ticks: p.ticked, RefusedByEarlier: p.refused[refusedEarlier],
+		RefusedByClient: p.refused[refusedGate], RefusedInRedis: p.refused[refusedHeld]}
+}
+
+// Next waits until some basket can be taken, and returns a tick of those
+// it took, oldest first, each held until the tick's Done. A call that fails
+// as a whole (a master down) is tried again, its baskets kept, until ctx
+// ends (ctx's error) or the Processor or its Client closes (ErrClosed).
+func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
+	if err := checkContext(ctx); err != nil {
+		return nil, err
+	}
+	// Each basket's owner is its own (see Processor).
+	ctx = ContextWithOwner(ctx, "")
+	failures := 0
+	for {
+		offer, until, err := p.offer()
+		if err != nil {
+			return nil, err
+		}
+		if len(offer) == 0 {
+			if err := p.await(ctx, until); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		tick, err := p.take(ctx, offer)
+		switch {
+		case err == nil && len(tick.Baskets) > 0:
+			return tick, nil
+		case err == nil:
+			failures = 0
+		case errors.Is(err, ErrClosed) || ctx.Err() != nil:
+			return nil, err
+		default:
+			failures++
+			if err := p.await(ctx, time.Now().Add(backoff.Jittered(failures, 10*time.Millisecond, p.c.cfg.pollMax))); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// offer picks the baskets of a tick, the oldest ready ones, marked offered
+// and counted busy; with none, until is when one is ready at the latest
+// (zero: when a tick lets go or a basket comes).
+func (p *Processor[T]) offer() (offer []*pendingBasket[T], until time.Time, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, time.Time{}, ErrClosed
+	}
+	now := time.Now()
+	for _, pb := range p.pending {
+		switch {
+		case pb.offered || len(pb.waitsFor) > 0:
+		case !pb.readyAt.After(now):
+			if len(offer) < p.tick {
+				pb.offered = true
+				offer = append(offer, pb)
+			}
+		case until.IsZero() || pb.readyAt.Before(until):
+			until = pb.readyAt
+		}
+	}
+	if len(offer) > 0 {
+		p.busy++
+	}
+	return offer, until, nil
+}
+
+// await waits until until (zero: no time), a basket may be ready, ctx ends
+// or the Processor or its Client closes.
+func (p *Processor[T]) await(ctx context.Context, until time.Time) error {
+	var timeout <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-p.wake:
+		return nil
+	case <-timeout:
+		return nil
+	case <-ctx.Done():
+		return ended(ctx)
+	case <-p.c.closing.Done():
+		return ErrClosed
+	}
+}
+
+// signal wakes a Next that waits. Called with p.mu held.
+func (p *Processor[T]) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take tries offer with one TryEach, and returns a tick of the baskets
+// taken; the others wait as their refusal says. Once the Processor closed,
+// what it took is let go and it returns ErrClosed.
+func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Tick[T], error) {
+	baskets := make([]eachBasket, len(offer))
+	for i, pb := range offer {
+		baskets[i] = pb.basket
+		// A Lock sorts its keys in place; the planned ones are every
+		// call's that offers the basket.
+		baskets[i].userKeys = slices.Clone(pb.basket.userKeys)
+	}
+	locks, why, err := p.c.tryEach(ctx, lockConfig{}, baskets, true)
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.signal() // what this call offered is offered no longer
+	for _, pb := range offer {
+		pb.offered = false
+	}
+	if err != nil {
+		p.settle()
+		return nil, err
+	}
+	tick := &Tick[T]{p: p}
+	taken := map[*pendingBasket[T]]bool{}
+	// first is, by key, the first basket of the tick that Redis refused
+	// with it: the one that refused the later ones in the process.
+	first := map[string]*pendingBasket[T]{}
+	next := 0 // the next of why
+	for i, pb := range offer {
+		if l := locks[i]; l != nil {
+			taken[pb] = true
+			tick.Baskets = append(tick.Baskets, Taken[T]{Item: pb.item, Lock: l, Waited: now.Sub(pb.arrived)})
+			for _, k := range l.keys {
+				p.held[k]++
+			}
+			continue
+		}
+		for next < len(why) && why[next].Basket < i {
+			next++
+		}
+		r := refusal{Refusal: Refusal{Basket: i}, cause: refusedHeld} // every refusal is told: not reached
+		if next < len(why) && why[next].Basket == i {
+			r = why[next]
+		}
+		p.wait(pb, r, first, now)
+		if r.cause == refusedHeld {
+			for _, k := range pb.basket.keys {
+				if first[k] == nil {
+					first[k] = pb
+				}
+			}
+		}
+	}
+	if p.closed {
+		// Close handed these baskets back already.
+		locks := make([]*Lock, len(tick.Baskets))
+		for i, t := range tick.Baskets {
+			locks[i] = t.Lock
+		}
+		p.mu.Unlock()
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		_ = p.c.UnlockEach(uctx, locks)
+		cancel()
+		p.mu.Lock()
+		p.forget(tick)
+		p.settle()
+		return nil, ErrClosed
+	}
+	p.pending = slices.DeleteFunc(p.pending, func(pb *pendingBasket[T]) bool { return taken[pb] })
+	if len(tick.Baskets) == 0 {
+		p.settle()
+		return tick, nil
+	}
+	p.ticks[tick] = struct{}{}
+	p.ticked++
+	return tick, nil
+}
+
+// wait has pb, refused as r says, wait until a key that refused it may be
+// free; first are the baskets of its tick refused in Redis before it, by
+// key. Called with p.mu held.
+func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*pendingBasket[T], now time.Time) {
+	pb.waitsFor, pb.readyAt = nil, time.Time{}
+	p.refused[r.cause]++
+	if r.cause == refusedHeld {
+		pb.refusals++
+		wait := backoff.Jittered(pb.refusals, time.Millisecond, p.c.cfg.pollMax)
+		if r.wait > 0 && r.wait+time.Millisecond < wait {
+			wait = r.wait + time.Millisecond
+		}
+		pb.readyAt = now.Add(wait)
+		return
+	}
+	// Refused in the process: by an earlier basket of the tick, or another
+	// lock of the Client. The Processor's own ticks ready it as they let
+	// go; behind an earlier basket that Redis refused it waits as long, and
+	// another lock's release is polled for.
+	for _, k := range r.Keys {
+		if p.held[k] > 0 {
+			pb.waitsFor = append(pb.waitsFor, k)
+		} else if e := first[k]; e != nil && pb.readyAt.IsZero() {
+			pb.readyAt = e.readyAt
+		}
+	}
+	switch {
+	case len(pb.waitsFor) > 0:
+		pb.readyAt = time.Time{}
+	case pb.readyAt.IsZero() && r.cause == refusedGate:
+		pb.readyAt = now.Add(backoff.Jittered(1, time.Millisecond, p.c.cfg.pollMax))
+	}
+}
+
+// settle counts a tick or a call ended. Called with p.mu held.
+func (p *Processor[T]) settle() {
+	if p.busy--; p.busy == 0 && p.closed {
+		close(p.settled)
+	}
+}
+
+// forget forgets the keys of tick, let go, and readies the baskets that
+// waited for them. Called with p.mu held.
+func (p *Processor[T]) forget(tick *Tick[T]) {
+	for _, b := range tick.Baskets {
+		for _, k := range b.Lock.keys {
+			if p.held[k]--; p.held[k] <= 0 {
+				delete(p.held, k)
+			}
+		}
+	}
+	for _, pb := range p.pending {
+		if len(pb.waitsFor) > 0 && !slices.ContainsFunc(pb.waitsFor, func(k string) bool { return p.held[k] > 0 }) {
+			pb.waitsFor = nil
+		}
+	}
+	p.signal()
+}
+
+// Done lets go of every basket of the tick, one call per master for all of
+// them (UnlockEach), and readies the Processor's baskets that waited for
+// their keys. It returns UnlockEach's error: the keys of a release that
+// failed go at the end of their lease. Later calls do nothing.
+func (t *Tick[T]) Done(ctx context.Context) error {
+	var err error
+	t.done.Do(func() {
+		locks := make([]*Lock, len(t.Baskets))
+		for i, b := range t.Baskets {
+			locks[i] = b.Lock
+		}
+		err = t.p.c.UnlockEach(ctx, locks)
+		p := t.p
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if _, ok := p.ticks[t]; ok {
+			delete(p.ticks, t)
+			p.forget(t)
+			p.settle()
+		}
+	})
+	return err
+}
+
+// Close stops the Processor: Next and Add return ErrClosed from now on. It
+// waits for the ticks handed out to be done, while ctx lets it, then lets
+// go of those still held (told as released, not lost), and returns the
+// items of the baskets not taken, in arrival order, to be handed to
+// another replica. A second Close returns nothing.
+func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, nil
+	}
+	p.closed = true
+	if p.busy == 0 {
+		close(p.settled)
+	}
+	left := make([]T, len(p.pending))
+	for i, pb := range p.pending {
+		left[i] = pb.item
+	}
+	p.pending = nil
+	p.signal()
+	p.mu.Unlock()
+
+	select {
+	case <-p.settled:
+		return left, nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	ticks := make([]*Tick[T], 0, len(p.ticks))
+	for t := range p.ticks {
+		ticks = append(ticks, t)
+	}
+	p.mu.Unlock()
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	var errs []error
+	for _, t := range ticks {
+		errs = append(errs, t.Done(uctx))
+	}
+	return left, errors.Join(errs...)
+}

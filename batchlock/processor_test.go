@@ -1,0 +1,151 @@
+package batchlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/internal/wire/wiretest"
+)
+
+// newReplica is a Client of its own on rdb (a process of a replicated
+// batch processor), with a Processor of string items, both closed at the
+// test's end. It polls every 10 s: what comes sooner was woken.
+func newReplica(t *testing.T, rdb redis.UniversalClient, opts ...ProcessorOption) (*Client, *Processor[string]) {
+	t.Helper()
+	c, err := New(rdb, WithPrefix(t.Name()+":"), WithPollInterval(10*time.Second))
+	require.NoError(t, err)
+	p, err := NewProcessor[string](c, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = p.Close(context.Background())
+		_ = c.Close()
+	})
+	return c, p
+}
+
+// itemsOf is the items of a tick, in its order.
+func itemsOf(tick *Tick[string]) []string {
+	var out []string
+	for _, b := range tick.Baskets {
+		out = append(out, b.Item)
+	}
+	return out
+}
+
+// nothingFor asserts that p takes nothing for d.
+func nothingFor(t *testing.T, p *Processor[string], d time.Duration, msg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	tick, err := p.Next(ctx)
+	if !assert.ErrorIs(t, err, context.DeadlineExceeded, msg) {
+		_ = tick.Done(t.Context())
+	}
+}
+
+// A tick takes every basket that is free, the oldest first; one refused by
+// an earlier basket of the tick waits, without a call, until that basket's
+// tick is done, and is then taken at once.
+func TestProcessorTakesWhatIsFreeAndWakesOnDone(t *testing.T) {
+	_, p := newReplica(t, wiretest.ServerClient(t))
+	require.NoError(t, p.Add("ab", Basket{Keys: []string{"a", "b"}}))
+	require.NoError(t, p.Add("bc", Basket{Keys: []string{"b", "c"}}))
+	require.NoError(t, p.Add("d", Basket{Keys: []string{"d"}, Shared: []string{"promo"}}))
+	assert.ErrorIs(t, p.Add("empty", Basket{}), ErrInvalid, "a bad basket is refused alone")
+	assert.ErrorIs(t, p.Add("blank", Basket{Keys: []string{""}}), ErrInvalid)
+	ctx := t.Context()
+	first, err := p.Next(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ab", "d"}, itemsOf(first))
+	assert.Equal(t, 1, p.Stats().Pending)
+	nothingFor(t, p, 50*time.Millisecond, "bc waits for b")
+	require.NoError(t, first.Done(ctx))
+	second, err := p.Next(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bc"}, itemsOf(second))
+	assert.Positive(t, second.Baskets[0].Waited)
+	require.NoError(t, second.Done(ctx))
+	assert.Zero(t, p.Stats().Pending)
+}
+
+// A basket refused in Redis, by another Client's key, is not offered again
+// before a backoff: a Next with nothing else to take waits, then takes it
+// once the key is free. The keys of a basket in one slot go in one call.
+func TestProcessorRefusedInRedisWaits(t *testing.T) {
+	rdb := wiretest.ServerClient(t)
+	c, p := newReplica(t, rdb)
+	ctx := t.Context()
+	other, err := New(rdb, WithPrefix(t.Name()+":"))
+	require.NoError(t, err)
+	defer other.Close()
+	l, err := other.Lock(ctx, []string{"{w}k"})
+	require.NoError(t, err)
+
+	require.NoError(t, p.Add("old", Basket{Keys: []string{"{w}k", "{w}x"}}))
+	got := make(chan *Tick[string], 1)
+	go func() {
+		tick, err := p.Next(ctx)
+		assert.NoError(t, err)
+		got <- tick
+	}()
+	require.Eventually(t, func() bool { return p.Stats().RefusedInRedis == 1 }, 5*time.Second, time.Millisecond)
+	sent := c.Stats().Acquires
+	require.NoError(t, l.Unlock(ctx))
+	tick := <-got
+	assert.Equal(t, []string{"old"}, itemsOf(tick))
+	assert.LessOrEqual(t, c.Stats().Acquires-sent, uint64(2), "refused, it waited between its tries")
+	require.NoError(t, tick.Done(ctx))
+}
+
+// Close hands back the baskets not taken, waits for the tick out, leaves
+// the places, and tells no loss; Add and Next then say ErrClosed.
+func TestProcessorClose(t *testing.T) {
+	rdb := wiretest.ServerClient(t)
+	var lost int
+	c, err := New(rdb, WithPrefix(t.Name()+":"), WithObserver(func(e Event) {
+		if e.Kind == EventLost {
+			lost++
+		}
+	}))
+	require.NoError(t, err)
+	defer c.Close()
+	p, err := NewProcessor[string](c)
+	require.NoError(t, err)
+	ctx := t.Context()
+	other, err := New(rdb, WithPrefix(t.Name()+":"))
+	require.NoError(t, err)
+	defer other.Close()
+	l, err := other.Lock(ctx, []string{"k"})
+	require.NoError(t, err)
+	defer l.Unlock(ctx)
+
+	require.NoError(t, p.Add("a", Basket{Keys: []string{"a"}}))
+	require.NoError(t, p.Add("k", Basket{Keys: []string{"k", "y"}}))
+	tick, err := p.Next(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, itemsOf(tick))
+	require.Eventually(t, func() bool { return p.Stats().RefusedInRedis > 0 }, time.Second, time.Millisecond)
+	closed := make(chan []string)
+	go func() {
+		left, err := p.Close(ctx)
+		assert.NoError(t, err)
+		closed <- left
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned before the tick out was done")
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, tick.Done(ctx))
+	assert.Equal(t, []string{"k"}, <-closed)
+	assert.Zero(t, rdb.Exists(ctx, t.Name()+":a", t.Name()+":y").Val(), "nothing of the Processor is left held")
+	assert.ErrorIs(t, p.Add("b", Basket{Keys: []string{"b"}}), ErrClosed)
+	_, err = p.Next(ctx)
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.Zero(t, lost)
+}

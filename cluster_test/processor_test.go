@@ -1,0 +1,171 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// A bad basket is refused alone, at Add, with its own error; the others
+// are taken as if it had not come.
+func TestProcessorRefusesABadBasketAlone(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	p, err := batchlock.NewProcessor[string](c)
+	require.NoError(t, err)
+	ctx := ctxTimeout(t, 30*time.Second)
+	require.NoError(t, p.Add("a", batchlock.Basket{Keys: spread(5, "bad-a")}))
+	for name, b := range map[string]batchlock.Basket{
+		"empty":    {},
+		"blank":    {Keys: []string{"x", ""}},
+		"reserved": {Shared: []string{"fence:{1}"}},
+	} {
+		assert.ErrorIs(t, p.Add(name, b), batchlock.ErrInvalid, name)
+	}
+	require.NoError(t, p.Add("b", batchlock.Basket{Keys: spread(5, "bad-b"), Shared: []string{"promo"}}))
+	tick, err := p.Next(ctx)
+	require.NoError(t, err)
+	var items []string
+	for _, b := range tick.Baskets {
+		items = append(items, b.Item)
+	}
+	assert.Equal(t, []string{"a", "b"}, items)
+	require.NoError(t, tick.Done(ctx))
+	left, err := p.Close(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+// Three replicas take overlapping baskets over a few hot SKUs, each with
+// two goroutines calling Next on one context that names one owner: no SKU
+// is ever held by two baskets at once, whatever the owners (each basket
+// has its own), a key's token grows from one holder to the next, every
+// basket is taken, and nothing is left held.
+func TestProcessorBasketsNeverShareAKey(t *testing.T) {
+	rdb := newClient(t)
+	_, prefix := newLocker(t, rdb)
+	ctx := ctxTimeout(t, time.Minute)
+	ownerCtx := batchlock.ContextWithOwner(ctx, "one-owner-for-all")
+	const (
+		replicas = 3
+		baskets  = 150
+		skus     = 12
+	)
+	var mu sync.Mutex
+	inUse := map[string]string{} // SKU: the basket holding it
+	lastToken := map[string]int64{}
+	var violations []string
+	taken := 0
+	var wg sync.WaitGroup
+	for r := range replicas {
+		c := peerOf(t, rdb, prefix)
+		p, err := batchlock.NewProcessor[string](c, batchlock.WithTick(8))
+		require.NoError(t, err)
+		rng := rand.New(rand.NewPCG(uint64(r), 9))
+		for i := range baskets {
+			var keys []string
+			for range 1 + rng.IntN(4) {
+				keys = append(keys, fmt.Sprintf("{space}sku:%02d", rng.IntN(skus)))
+			}
+			require.NoError(t, p.Add(fmt.Sprintf("r%d-%d", r, i), batchlock.Basket{Keys: keys}))
+		}
+		var done sync.WaitGroup
+		for range 2 {
+			done.Go(func() {
+				for {
+					tick, err := p.Next(ownerCtx)
+					if err != nil {
+						assert.ErrorIs(t, err, batchlock.ErrClosed)
+						return
+					}
+					mu.Lock()
+					for _, b := range tick.Baskets {
+						for _, k := range b.Lock.Keys() {
+							if holder, ok := inUse[k]; ok {
+								violations = append(violations, fmt.Sprintf("%s held by %s and %s", k, holder, b.Item))
+							}
+							inUse[k] = b.Item
+							if tok := b.Lock.Token(k); tok <= lastToken[k] {
+								violations = append(violations, fmt.Sprintf("%s token %d after %d", k, tok, lastToken[k]))
+							}
+							lastToken[k] = b.Lock.Token(k)
+						}
+					}
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // the tick's work
+					mu.Lock()
+					for _, b := range tick.Baskets {
+						for _, k := range b.Lock.Keys() {
+							delete(inUse, k)
+						}
+					}
+					taken += len(tick.Baskets)
+					left := p.Stats().Pending
+					mu.Unlock()
+					assert.NoError(t, tick.Done(ctx))
+					if left == 0 {
+						_, err := p.Close(ctx)
+						assert.NoError(t, err)
+					}
+				}
+			})
+		}
+		wg.Go(done.Wait)
+	}
+	wg.Wait()
+	assert.Empty(t, violations[:min(len(violations), 10)], "%d violations in all", len(violations))
+	assert.Equal(t, replicas*baskets, taken, "every basket taken")
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+}
+
+// Close while a tick is out and baskets wait: it takes no more ticks, hands
+// back the baskets not taken, and once its context ends releases the tick
+// still out, told as released, not lost; nothing is left held. Add and Next
+// then say ErrClosed.
+func TestProcessorCloseHandsBackAndReleases(t *testing.T) {
+	rdb := newClient(t)
+	prefix := testPrefix(t)
+	var mu sync.Mutex
+	told := map[batchlock.EventKind]int{}
+	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix), batchlock.WithObserver(func(e batchlock.Event) {
+		mu.Lock()
+		told[e.Kind]++
+		mu.Unlock()
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	p, err := batchlock.NewProcessor[int](c, batchlock.WithTick(1))
+	require.NoError(t, err)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for i := range 3 {
+		require.NoError(t, p.Add(i, batchlock.Basket{Keys: spread(6, fmt.Sprintf("close-%d", i))}))
+	}
+	tick, err := p.Next(ctx)
+	require.NoError(t, err)
+	require.Len(t, tick.Baskets, 1)
+	assert.Len(t, lockKeysUnder(t, rdb, prefix), 6)
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	left, err := p.Close(short)
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 2}, left, "the baskets not taken, in arrival order")
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix), "the tick still out was released")
+	assert.Error(t, tick.Baskets[0].Lock.Err(), "its lock ended")
+	assert.NoError(t, tick.Done(ctx), "a Done after Close does nothing")
+	mu.Lock()
+	assert.Zero(t, told[batchlock.EventLost], "a lock Close released is no loss")
+	mu.Unlock()
+	assert.ErrorIs(t, p.Add(9, batchlock.Basket{Keys: []string{"x"}}), batchlock.ErrClosed)
+	_, err = p.Next(ctx)
+	assert.ErrorIs(t, err, batchlock.ErrClosed)
+}
