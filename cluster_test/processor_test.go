@@ -169,3 +169,51 @@ func TestProcessorCloseHandsBackAndReleases(t *testing.T) {
 	_, err = p.Next(ctx)
 	assert.ErrorIs(t, err, batchlock.ErrClosed)
 }
+
+// Each basket holds its keys as it asked, whatever the others of its tick
+// asked: another Client's reader joins a key a basket reads and is refused
+// one a basket of the same keys writes. And a Processor on a Client made
+// after another's Close takes the same keys at once: nothing of the first
+// is left.
+func TestProcessorBasketsKeepTheirModes(t *testing.T) {
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb)
+	reader := peerOf(t, rdb, prefix)
+	ctx := ctxTimeout(t, 30*time.Second)
+	p, err := batchlock.NewProcessor[string](c)
+	require.NoError(t, err)
+	require.NoError(t, p.Add("reads", batchlock.Basket{Keys: []string{"{m}sku:1"}, Shared: []string{"{m}promo"}}))
+	require.NoError(t, p.Add("writes", batchlock.Basket{Keys: []string{"{m}sku:2", "{m}promo"}}))
+	first, err := p.Next(ctx)
+	require.NoError(t, err)
+	require.Len(t, first.Baskets, 1, "the writer waits for the reader")
+	r, err := reader.TryLock(ctx, []string{"{m}other"}, batchlock.WithShared("{m}promo"))
+	require.NoError(t, err, "a reader joins the key the basket reads")
+	require.NoError(t, r.Unlock(ctx))
+	require.NoError(t, first.Done(ctx))
+	second, err := p.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "writes", second.Baskets[0].Item)
+	_, err = reader.TryLock(ctx, []string{"{m}other"}, batchlock.WithShared("{m}promo"))
+	require.ErrorIs(t, err, batchlock.ErrNotObtained, "a reader is refused the key the basket writes")
+	// A Close whose context has ended lets go of the tick at once.
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	left, err := p.Close(ended)
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	require.NoError(t, second.Done(ctx), "a Done after Close does nothing")
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix), "Close released the tick out")
+	require.NoError(t, c.Close())
+
+	again := peerOf(t, rdb, prefix)
+	p2, err := batchlock.NewProcessor[string](again)
+	require.NoError(t, err)
+	require.NoError(t, p2.Add("again", batchlock.Basket{Keys: []string{"{m}sku:2", "{m}promo"}}))
+	tick, err := p2.Next(ctx)
+	require.NoError(t, err)
+	assert.Len(t, tick.Baskets, 1)
+	require.NoError(t, tick.Done(ctx))
+	_, err = p2.Close(ctx)
+	require.NoError(t, err)
+}
