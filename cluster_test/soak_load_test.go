@@ -185,8 +185,7 @@ func (s *soak) callContext(rng *rand.Rand) (context.Context, context.CancelFunc)
 }
 
 // operate makes one TryLock, Lock or Do and, when it gets the lock, holds
-// and unlocks it, or, one time in eight, a batch processor's tick
-// (operateEach). One call in six is ended by the observer at its first
+// and unlocks it, or, one time in eight, a TryEach (operateEach). One call in six is ended by the observer at its first
 // conflict. A call that fails is checked for keys left held.
 func (s *soak) operate(rng *rand.Rand) {
 	if rng.IntN(8) == 0 {
@@ -250,22 +249,16 @@ func (s *soak) operate(rng *rand.Rand) {
 	s.unlock(rng, "Unlock", l.Unlock, h)
 }
 
-// operateEach is one tick of a batch processor: TryEach over a few baskets
-// (a key shared in any of them shared in every one that has it), a short
-// section of fenced writes for each basket taken, then UnlockEach,
-// sometimes with a context that already ended. Half the ticks put first
-// the baskets that ticks of the Client refused before, as a batch
-// processor does. The keys of every basket refused, and of every basket
-// of a call that failed, are checked for leftovers (see observe).
+// operateEach is one TryEach over a few baskets (a key shared in any of
+// them shared in every one that has it), with the options and contexts of
+// other calls, a short section of fenced writes for each basket taken,
+// then UnlockEach, sometimes with a context that already ended. The keys
+// of every basket refused, and of every basket of a call that failed, are
+// checked for leftovers (see observe). The Processors make the ticks of
+// batch processors (soak_processors_test.go).
 func (s *soak) operateEach(rng *rand.Rand) {
 	sc := s.client(rng)
-	carry := rng.IntN(2) == 0
 	var baskets [][]string
-	if carry {
-		sc.mu.Lock()
-		baskets, sc.refused = sc.refused, nil
-		sc.mu.Unlock()
-	}
 	allShared := map[string]bool{}
 	for range 2 + rng.IntN(7) {
 		keys, shared := s.split(rng, s.basket(rng))
@@ -282,14 +275,9 @@ func (s *soak) operateEach(rng *rand.Rand) {
 	s.count(s.ops, "TryEach")
 	s.outcome("TryEach", err)
 	var taken []*holding
-	for i, l := range locks {
+	for _, l := range locks {
 		if l == nil {
 			s.count(s.outcomes, "TryEach basket refused")
-			sc.mu.Lock()
-			if len(sc.refused) < 4 {
-				sc.refused = append(sc.refused, baskets[i])
-			}
-			sc.mu.Unlock()
 			continue
 		}
 		s.count(s.outcomes, "TryEach basket taken")

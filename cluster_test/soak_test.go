@@ -89,10 +89,6 @@ type soak struct {
 type soakClient struct {
 	c     *batchlock.Client
 	lease time.Duration
-	// refused are the baskets its TryEach ticks refused, which half the
-	// ticks put first, as a batch processor does.
-	mu      sync.Mutex
-	refused [][]string
 }
 
 func TestSoak(t *testing.T) {
@@ -125,6 +121,9 @@ func TestSoak(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range soakWorkers {
 		wg.Go(func() { s.worker(w) })
+	}
+	for i := range soakProcessors {
+		wg.Go(func() { s.processor(i) })
 	}
 	wg.Go(s.replaceClients)
 	s.nemesis()
@@ -311,7 +310,8 @@ func (s *soak) newClient(i int) *soakClient {
 }
 
 // eachOwners starts the owners the soak's Clients make themselves: those of
-// TryEach's baskets (every other call names its owner).
+// the baskets of TryEach and the Processors (every other call names its
+// owner).
 const eachOwners = "soak-each:"
 
 // observe ends the calls marked to end at their next conflict, right when
