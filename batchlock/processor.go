@@ -28,6 +28,16 @@ import (
 // tick costs what its new and readied baskets cost, however long the
 // backlog.
 //
+// A basket refused in Redis queueAfter (8) times in a row stops being
+// offered and waits in its keys' queues instead, with a Lock of its own,
+// as Lock waits: no TryEach of any replica takes a key it is queued for,
+// so smaller baskets of other replicas cannot pass it over for ever. Once
+// it holds its keys, the next Next hands it out, in a tick of its own.
+// One basket of a Processor waits so at a time (maxQueued): the others
+// are offered as before. (Eight at a time cost a quarter of four spread
+// replicas' orders/s in the demo, holding parts of their baskets while
+// they waited; one costs nothing measurable: docs/speed.md.)
+//
 // Every basket has an owner of its own, whatever Next's context says, so
 // two baskets never both hold a key exclusively. A Processor is safe for
 // concurrent use; Next may run on several goroutines, each tick held while
@@ -38,8 +48,8 @@ type Processor[T any] struct {
 
 	mu      sync.Mutex
 	pending []*pendingBasket[T] // arrival order
-	// held counts, by key, the baskets of ticks handed out and not done
-	// that hold it.
+	// held counts, by key, the baskets of ticks handed out and not done,
+	// and the queued ones, that hold it or wait for it.
 	held  map[string]int
 	ticks map[*Tick[T]]struct{}
 	// busy counts the ticks handed out and the calls taking ticks; once
@@ -50,7 +60,30 @@ type Processor[T any] struct {
 	refused [refusedHeld + 1]uint64 // by cause
 	settled chan struct{}
 	wake    chan struct{} // a basket may be ready: a Next that waits looks again
+
+	// queued counts the baskets waiting in their keys' queues, each with
+	// a Lock on a goroutine of queuing, whose context Close cancels; won
+	// are those that got their keys, for the next Next to hand out.
+	queued      int
+	won         []wonBasket[T]
+	queuing     sync.WaitGroup
+	stopQueuing context.CancelFunc
+	queueCtx    context.Context
 }
+
+// wonBasket is a queued basket that got its keys.
+type wonBasket[T any] struct {
+	pb *pendingBasket[T]
+	l  *Lock
+	at time.Time
+}
+
+// A basket refused in Redis queueAfter ticks in a row waits in its keys'
+// queues; maxQueued of a Processor at a time (see Processor).
+const (
+	queueAfter = 8
+	maxQueued  = 1
+)
 
 // pendingBasket is a basket added and not yet taken.
 type pendingBasket[T any] struct {
@@ -63,7 +96,8 @@ type pendingBasket[T any] struct {
 	// waitsFor are the keys held by the Processor's ticks whose release
 	// readies it.
 	waitsFor []string
-	refusals int // refused in Redis, in a row
+	refusals int  // refused in Redis, in a row
+	queued   bool // waits in its keys' queues
 }
 
 // Basket is what Add asks for: keys taken exclusively and keys taken
@@ -119,8 +153,10 @@ func NewProcessor[T any](c *Client, opts ...ProcessorOption) (*Processor[T], err
 	if cfg.tick < 1 {
 		return nil, invalid("tick of %d baskets: want at least 1", cfg.tick)
 	}
+	// A queued basket's Lock has an owner of its own (see Processor).
+	queueCtx, stop := context.WithCancel(ContextWithOwner(context.Background(), ""))
 	return &Processor[T]{c: c, tick: cfg.tick, held: map[string]int{}, ticks: map[*Tick[T]]struct{}{},
-		settled: make(chan struct{}), wake: make(chan struct{}, 1)}, nil
+		settled: make(chan struct{}), wake: make(chan struct{}, 1), queueCtx: queueCtx, stopQueuing: stop}, nil
 }
 
 // Add queues item's basket, after every basket added before it. A bad
@@ -171,6 +207,7 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 // ProcessorStats is what a Processor did and keeps, for metrics and tests.
 type ProcessorStats struct {
 	Pending int    // baskets added and not taken yet: the backlog
+	Queued  int    // of those, baskets waiting in their keys' queues
 	Ticks   uint64 // ticks handed out
 	// Refused count the baskets ticks refused, each time, by why: an
 	// earlier basket of the tick took a key, another lock of the Client
@@ -182,7 +219,7 @@ type ProcessorStats struct {
 func (p *Processor[T]) Stats() ProcessorStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return ProcessorStats{Pending: len(p.pending), Ticks: p.ticked, RefusedByEarlier: p.refused[refusedEarlier],
+	return ProcessorStats{Pending: len(p.pending) + len(p.won), Queued: p.queued, Ticks: p.ticked, RefusedByEarlier: p.refused[refusedEarlier],
 		RefusedByClient: p.refused[refusedGate], RefusedInRedis: p.refused[refusedHeld]}
 }
 
@@ -198,9 +235,12 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 	ctx = ContextWithOwner(ctx, "")
 	failures := 0
 	for {
-		offer, until, err := p.offer()
+		won, offer, until, err := p.offer()
 		if err != nil {
 			return nil, err
+		}
+		if won != nil {
+			return won, nil
 		}
 		if len(offer) == 0 {
 			if err := p.await(ctx, until); err != nil {
@@ -225,19 +265,31 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 	}
 }
 
-// offer picks the baskets of a tick, the oldest ready ones, marked offered
-// and counted busy; with none, until is when one is ready at the latest
-// (zero: when a tick lets go or a basket comes).
-func (p *Processor[T]) offer() (offer []*pendingBasket[T], until time.Time, err error) {
+// offer hands out a tick of the queued baskets that got their keys, if
+// there are some; else it picks the baskets of a tick, the oldest ready
+// ones, marked offered and counted busy; with none, until is when one is
+// ready at the latest (zero: when a tick lets go or a basket comes).
+func (p *Processor[T]) offer() (won *Tick[T], offer []*pendingBasket[T], until time.Time, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, time.Time{}, ErrClosed
+		return nil, nil, time.Time{}, ErrClosed
+	}
+	if len(p.won) > 0 {
+		won = &Tick[T]{p: p}
+		for _, w := range p.won {
+			won.Baskets = append(won.Baskets, Taken[T]{Item: w.pb.item, Lock: w.l, Waited: w.at.Sub(w.pb.arrived)})
+		}
+		p.won = nil
+		p.ticks[won] = struct{}{}
+		p.ticked++
+		p.busy++
+		return won, nil, time.Time{}, nil
 	}
 	now := time.Now()
 	for _, pb := range p.pending {
 		switch {
-		case pb.offered || len(pb.waitsFor) > 0:
+		case pb.offered || pb.queued || len(pb.waitsFor) > 0:
 		case !pb.readyAt.After(now):
 			if len(offer) < p.tick {
 				pb.offered = true
@@ -250,7 +302,7 @@ func (p *Processor[T]) offer() (offer []*pendingBasket[T], until time.Time, err 
 	if len(offer) > 0 {
 		p.busy++
 	}
-	return offer, until, nil
+	return nil, offer, until, nil
 }
 
 // await waits until until (zero: no time), a basket may be ready, ctx ends
@@ -315,9 +367,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		if l := locks[i]; l != nil {
 			taken[pb] = true
 			tick.Baskets = append(tick.Baskets, Taken[T]{Item: pb.item, Lock: l, Waited: now.Sub(pb.arrived)})
-			for _, k := range l.keys {
-				p.held[k]++
-			}
+			p.hold(l.keys)
 			continue
 		}
 		for next < len(why) && why[next].Basket < i {
@@ -368,7 +418,10 @@ func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*p
 	pb.waitsFor, pb.readyAt = nil, time.Time{}
 	p.refused[r.cause]++
 	if r.cause == refusedHeld {
-		pb.refusals++
+		if pb.refusals++; pb.refusals >= queueAfter && p.queued < maxQueued && !p.closed {
+			p.queue(pb)
+			return
+		}
 		wait := backoff.Jittered(pb.refusals, time.Millisecond, p.c.cfg.pollMax)
 		if r.wait > 0 && r.wait+time.Millisecond < wait {
 			wait = r.wait + time.Millisecond
@@ -395,6 +448,33 @@ func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*p
 	}
 }
 
+// queue has pb wait in its keys' queues with a Lock of its own, and, once
+// that holds its keys, makes it won; a Lock that fails (the Processor or
+// its Client closed, a master down) leaves it to be offered again. Called
+// with p.mu held.
+func (p *Processor[T]) queue(pb *pendingBasket[T]) {
+	pb.queued = true
+	p.queued++
+	// Its keys are the Processor's while it waits, as a tick's: a basket
+	// that the Lock's gates refuse waits for it.
+	p.hold(pb.basket.keys)
+	exclusive, shared := pb.basket.split()
+	p.queuing.Go(func() {
+		l, err := p.c.lockWith(p.queueCtx, exclusive, lockConfig{shared: shared}, true)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		pb.queued = false
+		p.queued--
+		pb.refusals = 0
+		if err == nil {
+			p.pending = slices.DeleteFunc(p.pending, func(other *pendingBasket[T]) bool { return other == pb })
+			p.won = append(p.won, wonBasket[T]{pb: pb, l: l, at: time.Now()})
+			p.hold(l.keys)
+		}
+		p.letGo(pb.basket.keys)
+	})
+}
+
 // settle counts a tick or a call ended. Called with p.mu held.
 func (p *Processor[T]) settle() {
 	if p.busy--; p.busy == 0 && p.closed {
@@ -402,14 +482,26 @@ func (p *Processor[T]) settle() {
 	}
 }
 
-// forget forgets the keys of tick, let go, and readies the baskets that
-// waited for them. Called with p.mu held.
+// forget forgets the keys of tick, let go. Called with p.mu held.
 func (p *Processor[T]) forget(tick *Tick[T]) {
 	for _, b := range tick.Baskets {
-		for _, k := range b.Lock.keys {
-			if p.held[k]--; p.held[k] <= 0 {
-				delete(p.held, k)
-			}
+		p.letGo(b.Lock.keys)
+	}
+}
+
+// hold counts keys as held by the Processor. Called with p.mu held.
+func (p *Processor[T]) hold(keys []string) {
+	for _, k := range keys {
+		p.held[k]++
+	}
+}
+
+// letGo counts keys held once less, and readies the baskets that waited
+// for them. Called with p.mu held.
+func (p *Processor[T]) letGo(keys []string) {
+	for _, k := range keys {
+		if p.held[k]--; p.held[k] <= 0 {
+			delete(p.held, k)
 		}
 	}
 	for _, pb := range p.pending {
@@ -459,13 +551,31 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	if p.busy == 0 {
 		close(p.settled)
 	}
-	left := make([]T, len(p.pending))
-	for i, pb := range p.pending {
-		left[i] = pb.item
-	}
-	p.pending = nil
 	p.signal()
 	p.mu.Unlock()
+	// A queued basket's Lock returns at once, having given back what it
+	// took; one that got its keys first is won, let go below.
+	p.stopQueuing()
+	p.queuing.Wait()
+	p.mu.Lock()
+	back := p.pending
+	var won []*Lock
+	for _, w := range p.won {
+		back = append(back, w.pb)
+		won = append(won, w.l)
+	}
+	slices.SortStableFunc(back, func(a, b *pendingBasket[T]) int { return a.arrived.Compare(b.arrived) })
+	left := make([]T, len(back))
+	for i, pb := range back {
+		left[i] = pb.item
+	}
+	p.pending, p.won = nil, nil
+	p.mu.Unlock()
+	if len(won) > 0 {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		_ = p.c.UnlockEach(uctx, won)
+		cancel()
+	}
 
 	select {
 	case <-p.settled:

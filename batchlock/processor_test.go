@@ -149,3 +149,56 @@ func TestProcessorClose(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.Zero(t, lost)
 }
+
+// A basket refused in Redis queueAfter times in a row waits in its key's
+// queue: the holder's release grants the key to it, not to another
+// Client's TryLock, and Next hands it out. Close ends such a wait, leaves
+// nothing held and hands the basket back.
+func TestProcessorQueuesABasketRefusedOverAndOver(t *testing.T) {
+	rdb := wiretest.ServerClient(t)
+	holder, _ := newReplica(t, rdb)
+	other, _ := newReplica(t, rdb)
+	_, p := newReplica(t, rdb)
+	ctx := t.Context()
+	next := func() <-chan *Tick[string] {
+		out := make(chan *Tick[string], 1)
+		go func() {
+			tick, err := p.Next(ctx)
+			if err != nil {
+				tick = nil
+			}
+			out <- tick
+		}()
+		return out
+	}
+	queued := func() bool { return p.Stats().Queued == 1 }
+
+	l, err := holder.Lock(ctx, []string{"a"})
+	require.NoError(t, err)
+	require.NoError(t, p.Add("a", Basket{Keys: []string{"a"}}))
+	ticks := next()
+	require.Eventually(t, queued, 10*time.Second, time.Millisecond)
+	assert.GreaterOrEqual(t, p.Stats().RefusedInRedis, uint64(queueAfter))
+	require.NoError(t, l.Unlock(ctx))
+	_, err = other.TryLock(ctx, []string{"a"})
+	assert.ErrorIs(t, err, ErrNotObtained, "the release granted the key to the queued basket")
+	tick := <-ticks
+	require.NotNil(t, tick)
+	assert.Equal(t, []string{"a"}, itemsOf(tick))
+	require.NoError(t, tick.Done(ctx))
+	assert.Zero(t, p.Stats().Queued)
+
+	l, err = holder.Lock(ctx, []string{"b"})
+	require.NoError(t, err)
+	require.NoError(t, p.Add("b", Basket{Keys: []string{"b"}}))
+	ticks = next()
+	require.Eventually(t, queued, 10*time.Second, time.Millisecond)
+	left, err := p.Close(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b"}, left)
+	assert.Nil(t, <-ticks)
+	require.NoError(t, l.Unlock(ctx))
+	taken, err := other.TryLock(ctx, []string{"b"})
+	require.NoError(t, err, "the queued basket left the queue")
+	require.NoError(t, taken.Unlock(ctx))
+}

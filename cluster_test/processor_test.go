@@ -217,3 +217,69 @@ func TestProcessorBasketsKeepTheirModes(t *testing.T) {
 	_, err = p2.Close(ctx)
 	require.NoError(t, err)
 }
+
+// A big basket among three other replicas' small ones, each on one of its
+// keys, is admitted within a bounded number of their ticks, spread over
+// the masters or in one slot: refused in Redis again and again, it waits
+// in its keys' queues, which their ticks do not pass.
+func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
+	for _, tc := range []struct{ name, tag string }{{"spread", ""}, {"one slot", "{shop}"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := newClient(t)
+			c, prefix := newLocker(t, rdb)
+			keys := make([]string, 20)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("%ssku:%d", tc.tag, i)
+			}
+			ctx := ctxTimeout(t, time.Minute)
+			othersCtx, stop := context.WithCancel(ctx)
+			var others sync.WaitGroup
+			var mu sync.Mutex
+			ticks := 0
+			for r := range 3 {
+				small, err := batchlock.NewProcessor[int](peerOf(t, rdb, prefix))
+				require.NoError(t, err)
+				others.Go(func() {
+					defer func() { _, _ = small.Close(context.Background()) }()
+					rng := rand.New(rand.NewPCG(uint64(r), 1))
+					for {
+						for small.Stats().Pending < 32 {
+							require.NoError(t, small.Add(0, batchlock.Basket{Keys: []string{keys[rng.IntN(len(keys))]}}))
+						}
+						tick, err := small.Next(othersCtx)
+						if err != nil {
+							return
+						}
+						time.Sleep(5 * time.Millisecond) // the tick's work
+						require.NoError(t, tick.Done(ctx))
+						mu.Lock()
+						ticks++
+						mu.Unlock()
+					}
+				})
+			}
+			require.Eventually(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return ticks >= 20
+			}, 30*time.Second, time.Millisecond, "the others keep every key busy")
+			mu.Lock()
+			ticks = 0
+			mu.Unlock()
+			big, err := batchlock.NewProcessor[string](c)
+			require.NoError(t, err)
+			require.NoError(t, big.Add("big", batchlock.Basket{Keys: keys}))
+			tick, err := big.Next(ctx)
+			stop()
+			others.Wait()
+			require.NoError(t, err, "the big basket was admitted")
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("admitted after %d ticks of the others, %v, %+v", ticks, tick.Baskets[0].Waited, big.Stats())
+			assert.Less(t, ticks, 2000, "admitted within a bounded number of the others' ticks")
+			require.NoError(t, tick.Done(ctx))
+			_, err = big.Close(ctx)
+			require.NoError(t, err)
+		})
+	}
+}

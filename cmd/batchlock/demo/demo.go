@@ -74,7 +74,8 @@ Processor): ticks of up to N orders, the oldest that may be free, every
 free basket of a tick locked by one TryEach (one call per master), stock
 read and written in one pipeline each, all let go by the tick's Done; a
 busy basket waits, before the younger ones, until a key that refused it
-may be free. Every lock key has the hash tag {shop} (--space NAME for
+may be free, and one that other processors refused 8 ticks in a row
+waits in its keys' queues instead. Every lock key has the hash tag {shop} (--space NAME for
 another, --space "" for none): the processors' locks in one slot, where
 they meet in one script call; the stock stays spread over the masters.
 --processors P runs P such processors at once, as replicas: each with a
