@@ -44,4 +44,8 @@ const (
 	// EventFailed: a call gave up without the lock after sending something
 	// to Redis (a TryEach failed as a whole: one per basket); Err says why.
 	EventFailed EventKind = "failed"
+	// EventAdmitted: a Processor's Next handed out the lock of a basket;
+	// Duration is how long the basket waited, from Add to its lock
+	// (Taken.Waited).
+	EventAdmitted EventKind = "admitted"
 )

@@ -240,7 +240,7 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 			return nil, err
 		}
 		if won != nil {
-			return won, nil
+			return won.admitted(), nil
 		}
 		if len(offer) == 0 {
 			if err := p.await(ctx, until); err != nil {
@@ -251,7 +251,7 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 		tick, err := p.take(ctx, offer)
 		switch {
 		case err == nil && len(tick.Baskets) > 0:
-			return tick, nil
+			return tick.admitted(), nil
 		case err == nil:
 			failures = 0
 		case errors.Is(err, ErrClosed) || ctx.Err() != nil:
@@ -510,6 +510,14 @@ func (p *Processor[T]) letGo(keys []string) {
 		}
 	}
 	p.signal()
+}
+
+// admitted tells the observer of each basket's admission, and returns t.
+func (t *Tick[T]) admitted() *Tick[T] {
+	for _, b := range t.Baskets {
+		b.Lock.emit(Event{Kind: EventAdmitted, Duration: b.Waited})
+	}
+	return t
 }
 
 // Done lets go of every basket of the tick, one call per master for all of

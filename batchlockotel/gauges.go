@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/batchlock/batchlock/batchlock"
@@ -31,6 +32,43 @@ func Gauges(mp metric.MeterProvider, c *batchlock.Client) (metric.Registration, 
 	}, held, waiting)
 	if err != nil {
 		return nil, fmt.Errorf("batchlockotel: registering gauges: %w", err)
+	}
+	return reg, nil
+}
+
+// ProcessorGauges registers, for p, instruments read from p.Stats at each
+// collection:
+//
+//	batchlock.processor.pending    baskets added and not taken: the backlog
+//	batchlock.processor.queued     of those, baskets waiting in their keys' queues
+//	batchlock.processor.ticks      counter of ticks handed out
+//	batchlock.processor.refusals   counter of baskets refused, by cause: earlier (a basket
+//	                               of the tick), client (another lock of the Client), redis
+//
+// Each basket's wait from Add to its lock is Observer's
+// batchlock.processor.wait.duration. Unregister the returned registration
+// before closing p.
+func ProcessorGauges[T any](mp metric.MeterProvider, p *batchlock.Processor[T]) (metric.Registration, error) {
+	m := mp.Meter(ScopeName)
+	pending, err1 := m.Int64ObservableGauge("batchlock.processor.pending", metric.WithDescription("Baskets added and not taken"), metric.WithUnit("{basket}"))
+	queued, err2 := m.Int64ObservableGauge("batchlock.processor.queued", metric.WithDescription("Baskets waiting in their keys' queues"), metric.WithUnit("{basket}"))
+	ticks, err3 := m.Int64ObservableCounter("batchlock.processor.ticks", metric.WithDescription("Ticks handed out"), metric.WithUnit("{tick}"))
+	refusals, err4 := m.Int64ObservableCounter("batchlock.processor.refusals", metric.WithDescription("Baskets refused, by cause"), metric.WithUnit("{basket}"))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return nil, fmt.Errorf("batchlockotel: creating processor gauges: %w", err)
+	}
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := p.Stats()
+		o.ObserveInt64(pending, int64(s.Pending))
+		o.ObserveInt64(queued, int64(s.Queued))
+		o.ObserveInt64(ticks, int64(s.Ticks))
+		for cause, n := range map[string]uint64{"earlier": s.RefusedByEarlier, "client": s.RefusedByClient, "redis": s.RefusedInRedis} {
+			o.ObserveInt64(refusals, int64(n), metric.WithAttributes(attribute.String("cause", cause)))
+		}
+		return nil
+	}, pending, queued, ticks, refusals)
+	if err != nil {
+		return nil, fmt.Errorf("batchlockotel: registering processor gauges: %w", err)
 	}
 	return reg, nil
 }

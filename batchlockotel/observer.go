@@ -37,6 +37,7 @@ type instruments struct {
 	handoffs     metric.Int64Counter
 	losses       metric.Int64Counter
 	releases     metric.Int64Counter
+	admission    metric.Float64Histogram
 }
 
 // Observer returns a function for batchlock.WithObserver that records:
@@ -54,6 +55,8 @@ type instruments struct {
 //	batchlock.handoffs         counter of hand-offs that reached a waiting call
 //	batchlock.losses           counter of locks lost
 //	batchlock.releases         counter of unlocks, by result (ok, error)
+//	batchlock.processor.wait.duration
+//	                           histogram, seconds a Processor's basket waited from Add to its lock
 func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	m := mp.Meter(ScopeName)
 	var in instruments
@@ -83,6 +86,8 @@ func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	in.losses, err = m.Int64Counter("batchlock.losses", metric.WithDescription("Locks lost while held"), metric.WithUnit("{lock}"))
 	add(err)
 	in.releases, err = m.Int64Counter("batchlock.releases", metric.WithDescription("Unlocks by result"), metric.WithUnit("{call}"))
+	add(err)
+	in.admission, err = m.Float64Histogram("batchlock.processor.wait.duration", metric.WithDescription("Time a Processor's basket waited from Add to its lock"), metric.WithUnit("s"))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("batchlockotel: creating instruments: %w", err)
@@ -121,6 +126,8 @@ func (in *instruments) record(e batchlock.Event) {
 		}
 		in.releases.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
 		in.hold.Record(ctx, e.Duration.Seconds())
+	case batchlock.EventAdmitted:
+		in.admission.Record(ctx, e.Duration.Seconds())
 	}
 }
 

@@ -152,3 +152,46 @@ func collect(t *testing.T, reader sdkmetric.Reader) []metricdata.Metrics {
 	}
 	return rm.ScopeMetrics[0].Metrics
 }
+
+// A Processor's instruments: its backlog and refusals by cause from its
+// Stats, each basket's wait from Add to its lock from the observer.
+func TestMetricsOfAProcessor(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	observe, err := batchlockotel.Observer(mp)
+	require.NoError(t, err)
+	rdb := newClient(t)
+	c, prefix := newLocker(t, rdb, batchlock.WithObserver(observe))
+	p, err := batchlock.NewProcessor[string](c)
+	require.NoError(t, err)
+	reg, err := batchlockotel.ProcessorGauges(mp, p)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Unregister() })
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	other, err := peerOf(t, rdb, prefix).Lock(ctx, []string{"{m}held"})
+	require.NoError(t, err)
+	require.NoError(t, p.Add("free", batchlock.Basket{Keys: []string{"{m}a", "{m}b"}}))
+	require.NoError(t, p.Add("behind", batchlock.Basket{Keys: []string{"{m}b"}}))
+	require.NoError(t, p.Add("held", batchlock.Basket{Keys: []string{"{m}held"}}))
+	tick, err := p.Next(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, gauge(t, reader, "batchlock.processor.pending"))
+	assert.EqualValues(t, 1, sum(t, reader, "batchlock.processor.ticks"))
+	byCause := map[string]int64{}
+	for _, m := range collect(t, reader) {
+		if m.Name == "batchlock.processor.refusals" {
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				cause, _ := dp.Attributes.Value("cause")
+				byCause[cause.AsString()] += dp.Value
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{"earlier": 1, "client": 0, "redis": 1}, byCause)
+	assert.EqualValues(t, 1, histogramCount(t, reader, "batchlock.processor.wait.duration"))
+	require.NoError(t, tick.Done(ctx))
+	require.NoError(t, other.Unlock(ctx))
+	_, err = p.Close(ctx)
+	require.NoError(t, err)
+}

@@ -283,3 +283,89 @@ func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
 		})
 	}
 }
+
+// Three replicas take a steady flow of baskets while one of them stalls
+// 3 s holding its tick's keys (as a paused process does): the others wait
+// for those keys, never hold a key another basket holds, and once the
+// stall ends every replica drains what came meanwhile.
+func TestProcessorsRecoverFromAStall(t *testing.T) {
+	for _, tc := range []struct{ name, tag string }{{"spread", ""}, {"one slot", "{shop}"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := newClient(t)
+			_, prefix := newLocker(t, rdb)
+			ctx := ctxTimeout(t, time.Minute)
+			var mu sync.Mutex
+			holders := map[string]int{} // by key: the basket holding it
+			enter := func(id int, keys []string) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, k := range keys {
+					if other, ok := holders[k]; ok {
+						t.Errorf("%s held by baskets %d and %d at once", k, other, id)
+					}
+					holders[k] = id
+				}
+			}
+			leave := func(keys []string) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, k := range keys {
+					delete(holders, k)
+				}
+			}
+			const replicas, perReplica = 3, 400
+			stalled := make(chan struct{})
+			var wg sync.WaitGroup
+			for r := range replicas {
+				p, err := batchlock.NewProcessor[int](peerOf(t, rdb, prefix), batchlock.WithTick(64))
+				require.NoError(t, err)
+				fed := make(chan struct{})
+				wg.Go(func() { // the flow of baskets: 100 a second
+					defer close(fed)
+					rng := rand.New(rand.NewPCG(uint64(r), 2))
+					for i := range perReplica {
+						keys := make([]string, 1+rng.IntN(8))
+						for j := range keys {
+							keys[j] = fmt.Sprintf("%ssku:%d", tc.tag, rng.IntN(200))
+						}
+						require.NoError(t, p.Add(r*perReplica+i, batchlock.Basket{Keys: keys}))
+						time.Sleep(10 * time.Millisecond) // the arrival rate
+					}
+				})
+				wg.Go(func() {
+					taken, didStall := 0, false
+					for taken < perReplica {
+						tick, err := p.Next(ctx)
+						if !assert.NoError(t, err, "replica %d, %d taken, %+v", r, taken, p.Stats()) {
+							return
+						}
+						for _, b := range tick.Baskets {
+							enter(b.Item, b.Lock.Keys())
+						}
+						if r == 0 && taken > perReplica/4 && !didStall {
+							time.Sleep(3 * time.Second) // the stall, holding the tick
+							close(stalled)
+							didStall = true
+						}
+						for _, b := range tick.Baskets {
+							leave(b.Lock.Keys())
+						}
+						require.NoError(t, tick.Done(ctx))
+						taken += len(tick.Baskets)
+					}
+					<-fed
+					assert.Zero(t, p.Stats().Pending)
+					_, err := p.Close(ctx)
+					assert.NoError(t, err)
+				})
+			}
+			wg.Wait()
+			select {
+			case <-stalled:
+			default:
+				t.Fatal("replica 0 never stalled")
+			}
+			assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+		})
+	}
+}
