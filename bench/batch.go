@@ -97,16 +97,19 @@ func (l BatchLoad) On(cfg BatchConfig) BatchConfig {
 }
 
 // The loads the batch targets are set at: the uniform mix in a closed loop
-// and arriving at 1200 orders/s, baskets of 1–200 SKUs at 100 orders/s.
+// and arriving at 400, 800 and 1200 orders/s, baskets of 1–200 SKUs at 100
+// orders/s.
 var (
 	LoadClosed      = BatchLoad{Mix: MixUniform}
+	LoadUniform400  = BatchLoad{Mix: MixUniform, Rate: 400}
+	LoadUniform800  = BatchLoad{Mix: MixUniform, Rate: 800}
 	LoadUniformOpen = BatchLoad{Mix: MixUniform, Rate: 1200}
 	LoadBigOpen     = BatchLoad{Mix: MixBig, Rate: 100}
 )
 
 // FullBatchLoads are a full run's: the targets' loads, then every other
 // mix in a closed loop and in an open one at its own rate.
-var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniformOpen, LoadBigOpen,
+var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniform400, LoadUniform800, LoadUniformOpen, LoadBigOpen,
 	{Mix: MixStream}, {Mix: MixStream, Rate: MixStream.Rate}, {Mix: MixZipf}, {Mix: MixZipf, Rate: MixZipf.Rate}, {Mix: MixBig}}
 
 // BatchRun is what every kind did under one load.
@@ -182,10 +185,15 @@ func (r BatchResult) refusalsPerOrder() float64 {
 }
 
 // NewProcessorKind is batchlock's Processor: orders.Batched over each of
-// clients, with ticks of tick orders (the runs' BatchConfig.Tick).
-func NewProcessorKind(clients []*batchlock.Client, tick int) BatchKind {
-	return BatchKind{Name: NameTryEachProcessor, Clients: clients, Batched: func(i int, stock *orders.Stock) *orders.Batched {
-		return &orders.Batched{Locker: clients[i], Stock: stock, Size: tick}
+// clients, with ticks of tick orders (the runs' BatchConfig.Tick), its lock
+// keys in the slot of hash tag space when not empty (one space).
+func NewProcessorKind(clients []*batchlock.Client, tick int, space string) BatchKind {
+	name := NameTryEachProcessor
+	if space != "" {
+		name = NameTryEachOneSlot
+	}
+	return BatchKind{Name: name, Clients: clients, Batched: func(i int, stock *orders.Stock) *orders.Batched {
+		return &orders.Batched{Locker: clients[i], Stock: stock, Size: tick, Space: space}
 	}}
 }
 

@@ -28,18 +28,24 @@ var (
 // held key, then one owner-checked delete per master of the parts of
 // baskets refused on another master; the release is one owner-checked
 // delete per master. floors are the processors' lock floors, each on a
-// cluster client of its own.
-func NewCrossFloorKind(floors []*Floor) BatchKind {
-	return BatchKind{Name: NameCrossFloorProcessor, New: func(i int, stock *orders.Stock) orders.Ticker {
-		f := newFloor(floors[i].rdb, NameCrossFloorProcessor, true)
+// cluster client of its own. With a space (a hash tag), every lock key is
+// in its slot: the co-located floor, one call per tick.
+func NewCrossFloorKind(floors []*Floor, space string) BatchKind {
+	name := NameCrossFloorProcessor
+	if space != "" {
+		name = NameCrossFloorOneSlot
+	}
+	return BatchKind{Name: name, New: func(i int, stock *orders.Stock) orders.Ticker {
+		f := newFloor(floors[i].rdb, name, true)
 		f.owned = true
-		return &crossFloor{floor: f, stock: stock}
+		return &crossFloor{floor: f, stock: stock, space: space}
 	}}
 }
 
 type crossFloor struct {
 	floor *Floor // the lock floor's release, under this kind's name
 	stock *orders.Stock
+	space string
 }
 
 // basketPart is a basket's keys on one master, by slot.
@@ -52,6 +58,11 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 	baskets := make([][]string, len(batch))
 	for i, o := range batch {
 		baskets[i] = lockKeys(f.stock.Keys(o))
+		if f.space != "" {
+			for j, k := range baskets[i] {
+				baskets[i][j] = "{" + f.space + "}" + k
+			}
+		}
 	}
 	admitted := (&admission{held: map[string]bool{}}).admit(baskets)
 	masters, err := f.partsByMaster(ctx, baskets, admitted)

@@ -137,8 +137,12 @@ func (h *perKeyHeld) Unlock(ctx context.Context) error {
 // floor, one INCRBY. The report's measure of what the per-slot work costs.
 type OneSlot struct{ Locker }
 
-// OneSlotTag is the hash tag OneSlot puts before every key.
-const OneSlotTag = "{one-slot}"
+// OneSlotTag is the hash tag OneSlot puts before every key, that of the
+// space OneSlotSpace (orders.Batched.Space).
+const (
+	OneSlotSpace = "one-slot"
+	OneSlotTag   = "{" + OneSlotSpace + "}"
+)
 
 func (o OneSlot) Name() string { return o.Locker.Name() + OneSlotSuffix }
 

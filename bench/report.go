@@ -883,7 +883,57 @@ func (r Report) batchTargets() []Target {
 	for _, l := range []BatchLoad{LoadUniformOpen, LoadBigOpen} {
 		ts = append(ts, r.openTarget(l))
 	}
-	return ts
+	return append(ts, r.oneSlotTargets()...)
+}
+
+// oneSlotTargets check the Processor with its locks in one slot (one
+// space) against the co-located floor, the cross-process floor with its
+// lock keys in that slot: in a closed loop, four processors' orders/s and
+// CPU, and four beside one; in the open loops, four processors' waits and
+// backlog; and spread keys' waits at 400 orders/s.
+func (r Report) oneSlotTargets() []Target {
+	closed := r.batchRun(LoadClosed)
+	t := Target{Goal: "batch, closed loop, one slot, 4 processors: the Processor at least 0.90x the co-located floor's orders/s, masters' CPU per order at most 1.10x its; together at least 0.60x one processor's orders/s",
+		Found: "not measured"}
+	four, floor, one := closed.result(NameTryEachOneSlot, 4), closed.result(NameCrossFloorOneSlot, 4), closed.result(NameTryEachOneSlot, 1)
+	if c, ok := compareOrders(four.OrderResult, floor.OrderResult); ok && one.Orders > 0 {
+		x := four.PerSecond() / one.PerSecond()
+		t.Reached = c.share >= 0.9 && c.cpu <= 1.1 && x >= 0.6
+		t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.2fx; masters' CPU per order %d µs against %d µs: %.2fx; one processor %.0f orders/s: %.2fx",
+			four.PerSecond(), floor.PerSecond(), c.share, four.CPUPerOrder().Microseconds(), floor.CPUPerOrder().Microseconds(), c.cpu, one.PerSecond(), x)
+	}
+	ts := []Target{t}
+	for _, l := range []BatchLoad{LoadUniform800, LoadUniformOpen, LoadBigOpen} {
+		ts = append(ts, r.oneSlotOpenTarget(l))
+	}
+	t = Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, keys spread: the Processor's p99 wait with 4 processors at most 50 ms", LoadUniform400.Mix.Name, LoadUniform400.Rate),
+		Found: "not measured"}
+	if res := r.batchRun(LoadUniform400).result(NameTryEachProcessor, 4); res.LockWait.Samples > 0 {
+		t.Reached = res.LockWait.P99 <= 50*time.Millisecond
+		t.Found = fmt.Sprintf("p99 %s ms; backlog %d", Millis(res.LockWait.P99), res.Backlog)
+	}
+	return append(ts, t)
+}
+
+// oneSlotOpenTarget checks the Processor's waits in one slot in the open
+// loop of load l: with 4 processors, a p99 at most 1.5x the co-located
+// floor's with 4 and 3x one processor's, a max at most 3x that p99, and a
+// backlog of at most 1% of the orders that arrived.
+func (r Report) oneSlotOpenTarget(l BatchLoad) Target {
+	t := Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, one slot: the Processor's p99 wait with 4 processors at most 1.5x the co-located floor's with 4 and 3x one processor's, its max at most 3x its p99, a backlog of at most 1%% of arrivals",
+		l.Mix.Name, l.Rate), Found: "not measured"}
+	run := r.batchRun(l)
+	four, one, floor := run.result(NameTryEachOneSlot, 4), run.result(NameTryEachOneSlot, 1), run.result(NameCrossFloorOneSlot, 4)
+	if four.LockWait.Samples == 0 || one.LockWait.Samples == 0 || floor.LockWait.Samples == 0 {
+		return t
+	}
+	arrived := l.Rate * run.Config.Slice.Seconds() * float64(run.Config.Rounds)
+	w := four.LockWait
+	t.Reached = w.P99 <= floor.LockWait.P99*3/2 && w.P99 <= 3*one.LockWait.P99 && w.Max <= 3*w.P99 && float64(four.Backlog) <= arrived/100
+	t.Found = fmt.Sprintf("p99 %s ms against the co-located floor's %s ms (%.1fx) and one processor's %s ms (%.1fx); max %s ms (%.1fx its p99); backlog %d of %.0f arrived",
+		Millis(w.P99), Millis(floor.LockWait.P99), float64(w.P99)/float64(max(floor.LockWait.P99, 1)), Millis(one.LockWait.P99),
+		float64(w.P99)/float64(max(one.LockWait.P99, 1)), Millis(w.Max), float64(w.Max)/float64(max(w.P99, 1)), four.Backlog, arrived)
+	return t
 }
 
 // openTarget checks TryEach's waits in the open loop of load l: with 4
@@ -916,7 +966,7 @@ func (r Report) batches(p func(string, ...any)) {
 	p("Batch processors take ticks of %d orders (of %d SKUs, one unit each), lock every basket that is free, read the stock of the tick's taken orders in one pipeline, write it in one more, and let go; a refused order goes first in its processor's next tick. ", b.Tick, b.SKUs)
 	p("In a **closed** loop every tick is full, and an order's wait runs from its first tick to its admission; in an **open** loop orders arrive at a fixed rate in all, shared out evenly over the processors, a tick takes those that have arrived, and an order's wait runs from its arrival to its admission. ")
 	p("The references are the **batch-floor processor**: admission in this process (a basket is refused when any of its SKUs is held by an earlier basket of any of its processors), then the lock floor's Redis work for every admitted key of the tick: one script call per master that, per slot, `INCR`s its counter and sets each key `NX PX` to its token and owner, and one that deletes each key where the owner matches; and the **cross-process floor**, the least a lock costs when processors meet in Redis: each processor admits among its own tick's baskets in process, sends per master one call that takes each admitted basket's keys there with the same work, undoing that basket's keys on that master at its first held key, then one owner-checked delete per master of the parts of baskets refused on another master, and releases with one owner-checked delete per master. ")
-	p("batchlock's **TryEach** processor takes a tick with one `TryEach` (one call per master, settling conflicts with its own locks in the process) and lets go with one `UnlockEach`; a basket it refused waits for the next tick; the **TryLock loop** is the same processor as a new user first writes it: `TryLock` per basket on %d goroutines, then `Unlock` each. ", b.LoopWorkers)
+	p("batchlock's **TryEach** processor takes a tick with one `TryEach` (one call per master, settling conflicts with its own locks in the process) and lets go with one `UnlockEach`; a basket it refused waits for the next tick; the **TryLock loop** is the same processor as a new user first writes it: `TryLock` per basket on %d goroutines, then `Unlock` each. The **co-located floor** and the **Processor in one slot** are the cross-process floor and the Processor with every lock key given one hash tag (%s), the processors' locks in one slot on one master, where a tick is one script call; the stock stays spread. ", b.LoopWorkers, OneSlotTag)
 	p("With %s processors at once (a Client each, as processes), each kind gets %d turns of %v under each load, alternating. ", joinInts(b.Processors), b.Rounds, b.Slice)
 	p("*Script calls per order* are the masters' script calls over the turns (`INFO commandstats`) less the orders' own stock writes, per order processed; *refusals per order* count a basket each time a tick refused it; the *backlog* is the orders arrived and not done when a turn ended, summed over the kind's turns and processors. Big baskets are those of more than half the mix's largest.\n")
 	for _, run := range r.Batches {

@@ -44,6 +44,10 @@ const (
 	NameCrossFloorProcessor  = "cross-process-floor-processor"
 	NameTryEachProcessor     = "batchlock-tryeach"
 	NameTryLockLoopProcessor = "batchlock-trylock-loop"
+	// The same with every lock key in one slot (OneSlotTag): the
+	// processors' locks co-located, the stock still spread.
+	NameCrossFloorOneSlot = NameCrossFloorProcessor + OneSlotSuffix
+	NameTryEachOneSlot    = NameTryEachProcessor + OneSlotSuffix
 )
 
 var labels = map[string]string{
@@ -73,6 +77,8 @@ var labels = map[string]string{
 	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
 	NameTryEachProcessor:     "batchlock Processor: one TryEach per tick, a refused basket offered again once a key that refused it may be free",
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
+	NameCrossFloorOneSlot:    "cross-process floor, every lock key in one slot (the co-located floor)",
+	NameTryEachOneSlot:       "batchlock Processor, every lock key in one slot (one space)",
 }
 
 // Label is the name a reader of the report sees.
@@ -191,17 +197,17 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	s.Promotions = blOrders
 
 	processors := slices.Max(DefaultBatch.Processors)
-	floors, crossFloors := make([]*Floor, processors), make([]*Floor, processors)
+	floors, crossFloors, crossOneSlot := make([]*Floor, processors), make([]*Floor, processors), make([]*Floor, processors)
 	for i := range processors {
-		floors[i], crossFloors[i] = NewLockFloor(client()), NewLockFloor(client())
+		floors[i], crossFloors[i], crossOneSlot[i] = NewLockFloor(client()), NewLockFloor(client()), NewLockFloor(client())
 	}
 	// A batchlock kind's processors each have a Client on a cluster client
 	// of its own.
-	var each, loop []*batchlock.Client
+	var each, eachOneSlot, loop []*batchlock.Client
 	for _, k := range []struct {
 		name    string
 		clients *[]*batchlock.Client
-	}{{NameTryEachProcessor, &each}, {NameTryLockLoopProcessor, &loop}} {
+	}{{NameTryEachProcessor, &each}, {NameTryEachOneSlot, &eachOneSlot}, {NameTryLockLoopProcessor, &loop}} {
 		for range processors {
 			b, err := newBatchlock(k.name)
 			if err != nil {
@@ -210,8 +216,8 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 			*k.clients = append(*k.clients, b.c)
 		}
 	}
-	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors), NewProcessorKind(each, DefaultBatch.Tick),
-		NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers)}
+	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors, ""), NewProcessorKind(each, DefaultBatch.Tick, ""),
+		NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers), NewCrossFloorKind(crossOneSlot, OneSlotSpace), NewProcessorKind(eachOneSlot, DefaultBatch.Tick, OneSlotSpace)}
 
 	var handedOff atomic.Int64
 	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {
