@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,7 +35,13 @@ type BatchConfig struct {
 	// LoopWorkers are the goroutines of the TryLock-loop processor, each
 	// taking one basket at a time.
 	LoopWorkers int
+	// Stall has the first processor hold a tick for stallFor, a third
+	// into each turn; only the Processor kinds run then.
+	Stall bool
 }
+
+// stallFor is how long a stalling processor holds its tick.
+const stallFor = 3 * time.Second
 
 // BatchMix is the orders of a batch workload.
 type BatchMix struct {
@@ -84,15 +91,21 @@ var DefaultBatch = BatchConfig{SKUs: 2000, Mix: MixUniform, Tick: 256, Processor
 	Rounds: 2, Slice: 3 * time.Second, LoopWorkers: 16}
 
 // BatchLoad is one load of the batch workload: a mix, and the open loop's
-// arrivals per second in all (0: a closed loop, every tick full).
+// arrivals per second in all (0: a closed loop, every tick full); with
+// Stall, three Processors, one of which stalls holding its tick, in one
+// turn of 15 s per kind.
 type BatchLoad struct {
-	Mix  BatchMix
-	Rate float64
+	Mix   BatchMix
+	Rate  float64
+	Stall bool
 }
 
 // On is cfg under the load.
 func (l BatchLoad) On(cfg BatchConfig) BatchConfig {
-	cfg.Mix, cfg.Rate = l.Mix, l.Rate
+	cfg.Mix, cfg.Rate, cfg.Stall = l.Mix, l.Rate, l.Stall
+	if l.Stall {
+		cfg.Processors, cfg.Rounds, cfg.Slice = []int{3}, 1, 15*time.Second
+	}
 	return cfg
 }
 
@@ -105,11 +118,12 @@ var (
 	LoadUniform800  = BatchLoad{Mix: MixUniform, Rate: 800}
 	LoadUniformOpen = BatchLoad{Mix: MixUniform, Rate: 1200}
 	LoadBigOpen     = BatchLoad{Mix: MixBig, Rate: 100}
+	LoadStall       = BatchLoad{Mix: MixUniform, Rate: 600, Stall: true}
 )
 
 // FullBatchLoads are a full run's: the targets' loads, then every other
 // mix in a closed loop and in an open one at its own rate.
-var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniform400, LoadUniform800, LoadUniformOpen, LoadBigOpen,
+var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniform400, LoadUniform800, LoadUniformOpen, LoadBigOpen, LoadStall,
 	{Mix: MixStream}, {Mix: MixStream, Rate: MixStream.Rate}, {Mix: MixZipf}, {Mix: MixZipf, Rate: MixZipf.Rate}, {Mix: MixBig}}
 
 // BatchRun is what every kind did under one load.
@@ -120,7 +134,7 @@ type BatchRun struct {
 
 // Is says whether the run was under load l.
 func (b BatchRun) Is(l BatchLoad) bool {
-	return b.Config.Mix.Name == l.Mix.Name && b.Config.Rate == l.Rate
+	return b.Config.Mix.Name == l.Mix.Name && b.Config.Rate == l.Rate && b.Config.Stall == l.Stall
 }
 
 // result is the result of a kind with n processors: empty where it did
@@ -136,6 +150,10 @@ func (b BatchRun) result(name string, n int) BatchResult {
 
 // Title names the run's load, for the report.
 func (b BatchRun) Title() string {
+	if b.Config.Stall {
+		return fmt.Sprintf("%s mix, open loop: %.0f orders/s, one of %d processors stalling %v holding its tick, %v into a %v turn",
+			b.Config.Mix.Name, b.Config.Rate, b.Config.Processors[0], stallFor, b.Config.Slice/3, b.Config.Slice)
+	}
 	if b.Config.Rate > 0 {
 		return fmt.Sprintf("%s mix, open loop: %.0f orders/s", b.Config.Mix.Name, b.Config.Rate)
 	}
@@ -369,6 +387,9 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Stall {
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k BatchKind) bool { return k.Batched == nil })
+	}
 	stocks := make([]*orders.Stock, len(kinds))
 	sold := make([]map[string]int64, len(kinds))
 	for k, kind := range kinds {
@@ -466,6 +487,9 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		for p, list := range lists {
 			if kind.Batched != nil {
 				b := kind.Batched(p, stock)
+				if cfg.Stall && p == 0 {
+					b.Stall = orders.Stall{At: cfg.Slice / 3, For: stallFor}
+				}
 				wg.Go(func() { results[p] = orders.RunBatched(ctx, b, list, ticks, run) })
 				continue
 			}

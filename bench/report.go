@@ -912,6 +912,17 @@ func (r Report) oneSlotTargets() []Target {
 		t.Reached = res.LockWait.P99 <= 50*time.Millisecond
 		t.Found = fmt.Sprintf("p99 %s ms; backlog %d", Millis(res.LockWait.P99), res.Backlog)
 	}
+	ts = append(ts, t)
+	t = Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, one of three processors stalling %v holding its tick: no backlog at the end of the %v turn, the Processor in one slot",
+		LoadStall.Mix.Name, LoadStall.Rate, stallFor, LoadStall.On(DefaultBatch).Slice), Found: "not measured"}
+	run := r.batchRun(LoadStall)
+	if oneSlot := run.result(NameTryEachOneSlot, 3); oneSlot.LockWait.Samples > 0 {
+		t.Reached = oneSlot.Backlog == 0
+		t.Found = fmt.Sprintf("backlog %d, p99 %s ms, max %s ms", oneSlot.Backlog, Millis(oneSlot.LockWait.P99), Millis(oneSlot.LockWait.Max))
+		if spread := run.result(NameTryEachProcessor, 3); spread.LockWait.Samples > 0 {
+			t.Found += fmt.Sprintf("; spread: backlog %d, p99 %s ms, max %s ms", spread.Backlog, Millis(spread.LockWait.P99), Millis(spread.LockWait.Max))
+		}
+	}
 	return append(ts, t)
 }
 

@@ -137,6 +137,9 @@ func sampleReport(bl100 time.Duration) Report {
 			waited(NameTryEachOneSlot, 1, 10*ms, 15*ms, 0), waited(NameTryEachOneSlot, 4, 15*ms, 40*ms, 0), waited(NameCrossFloorOneSlot, 4, 12*ms, 30*ms, 0),
 		}},
 		{Config: LoadUniform400.On(DefaultBatch), Results: []BatchResult{waited(NameTryEachProcessor, 4, 30*ms, 40*ms, 0)}},
+		{Config: LoadStall.On(DefaultBatch), Results: []BatchResult{
+			waited(NameTryEachOneSlot, 3, 15*ms, 40*ms, 0), waited(NameTryEachProcessor, 3, 30*ms, 40*ms, 9),
+		}},
 	}
 	return r
 }
@@ -159,6 +162,7 @@ const (
 	oneSlotClosedGoal = "batch, closed loop, one slot, 4 processors: the Processor at least 0.90x the co-located floor's orders/s, masters' CPU per order at most 1.10x its; together at least 0.60x one processor's orders/s"
 	oneSlotOpenGoal   = "batch, open loop, %s mix at %d orders/s, one slot: the Processor's p99 wait with 4 processors at most 1.5x the co-located floor's with 4 and 3x one processor's, its max at most 3x its p99, a backlog of at most 1%% of arrivals"
 	spread400Goal     = "batch, open loop, uniform mix at 400 orders/s, keys spread: the Processor's p99 wait with 4 processors at most 50 ms"
+	stallGoal         = "batch, open loop, uniform mix at 600 orders/s, one of three processors stalling 3s holding its tick: no backlog at the end of the 15s turn, the Processor in one slot"
 )
 
 var (
@@ -222,6 +226,7 @@ func TestTargets(t *testing.T) {
 		oneSlot1200Goal:   {false, "p99 15.0 ms against the co-located floor's 12.0 ms (1.2x) and one processor's 10.0 ms (1.5x); max 40.0 ms (2.7x its p99); backlog 100 of 7200 arrived"},
 		oneSlotBigGoal:    {false, "not measured"},
 		spread400Goal:     {true, "p99 30.0 ms; backlog 0"},
+		stallGoal:         {true, "backlog 0, p99 15.0 ms, max 40.0 ms; spread: backlog 9, p99 30.0 ms, max 40.0 ms"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d targets, want %d", len(got), len(want))
@@ -295,7 +300,7 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"16 Clients not run", drop(NameBatchlock16Clients), clients16Goal, false, "not measured"},
 		{"redsync 8x slower", nil, redsyncGoal, true, "7200 orders/s against 900: 8.0x"},
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
-		{"nothing oversold", nil, noOversellGoal, true, "none, 23 processors audited"},
+		{"nothing oversold", nil, noOversellGoal, true, "none, 25 processors audited"},
 		{"oversold in the batch workload", func(r *Report) { r.Batches[0].Results[2].Oversold = 1 }, noOversellGoal, false,
 			"oversold units: batchlock Processor: one TryEach per tick, a refused basket offered again once a key that refused it may be free (uniform mix, closed loop) 1"},
 		{"oversold in a later batch run", func(r *Report) { r.Batches[2].Results[2].Oversold = 4 }, noOversellGoal, false,
@@ -472,7 +477,7 @@ func TestBatchSectionHasATablePerLoad(t *testing.T) {
 		"### big mix, open loop: 100 orders/s":      1,
 		"### uniform mix, open loop: 800 orders/s":  1,
 		"### uniform mix, open loop: 400 orders/s":  1,
-		"| processors | processor | orders |":       5,
+		"| processors | processor | orders |":       6,
 		"Where the masters' CPU per order goes":     1,
 	} {
 		if got := strings.Count(md, want); got != n {

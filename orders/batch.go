@@ -21,10 +21,17 @@ type Batched struct {
 	Size   int           // orders per tick; default 256
 	// Space, when not empty, is the hash tag of every lock key: the locks
 	// of every SKU and promotion in one slot, where replicas meet in one
-	// script call and a refused order keeps its place by age across them
-	// (see batchlock.Processor). The stock keys stay where they are.
+	// script call (see batchlock.Processor). The stock keys stay where
+	// they are.
 	Space string
+	// Stall, when For is set, holds the first tick taken At after the
+	// run's start For longer before its orders are fulfilled, as a paused
+	// process holds its keys: the bench's stall.
+	Stall Stall
 }
+
+// Stall is a pause of a processor holding its tick (Batched.Stall).
+type Stall struct{ At, For time.Duration }
 
 // lockKey is the lock key of a stock or promotion key.
 func (b *Batched) lockKey(key string) string {
@@ -101,6 +108,7 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 	} else {
 		close(arrivals)
 	}
+	stalled := b.Stall.For == 0
 	for done := 0; done < len(orders); {
 		for ticks.Rate == 0 && next < len(orders) && p.Stats().Pending < size {
 			add(next)
@@ -109,6 +117,10 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 		tick, err := p.Next(runCtx)
 		if err != nil {
 			break
+		}
+		if !stalled && time.Since(start) >= b.Stall.At {
+			stalled = true
+			_ = sleep(runCtx, b.Stall.For)
 		}
 		r.tick(len(tick.Baskets))
 		done += b.fulfil(ctx, tick, orders, cfg, r)

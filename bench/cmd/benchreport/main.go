@@ -57,6 +57,7 @@ func main() {
 	mixNames := flag.String("mix", "", "with --only batch: the mixes to run, comma-separated, of uniform, stream, zipf and big, or all (default uniform)")
 	open := flag.Bool("open", false, "with --only batch: an open loop, orders arriving at each mix's own rate")
 	rate := flag.Float64("rate", 0, "with --only batch: an open loop, orders arriving this many a second in all")
+	stall := flag.Bool("stall", false, "with --only batch: the stall load alone (three Processors at 600 orders/s, one stalling 3 s holding its tick)")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -83,14 +84,21 @@ func main() {
 		log.Printf("benchreport: --uniform goes with --only orders")
 		os.Exit(2)
 	}
-	if (*mixNames != "" || *open || *rate != 0) && *only != "batch" {
-		log.Printf("benchreport: --mix, --open and --rate go with --only batch")
+	if (*mixNames != "" || *open || *rate != 0 || *stall) && *only != "batch" {
+		log.Printf("benchreport: --mix, --open, --rate and --stall go with --only batch")
 		os.Exit(2)
 	}
 	loads, err := batchLoads(*mixNames, *open, *rate)
 	if err != nil {
 		log.Printf("benchreport: %v", err)
 		os.Exit(2)
+	}
+	if *stall {
+		if *mixNames != "" || *open || *rate != 0 {
+			log.Printf("benchreport: --stall is a load of its own: no --mix, --open or --rate with it")
+			os.Exit(2)
+		}
+		loads = []bench.BatchLoad{bench.LoadStall}
 	}
 	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only, *uniform, loads); err != nil {
 		log.Printf("benchreport: %v", err)
