@@ -15,9 +15,7 @@ import (
 )
 
 func TestMetricsOfARealLockRun(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	reader, mp := newMeters(t)
 	observe, err := batchlockotel.Observer(mp)
 	require.NoError(t, err)
 
@@ -58,9 +56,7 @@ func TestMetricsOfARealLockRun(t *testing.T) {
 
 // The gauges read a Client's locks held and calls taking their keys.
 func TestGaugesOfAClient(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	reader, mp := newMeters(t)
 	c, _ := newLocker(t, newClient(t))
 	reg, err := batchlockotel.Gauges(mp, c)
 	require.NoError(t, err)
@@ -84,6 +80,15 @@ func TestGaugesOfAClient(t *testing.T) {
 	require.NoError(t, <-waiting)
 	assert.Zero(t, gauge(t, reader, "batchlock.locks.held"))
 	assert.Zero(t, gauge(t, reader, "batchlock.calls.waiting"))
+}
+
+// newMeters is a meter provider whose metrics reader reads, shut down at
+// the test's end.
+func newMeters(t *testing.T) (sdkmetric.Reader, *sdkmetric.MeterProvider) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return reader, mp
 }
 
 func gauge(t *testing.T, reader sdkmetric.Reader, name string) int64 {
@@ -156,9 +161,7 @@ func collect(t *testing.T, reader sdkmetric.Reader) []metricdata.Metrics {
 // A Processor's instruments: its backlog and refusals by cause from its
 // Stats, each basket's wait from Add to its lock from the observer.
 func TestMetricsOfAProcessor(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	reader, mp := newMeters(t)
 	observe, err := batchlockotel.Observer(mp)
 	require.NoError(t, err)
 	rdb := newClient(t)

@@ -537,13 +537,8 @@ func (s *soak) released(at time.Time, held ...*holding) {
 // unlock releases held with release (an Unlock, kind), sometimes with a
 // context that already ended; a failed release is tried again once.
 func (s *soak) unlock(rng *rand.Rand, kind string, release func(context.Context) error, held ...*holding) {
-	ctx, cancel := context.WithTimeout(s.t.Context(), 3*time.Second)
+	ctx, cancel := s.releaseContext(rng)
 	defer cancel()
-	if rng.IntN(5) == 0 {
-		ended, stop := context.WithCancel(ctx)
-		stop()
-		ctx = ended
-	}
 	err := release(ctx)
 	s.count(s.ops, kind)
 	if err != nil && !errors.Is(err, batchlock.ErrNotHeld) {
@@ -556,6 +551,18 @@ func (s *soak) unlock(rng *rand.Rand, kind string, release func(context.Context)
 		s.released(time.Now(), held...)
 	}
 	s.outcome(kind, err)
+}
+
+// releaseContext is the context of a release: a few seconds, or one time
+// in five one that already ended (one attempt is still made).
+func (s *soak) releaseContext(rng *rand.Rand) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(s.t.Context(), 3*time.Second)
+	if rng.IntN(5) == 0 {
+		ended, stop := context.WithCancel(ctx)
+		stop()
+		return ended, cancel
+	}
+	return ctx, cancel
 }
 
 // fencedStore is storage that checks fencing tokens: it refuses a write

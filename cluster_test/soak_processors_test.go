@@ -116,16 +116,11 @@ func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakO
 	}
 }
 
-// done lets go of tick t, sometimes with a context that already ended (one
-// attempt is still made); the history has the release when it went.
+// done lets go of tick t (see releaseContext); the history has the
+// release when it went.
 func (s *soak) done(rng *rand.Rand, t *batchlock.Tick[soakOrder], held []*holding) {
-	ctx, cancel := context.WithTimeout(s.t.Context(), 3*time.Second)
+	ctx, cancel := s.releaseContext(rng)
 	defer cancel()
-	if rng.IntN(5) == 0 {
-		ended, stop := context.WithCancel(ctx)
-		stop()
-		ctx = ended
-	}
 	err := t.Done(ctx)
 	s.count(s.ops, "Tick.Done")
 	s.outcome("Tick.Done", err)
