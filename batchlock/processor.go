@@ -28,8 +28,8 @@ import (
 // tick costs what its new and readied baskets cost, however long the
 // backlog.
 //
-// A basket refused in Redis queueAfter (8) times in a row stops being
-// offered and waits in its keys' queues instead, with a Lock of its own,
+// A basket refused in Redis queueAfter (8) times (since it was added, or
+// last queued) stops being offered and waits in its keys' queues instead, with a Lock of its own,
 // as Lock waits: no TryEach of any replica takes a key it is queued for,
 // so smaller baskets of other replicas cannot pass it over for ever. Once
 // it holds its keys, the next Next hands it out, in a tick of its own.
@@ -62,13 +62,15 @@ type Processor[T any] struct {
 	wake    chan struct{} // a basket may be ready: a Next that waits looks again
 
 	// queued counts the baskets waiting in their keys' queues, each with
-	// a Lock on a goroutine of queuing, whose context Close cancels; won
-	// are those that got their keys, for the next Next to hand out.
-	queued      int
-	won         []wonBasket[T]
-	queuing     sync.WaitGroup
-	stopQueuing context.CancelFunc
-	queueCtx    context.Context
+	// a Lock on a goroutine of queuing; won are those that got their keys,
+	// for the next Next to hand out.
+	queued  int
+	won     []wonBasket[T]
+	queuing sync.WaitGroup
+	// closing ends when Close begins: it ends the queued baskets' Locks
+	// and wakes every Next that waits.
+	closing context.Context
+	close   context.CancelFunc
 }
 
 // wonBasket is a queued basket that got its keys.
@@ -154,9 +156,9 @@ func NewProcessor[T any](c *Client, opts ...ProcessorOption) (*Processor[T], err
 		return nil, invalid("tick of %d baskets: want at least 1", cfg.tick)
 	}
 	// A queued basket's Lock has an owner of its own (see Processor).
-	queueCtx, stop := context.WithCancel(ContextWithOwner(context.Background(), ""))
+	closing, close := context.WithCancel(ContextWithOwner(context.Background(), ""))
 	return &Processor[T]{c: c, tick: cfg.tick, held: map[string]int{}, ticks: map[*Tick[T]]struct{}{},
-		settled: make(chan struct{}), wake: make(chan struct{}, 1), queueCtx: queueCtx, stopQueuing: stop}, nil
+		settled: make(chan struct{}), wake: make(chan struct{}, 1), closing: closing, close: close}, nil
 }
 
 // Add queues item's basket, after every basket added before it. A bad
@@ -211,7 +213,8 @@ type ProcessorStats struct {
 	Ticks   uint64 // ticks handed out
 	// Refused count the baskets ticks refused, each time, by why: an
 	// earlier basket of the tick took a key, another lock of the Client
-	// holds one, another Client holds one in Redis (or waits for it).
+	// holds one, Redis refused it (a key held there, or waited for: by
+	// another Client, or this Processor's queued basket).
 	RefusedByEarlier, RefusedByClient, RefusedInRedis uint64
 }
 
@@ -226,7 +229,8 @@ func (p *Processor[T]) Stats() ProcessorStats {
 // Next waits until some basket can be taken, and returns a tick of those
 // it took, oldest first, each held until the tick's Done. A call that fails
 // as a whole (a master down) is tried again, its baskets kept, until ctx
-// ends (ctx's error) or the Processor or its Client closes (ErrClosed).
+// ends (ctx's error) or the Processor or its Client closes (ErrClosed; the
+// Processor's Close then hands back every basket not handed out).
 func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
@@ -272,15 +276,27 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 func (p *Processor[T]) offer() (won *Tick[T], offer []*pendingBasket[T], until time.Time, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || p.c.closing.Err() != nil {
+		// A closed Client ended every won basket's Lock: Close hands
+		// them back.
 		return nil, nil, time.Time{}, ErrClosed
 	}
-	if len(p.won) > 0 {
-		won = &Tick[T]{p: p}
-		for _, w := range p.won {
-			won.Baskets = append(won.Baskets, Taken[T]{Item: w.pb.item, Lock: w.l, Waited: w.at.Sub(w.pb.arrived)})
+	for _, w := range p.won {
+		if w.l.Err() != nil {
+			// Ended while it waited to be handed out (its lease, a
+			// failover): offered again, as if never queued.
+			p.letGo(w.l.sortedKeys())
+			i, _ := slices.BinarySearchFunc(p.pending, w.pb.arrived, func(pb *pendingBasket[T], at time.Time) int { return pb.arrived.Compare(at) })
+			p.pending = slices.Insert(p.pending, i, w.pb)
+			continue
 		}
-		p.won = nil
+		if won == nil {
+			won = &Tick[T]{p: p}
+		}
+		won.Baskets = append(won.Baskets, Taken[T]{Item: w.pb.item, Lock: w.l, Waited: w.at.Sub(w.pb.arrived)})
+	}
+	p.won = nil
+	if won != nil {
 		p.ticks[won] = struct{}{}
 		p.ticked++
 		p.busy++
@@ -322,6 +338,8 @@ func (p *Processor[T]) await(ctx context.Context, until time.Time) error {
 	case <-ctx.Done():
 		return ended(ctx)
 	case <-p.c.closing.Done():
+		return ErrClosed
+	case <-p.closing.Done():
 		return ErrClosed
 	}
 }
@@ -367,7 +385,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		if l := locks[i]; l != nil {
 			taken[pb] = true
 			tick.Baskets = append(tick.Baskets, Taken[T]{Item: pb.item, Lock: l, Waited: now.Sub(pb.arrived)})
-			p.hold(l.keys)
+			p.hold(l.sortedKeys())
 			continue
 		}
 		for next < len(why) && why[next].Basket < i {
@@ -387,7 +405,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		}
 	}
 	if p.closed {
-		// Close handed these baskets back already.
+		// Close hands these baskets back: they are still pending.
 		locks := make([]*Lock, len(tick.Baskets))
 		for i, t := range tick.Baskets {
 			locks[i] = t.Lock
@@ -460,7 +478,7 @@ func (p *Processor[T]) queue(pb *pendingBasket[T]) {
 	p.hold(pb.basket.keys)
 	exclusive, shared := pb.basket.split()
 	p.queuing.Go(func() {
-		l, err := p.c.lockWith(p.queueCtx, exclusive, lockConfig{shared: shared}, true)
+		l, err := p.c.lockWith(p.closing, exclusive, lockConfig{shared: shared}, true)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		pb.queued = false
@@ -469,7 +487,7 @@ func (p *Processor[T]) queue(pb *pendingBasket[T]) {
 		if err == nil {
 			p.pending = slices.DeleteFunc(p.pending, func(other *pendingBasket[T]) bool { return other == pb })
 			p.won = append(p.won, wonBasket[T]{pb: pb, l: l, at: time.Now()})
-			p.hold(l.keys)
+			p.hold(l.sortedKeys())
 		}
 		p.letGo(pb.basket.keys)
 	})
@@ -485,7 +503,7 @@ func (p *Processor[T]) settle() {
 // forget forgets the keys of tick, let go. Called with p.mu held.
 func (p *Processor[T]) forget(tick *Tick[T]) {
 	for _, b := range tick.Baskets {
-		p.letGo(b.Lock.keys)
+		p.letGo(b.Lock.sortedKeys())
 	}
 }
 
@@ -513,10 +531,20 @@ func (p *Processor[T]) letGo(keys []string) {
 }
 
 // admitted tells the observer of each basket's admission, and returns t.
+// An observer that panics loses the caller the tick: it is let go first.
 func (t *Tick[T]) admitted() *Tick[T] {
+	told := false
+	defer func() {
+		if !told {
+			ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+			defer cancel()
+			_ = t.Done(ctx)
+		}
+	}()
 	for _, b := range t.Baskets {
 		b.Lock.emit(Event{Kind: EventAdmitted, Duration: b.Waited})
 	}
+	told = true
 	return t
 }
 
@@ -544,11 +572,16 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 	return err
 }
 
-// Close stops the Processor: Next and Add return ErrClosed from now on. It
-// waits for the ticks handed out to be done, while ctx lets it, then lets
-// go of those still held (told as released, not lost), and returns the
-// items of the baskets not taken, in arrival order, to be handed to
-// another replica. A second Close returns nothing.
+// Close stops the Processor: Next (every call, waiting or not) and Add
+// return ErrClosed from now on. It ends the queued baskets' waits and lets
+// go of those that got their keys (at most 5 s, whatever ctx), waits for
+// the ticks handed out to be done, while ctx lets it, then lets go of
+// those still held (told as released, not lost), and returns the items of
+// the baskets not handed out, in arrival order, to be handed to another
+// replica. A queued basket's place in its keys' queues goes as a Lock's
+// whose context ends: its rollback lands within 5 s of Close, and till
+// then a key may read as held by the basket's owner. A second Close
+// returns nothing.
 func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	p.mu.Lock()
 	if p.closed {
@@ -563,7 +596,7 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	p.mu.Unlock()
 	// A queued basket's Lock returns at once, having given back what it
 	// took; one that got its keys first is won, let go below.
-	p.stopQueuing()
+	p.close()
 	p.queuing.Wait()
 	p.mu.Lock()
 	back := p.pending

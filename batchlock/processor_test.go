@@ -207,7 +207,66 @@ func TestProcessorQueuesABasketRefusedOverAndOver(t *testing.T) {
 	assert.Equal(t, []string{"b"}, left)
 	assert.Nil(t, <-ticks)
 	require.NoError(t, l.Unlock(ctx))
-	taken, err := other.TryLock(ctx, []string{"b"})
-	require.NoError(t, err, "the queued basket left the queue")
-	require.NoError(t, taken.Unlock(ctx))
+	// The queued Lock's place goes with its rollback, after Close (see
+	// Close), and a grant it got meanwhile with it.
+	require.Eventually(t, func() bool {
+		taken, err := other.TryLock(ctx, []string{"b"})
+		if err != nil {
+			return false
+		}
+		require.NoError(t, taken.Unlock(ctx))
+		return true
+	}, 2*rollbackTimeout, 10*time.Millisecond, "the queued basket left the queue")
+}
+
+// Close ends every Next, those that wait included.
+func TestProcessorCloseEndsEveryNext(t *testing.T) {
+	_, p := newReplica(t, wiretest.ServerClient(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := p.Next(ctx)
+			errs <- err
+		}()
+	}
+	// Nothing to observe tells that both wait; either way, both must end.
+	time.Sleep(50 * time.Millisecond)
+	_, err := p.Close(t.Context())
+	require.NoError(t, err)
+	for range 2 {
+		assert.ErrorIs(t, <-errs, ErrClosed)
+	}
+}
+
+// A queued basket that got its keys after its Client closed is not handed
+// out (its Lock ended with the Client): Next says ErrClosed, and Close
+// hands the basket back.
+func TestProcessorQueuedBasketOfAClosedClient(t *testing.T) {
+	rdb := wiretest.ServerClient(t)
+	holder, _ := newReplica(t, rdb)
+	c, p := newReplica(t, rdb)
+	ctx := t.Context()
+	l, err := holder.Lock(ctx, []string{"a"})
+	require.NoError(t, err)
+	require.NoError(t, p.Add("a", Basket{Keys: []string{"a"}}))
+	waiting, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Next(waiting)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return p.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.NoError(t, l.Unlock(ctx))
+	require.Eventually(t, func() bool { s := p.Stats(); return s.Queued == 0 && s.Pending == 1 }, 10*time.Second, time.Millisecond)
+
+	require.NoError(t, c.Close())
+	_, err = p.Next(ctx)
+	assert.ErrorIs(t, err, ErrClosed)
+	left, err := p.Close(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, left)
 }
