@@ -85,6 +85,9 @@ func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakO
 		cancel()
 		s.count(s.ops, "Processor.Next")
 		s.outcome("Processor.Next", err)
+		if p.Stats().Queued > 0 {
+			s.count(s.outcomes, "Processor.Next with a basket queued")
+		}
 		switch {
 		case errors.Is(err, batchlock.ErrClosed):
 			return
