@@ -33,7 +33,9 @@
 // writer is not overtaken by later readers, and an owner reading a key that
 // asks for it exclusively gets ErrUpgrade. TryEach takes many baskets in one
 // call, each whole or not at all; UnlockEach releases many locks with one
-// call per master.
+// call per master. A Processor is a batch processor's admission on them,
+// one per replica: baskets go in as they arrive, and each Next takes the
+// oldest that are free.
 //
 // # Leases, loss and fencing
 //
