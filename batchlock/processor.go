@@ -29,10 +29,11 @@ import (
 // backlog.
 //
 // A basket refused in Redis queueAfter (8) times (since it was added, or
-// last queued) stops being offered and waits in its keys' queues instead, with a Lock of its own,
-// as Lock waits: no TryEach of any replica takes a key it is queued for,
-// so smaller baskets of other replicas cannot pass it over for ever. Once
-// it holds its keys, the next Next hands it out, in a tick of its own.
+// last queued) stops being offered and waits in its keys' queues instead,
+// with a Lock of its own, as Lock waits: no TryEach of any replica takes a
+// key it is queued for, so smaller baskets of other replicas cannot pass
+// it over for ever. Once it holds its keys, the next Next hands it out, in
+// a tick of its own.
 // One basket of a Processor waits so at a time (maxQueued): the others
 // are offered as before. (Eight at a time cost a quarter of four spread
 // replicas' orders/s in the demo, holding parts of their baskets while
@@ -80,8 +81,8 @@ type wonBasket[T any] struct {
 	at time.Time
 }
 
-// A basket refused in Redis queueAfter ticks in a row waits in its keys'
-// queues; maxQueued of a Processor at a time (see Processor).
+// A basket refused in Redis queueAfter times waits in its keys' queues;
+// maxQueued of a Processor at a time (see Processor).
 const (
 	queueAfter = 8
 	maxQueued  = 1
@@ -98,7 +99,7 @@ type pendingBasket[T any] struct {
 	// waitsFor are the keys held by the Processor's ticks whose release
 	// readies it.
 	waitsFor []string
-	refusals int  // refused in Redis, in a row
+	refusals int  // refused in Redis, since added or last queued
 	queued   bool // waits in its keys' queues
 }
 
@@ -405,15 +406,10 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		}
 	}
 	if p.closed {
-		// Close hands these baskets back: they are still pending.
-		locks := make([]*Lock, len(tick.Baskets))
-		for i, t := range tick.Baskets {
-			locks[i] = t.Lock
-		}
+		// Close hands these baskets back: they are still pending. An
+		// unlock on a context that ended still makes its one attempt.
 		p.mu.Unlock()
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		_ = p.c.UnlockEach(uctx, locks)
-		cancel()
+		_ = p.c.UnlockEach(ctx, tick.locks())
 		p.mu.Lock()
 		p.forget(tick)
 		p.settle()
@@ -555,11 +551,7 @@ func (t *Tick[T]) admitted() *Tick[T] {
 func (t *Tick[T]) Done(ctx context.Context) error {
 	var err error
 	t.done.Do(func() {
-		locks := make([]*Lock, len(t.Baskets))
-		for i, b := range t.Baskets {
-			locks[i] = b.Lock
-		}
-		err = t.p.c.UnlockEach(ctx, locks)
+		err = t.p.c.UnlockEach(ctx, t.locks())
 		p := t.p
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -572,11 +564,21 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 	return err
 }
 
+// locks are the tick's baskets' locks.
+func (t *Tick[T]) locks() []*Lock {
+	locks := make([]*Lock, len(t.Baskets))
+	for i, b := range t.Baskets {
+		locks[i] = b.Lock
+	}
+	return locks
+}
+
 // Close stops the Processor: Next (every call, waiting or not) and Add
 // return ErrClosed from now on. It ends the queued baskets' waits and lets
-// go of those that got their keys (at most 5 s, whatever ctx), waits for
-// the ticks handed out to be done, while ctx lets it, then lets go of
-// those still held (told as released, not lost), and returns the items of
+// go of those that got their keys, waits for the ticks handed out to be
+// done, while ctx lets it, then lets go of those still held (told as
+// released, not lost; each release makes one attempt, as Unlock's on an
+// ended context does), and returns the items of
 // the baskets not handed out, in arrival order, to be handed to another
 // replica. A queued basket's place in its keys' queues goes as a Lock's
 // whose context ends: its rollback lands within 5 s of Close, and till
@@ -592,7 +594,6 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	if p.busy == 0 {
 		close(p.settled)
 	}
-	p.signal()
 	p.mu.Unlock()
 	// A queued basket's Lock returns at once, having given back what it
 	// took; one that got its keys first is won, let go below.
@@ -612,11 +613,7 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	}
 	p.pending, p.won = nil, nil
 	p.mu.Unlock()
-	if len(won) > 0 {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		_ = p.c.UnlockEach(uctx, won)
-		cancel()
-	}
+	_ = p.c.UnlockEach(ctx, won)
 
 	select {
 	case <-p.settled:
@@ -629,11 +626,10 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 		ticks = append(ticks, t)
 	}
 	p.mu.Unlock()
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
+	// ctx ended: each Done makes its one attempt still.
 	var errs []error
 	for _, t := range ticks {
-		errs = append(errs, t.Done(uctx))
+		errs = append(errs, t.Done(ctx))
 	}
 	return left, errors.Join(errs...)
 }

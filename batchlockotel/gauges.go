@@ -57,14 +57,16 @@ func ProcessorGauges[T any](mp metric.MeterProvider, p *batchlock.Processor[T]) 
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("batchlockotel: creating processor gauges: %w", err)
 	}
+	cause := func(c string) metric.ObserveOption { return metric.WithAttributes(attribute.String("cause", c)) }
+	byEarlier, byClient, inRedis := cause("earlier"), cause("client"), cause("redis")
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := p.Stats()
 		o.ObserveInt64(pending, int64(s.Pending))
 		o.ObserveInt64(queued, int64(s.Queued))
 		o.ObserveInt64(ticks, int64(s.Ticks))
-		for cause, n := range map[string]uint64{"earlier": s.RefusedByEarlier, "client": s.RefusedByClient, "redis": s.RefusedInRedis} {
-			o.ObserveInt64(refusals, int64(n), metric.WithAttributes(attribute.String("cause", cause)))
-		}
+		o.ObserveInt64(refusals, int64(s.RefusedByEarlier), byEarlier)
+		o.ObserveInt64(refusals, int64(s.RefusedByClient), byClient)
+		o.ObserveInt64(refusals, int64(s.RefusedInRedis), inRedis)
 		return nil
 	}, pending, queued, ticks, refusals)
 	if err != nil {

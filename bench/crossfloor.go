@@ -58,10 +58,8 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 	baskets := make([][]string, len(batch))
 	for i, o := range batch {
 		baskets[i] = lockKeys(f.stock.Keys(o))
-		if f.space != "" {
-			for j, k := range baskets[i] {
-				baskets[i][j] = "{" + f.space + "}" + k
-			}
+		for j, k := range baskets[i] {
+			baskets[i][j] = orders.InSpace(f.space, k)
 		}
 	}
 	admitted := (&admission{held: map[string]bool{}}).admit(baskets)

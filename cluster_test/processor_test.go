@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,12 +219,16 @@ func TestProcessorBasketsKeepTheirModes(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// keySpaces are the ways a test lays out its keys: spread over the masters,
+// or every key in one slot (a hash tag before it).
+var keySpaces = []struct{ name, tag string }{{"spread", ""}, {"one slot", "{shop}"}}
+
 // A big basket among three other replicas' small ones, each on one of its
 // keys, is admitted within a bounded number of their ticks, spread over
 // the masters or in one slot: refused in Redis again and again, it waits
 // in its keys' queues, which their ticks do not pass.
 func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
-	for _, tc := range []struct{ name, tag string }{{"spread", ""}, {"one slot", "{shop}"}} {
+	for _, tc := range keySpaces {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := newClient(t)
 			c, prefix := newLocker(t, rdb)
@@ -234,8 +239,7 @@ func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
 			ctx := ctxTimeout(t, time.Minute)
 			othersCtx, stop := context.WithCancel(ctx)
 			var others sync.WaitGroup
-			var mu sync.Mutex
-			ticks := 0
+			var ticks atomic.Int64
 			for r := range 3 {
 				small, err := batchlock.NewProcessor[int](peerOf(t, rdb, prefix))
 				require.NoError(t, err)
@@ -252,20 +256,12 @@ func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
 						}
 						time.Sleep(5 * time.Millisecond) // the tick's work
 						require.NoError(t, tick.Done(ctx))
-						mu.Lock()
-						ticks++
-						mu.Unlock()
+						ticks.Add(1)
 					}
 				})
 			}
-			require.Eventually(t, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return ticks >= 20
-			}, 30*time.Second, time.Millisecond, "the others keep every key busy")
-			mu.Lock()
-			ticks = 0
-			mu.Unlock()
+			require.Eventually(t, func() bool { return ticks.Load() >= 20 }, 30*time.Second, time.Millisecond, "the others keep every key busy")
+			ticks.Store(0)
 			big, err := batchlock.NewProcessor[string](c)
 			require.NoError(t, err)
 			require.NoError(t, big.Add("big", batchlock.Basket{Keys: keys}))
@@ -273,10 +269,8 @@ func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
 			stop()
 			others.Wait()
 			require.NoError(t, err, "the big basket was admitted")
-			mu.Lock()
-			defer mu.Unlock()
-			t.Logf("admitted after %d ticks of the others, %v, %+v", ticks, tick.Baskets[0].Waited, big.Stats())
-			assert.Less(t, ticks, 2000, "admitted within a bounded number of the others' ticks")
+			t.Logf("admitted after %d ticks of the others, %v, %+v", ticks.Load(), tick.Baskets[0].Waited, big.Stats())
+			assert.Less(t, ticks.Load(), int64(2000), "admitted within a bounded number of the others' ticks")
 			require.NoError(t, tick.Done(ctx))
 			_, err = big.Close(ctx)
 			require.NoError(t, err)
@@ -289,7 +283,7 @@ func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
 // for those keys, never hold a key another basket holds, and once the
 // stall ends every replica drains what came meanwhile.
 func TestProcessorsRecoverFromAStall(t *testing.T) {
-	for _, tc := range []struct{ name, tag string }{{"spread", ""}, {"one slot", "{shop}"}} {
+	for _, tc := range keySpaces {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := newClient(t)
 			_, prefix := newLocker(t, rdb)

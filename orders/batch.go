@@ -34,11 +34,15 @@ type Batched struct {
 type Stall struct{ At, For time.Duration }
 
 // lockKey is the lock key of a stock or promotion key.
-func (b *Batched) lockKey(key string) string {
-	if b.Space == "" {
+func (b *Batched) lockKey(key string) string { return InSpace(b.Space, key) }
+
+// InSpace is key in the slot of hash tag space (Batched.Space): key itself
+// when space is empty.
+func InSpace(space, key string) string {
+	if space == "" {
 		return key
 	}
-	return "{" + b.Space + "}" + key
+	return "{" + space + "}" + key
 }
 
 // basket is o's basket: its stock's lock keys in line order, its
