@@ -191,7 +191,14 @@ type BatchResult struct {
 	Ticks      int // ticks of all its processors
 	Refusals   int // baskets refused, each time
 	Backlog    int // orders arrived and not done at the ends of the turns
+	Overdue    int // of them, those that had waited orders.RunConfig.OverdueAfter
 	Small, Big Summary
+}
+
+// backlog tells the orders overdue and those waiting at the ends of the
+// turns.
+func (r BatchResult) backlog() string {
+	return fmt.Sprintf("%d overdue, %d waiting", r.Overdue, r.Backlog)
 }
 
 // refusalsPerOrder is the baskets refused, each time, per order processed.
@@ -514,6 +521,7 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 	r.Ticks += res.Ticks
 	r.Refusals += res.Refusals
 	r.Backlog += res.Backlog
+	r.Overdue += res.Overdue
 	waits.all = append(waits.all, res.LockWaits...)
 	for i, w := range res.LockWaits {
 		if cfg.Mix.big(res.LockWaitSizes[i]) {

@@ -910,17 +910,17 @@ func (r Report) oneSlotTargets() []Target {
 		Found: "not measured"}
 	if res := r.batchRun(LoadUniform400).result(NameTryEachProcessor, 4); res.LockWait.Samples > 0 {
 		t.Reached = res.LockWait.P99 <= 50*time.Millisecond
-		t.Found = fmt.Sprintf("p99 %s ms; backlog %d", Millis(res.LockWait.P99), res.Backlog)
+		t.Found = fmt.Sprintf("p99 %s ms; backlog %s", Millis(res.LockWait.P99), res.backlog())
 	}
 	ts = append(ts, t)
 	t = Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, one of three processors stalling %v holding its tick: no backlog at the end of the %v turn, the Processor in one slot",
 		LoadStall.Mix.Name, LoadStall.Rate, stallFor, LoadStall.On(DefaultBatch).Slice), Found: "not measured"}
 	run := r.batchRun(LoadStall)
 	if oneSlot := run.result(NameTryEachOneSlot, 3); oneSlot.LockWait.Samples > 0 {
-		t.Reached = oneSlot.Backlog == 0
-		t.Found = fmt.Sprintf("backlog %d, p99 %s ms, max %s ms", oneSlot.Backlog, Millis(oneSlot.LockWait.P99), Millis(oneSlot.LockWait.Max))
+		t.Reached = oneSlot.Overdue == 0
+		t.Found = fmt.Sprintf("backlog %s, p99 %s ms, max %s ms", oneSlot.backlog(), Millis(oneSlot.LockWait.P99), Millis(oneSlot.LockWait.Max))
 		if spread := run.result(NameTryEachProcessor, 3); spread.LockWait.Samples > 0 {
-			t.Found += fmt.Sprintf("; spread: backlog %d, p99 %s ms, max %s ms", spread.Backlog, Millis(spread.LockWait.P99), Millis(spread.LockWait.Max))
+			t.Found += fmt.Sprintf("; spread: backlog %s, p99 %s ms, max %s ms", spread.backlog(), Millis(spread.LockWait.P99), Millis(spread.LockWait.Max))
 		}
 	}
 	return append(ts, t)
@@ -940,10 +940,10 @@ func (r Report) oneSlotOpenTarget(l BatchLoad) Target {
 	}
 	arrived := l.Rate * run.Config.Slice.Seconds() * float64(run.Config.Rounds)
 	w := four.LockWait
-	t.Reached = w.P99 <= floor.LockWait.P99*3/2 && w.P99 <= 3*one.LockWait.P99 && w.Max <= 3*w.P99 && float64(four.Backlog) <= arrived/100
-	t.Found = fmt.Sprintf("p99 %s ms against the co-located floor's %s ms (%.1fx) and one processor's %s ms (%.1fx); max %s ms (%.1fx its p99); backlog %d of %.0f arrived",
+	t.Reached = w.P99 <= floor.LockWait.P99*3/2 && w.P99 <= 3*one.LockWait.P99 && w.Max <= 3*w.P99 && float64(four.Overdue) <= arrived/100
+	t.Found = fmt.Sprintf("p99 %s ms against the co-located floor's %s ms (%.1fx) and one processor's %s ms (%.1fx); max %s ms (%.1fx its p99); backlog %s of %.0f arrived",
 		Millis(w.P99), Millis(floor.LockWait.P99), float64(w.P99)/float64(max(floor.LockWait.P99, 1)), Millis(one.LockWait.P99),
-		float64(w.P99)/float64(max(one.LockWait.P99, 1)), Millis(w.Max), float64(w.Max)/float64(max(w.P99, 1)), four.Backlog, arrived)
+		float64(w.P99)/float64(max(one.LockWait.P99, 1)), Millis(w.Max), float64(w.Max)/float64(max(w.P99, 1)), four.backlog(), arrived)
 	return t
 }
 
@@ -960,10 +960,10 @@ func (r Report) openTarget(l BatchLoad) Target {
 		return t
 	}
 	w := four.LockWait
-	t.Reached = w.P99 <= 2*one.LockWait.P99 && w.P99 < floor.LockWait.P99 && w.Max <= 3*w.P99 && four.Backlog == 0
-	t.Found = fmt.Sprintf("p99 %s ms against one processor's %s ms (%.1fx) and the batch-floor processor's %s ms; max %s ms (%.1fx its p99); backlog %d",
+	t.Reached = w.P99 <= 2*one.LockWait.P99 && w.P99 < floor.LockWait.P99 && w.Max <= 3*w.P99 && four.Overdue == 0
+	t.Found = fmt.Sprintf("p99 %s ms against one processor's %s ms (%.1fx) and the batch-floor processor's %s ms; max %s ms (%.1fx its p99); backlog %s",
 		Millis(w.P99), Millis(one.LockWait.P99), float64(w.P99)/float64(max(one.LockWait.P99, 1)), Millis(floor.LockWait.P99),
-		Millis(w.Max), float64(w.Max)/float64(max(w.P99, 1)), four.Backlog)
+		Millis(w.Max), float64(w.Max)/float64(max(w.P99, 1)), four.backlog())
 	return t
 }
 
@@ -979,7 +979,7 @@ func (r Report) batches(p func(string, ...any)) {
 	p("The references are the **batch-floor processor**: admission in this process (a basket is refused when any of its SKUs is held by an earlier basket of any of its processors), then the lock floor's Redis work for every admitted key of the tick: one script call per master that, per slot, `INCR`s its counter and sets each key `NX PX` to its token and owner, and one that deletes each key where the owner matches; and the **cross-process floor**, the least a lock costs when processors meet in Redis: each processor admits among its own tick's baskets in process, sends per master one call that takes each admitted basket's keys there with the same work, undoing that basket's keys on that master at its first held key, then one owner-checked delete per master of the parts of baskets refused on another master, and releases with one owner-checked delete per master. ")
 	p("batchlock's **TryEach** processor takes a tick with one `TryEach` (one call per master, settling conflicts with its own locks in the process) and lets go with one `UnlockEach`; a basket it refused waits for the next tick; the **TryLock loop** is the same processor as a new user first writes it: `TryLock` per basket on %d goroutines, then `Unlock` each. The **co-located floor** and the **Processor in one slot** are the cross-process floor and the Processor with every lock key given one hash tag (%s), the processors' locks in one slot on one master, where a tick is one script call; the stock stays spread. ", b.LoopWorkers, OneSlotTag)
 	p("With %s processors at once (a Client each, as processes), each kind gets %d turns of %v under each load, alternating. ", joinInts(b.Processors), b.Rounds, b.Slice)
-	p("*Script calls per order* are the masters' script calls over the turns (`INFO commandstats`) less the orders' own stock writes, per order processed; *refusals per order* count a basket each time a tick refused it; the *backlog* is the orders arrived and not done when a turn ended, summed over the kind's turns and processors. Big baskets are those of more than half the mix's largest.\n")
+	p("*Script calls per order* are the masters' script calls over the turns (`INFO commandstats`) less the orders' own stock writes, per order processed; *refusals per order* count a basket each time a tick refused it; the *backlog* is the orders arrived and not done when a turn ended, summed over the kind's turns and processors: those *overdue*, having waited a second or more (in a closed loop, all of them), and all those *waiting*, which in an open loop include the orders that arrived as the turn ended; a backlog in the targets is an overdue one. Big baskets are those of more than half the mix's largest.\n")
 	for _, run := range r.Batches {
 		run.section(p)
 	}
@@ -989,7 +989,7 @@ func (r Report) batches(p func(string, ...any)) {
 // per order goes.
 func (b BatchRun) section(p func(string, ...any)) {
 	p("\n### %s\n\n%s.\n\n", b.Title(), b.Config.Mix)
-	p("| processors | processor | orders | orders/s | of the batch floor's / the cross-process floor's | masters' CPU per order | vs the batch floor's / the cross-process floor's | script calls per order | by kind: acquires / releases per order | orders per tick | refusals per order | wait p50 / p99 / max ms | p99 small / big ms | backlog | oversold units |\n")
+	p("| processors | processor | orders | orders/s | of the batch floor's / the cross-process floor's | masters' CPU per order | vs the batch floor's / the cross-process floor's | script calls per order | by kind: acquires / releases per order | orders per tick | refusals per order | wait p50 / p99 / max ms | p99 small / big ms | backlog: overdue / waiting | oversold units |\n")
 	p("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---:|\n")
 	for _, n := range b.Config.Processors {
 		refs := []BatchResult{b.result(NameBatchFloorProcessor, n), b.result(NameCrossFloorProcessor, n)}
@@ -1017,9 +1017,9 @@ func (b BatchRun) section(p func(string, ...any)) {
 				perTick = float64(res.Orders) / float64(res.Ticks)
 			}
 			w := res.LockWait
-			p("| %d | %s | %d | %.0f | %s | %d µs | %s | %.3f | %s | %.1f | %.2f | %s / %s / %s | %s / %s | %d | %d |\n", n, Label(res.Library), res.Orders, res.PerSecond(),
+			p("| %d | %s | %d | %.0f | %s | %d µs | %s | %.3f | %s | %.1f | %.2f | %s / %s / %s | %s / %s | %d / %d | %d |\n", n, Label(res.Library), res.Orders, res.PerSecond(),
 				strings.Join(shares, " / "), res.CPUPerOrder().Microseconds(), strings.Join(cpus, " / "), res.LockScriptsPerOrder(), byKind, perTick, res.refusalsPerOrder(),
-				Millis(w.Median), Millis(w.P99), Millis(w.Max), Millis(res.Small.P99), Millis(res.Big.P99), res.Backlog, res.Oversold)
+				Millis(w.Median), Millis(w.P99), Millis(w.Max), Millis(res.Small.P99), Millis(res.Big.P99), res.Overdue, res.Backlog, res.Oversold)
 		}
 	}
 	if b.Config.Rate > 0 {

@@ -110,9 +110,11 @@ func sampleReport(bl100 time.Duration) Report {
 		return BatchResult{OrderResult: OrderResult{Library: name, Workers: n, Orders: orders, MastersCPU: time.Duration(orders) * cpu,
 			Elapsed: time.Second, SendsScripts: true}, Ticks: 100}
 	}
-	waited := func(name string, n int, p99, most time.Duration, backlog int) BatchResult {
+	// waited has overdue orders left at the end, and two more that had
+	// just arrived.
+	waited := func(name string, n int, p99, most time.Duration, overdue int) BatchResult {
 		b := batch(name, n, 1000, 100*us)
-		b.LockWait, b.Backlog = Summary{Samples: 100, P99: p99, Max: most}, backlog
+		b.LockWait, b.Overdue, b.Backlog = Summary{Samples: 100, P99: p99, Max: most}, overdue, overdue+2
 		return b
 	}
 	r.Batches = []BatchRun{
@@ -219,14 +221,14 @@ func TestTargets(t *testing.T) {
 		batchCrossGoal:    {false, ""},
 		batchScaleGoal:    {true, "10000 orders/s against 9200: 1.09x"},
 		batchLoopGoal:     {true, "9200 orders/s against 3000: 3.1x"},
-		uniformGoal:       {true, "p99 15.0 ms against one processor's 10.0 ms (1.5x) and the batch-floor processor's 20.0 ms; max 40.0 ms (2.7x its p99); backlog 0"},
-		bigGoal:           {false, "p99 30.0 ms against one processor's 10.0 ms (3.0x) and the batch-floor processor's 50.0 ms; max 40.0 ms (1.3x its p99); backlog 0"},
+		uniformGoal:       {true, "p99 15.0 ms against one processor's 10.0 ms (1.5x) and the batch-floor processor's 20.0 ms; max 40.0 ms (2.7x its p99); backlog 0 overdue, 2 waiting"},
+		bigGoal:           {false, "p99 30.0 ms against one processor's 10.0 ms (3.0x) and the batch-floor processor's 50.0 ms; max 40.0 ms (1.3x its p99); backlog 0 overdue, 2 waiting"},
 		oneSlotClosedGoal: {true, "8500 orders/s against 9000: 0.94x; masters' CPU per order 110 µs against 105 µs: 1.05x; one processor 9000 orders/s: 0.94x"},
-		oneSlot800Goal:    {true, "p99 15.0 ms against the co-located floor's 12.0 ms (1.2x) and one processor's 10.0 ms (1.5x); max 40.0 ms (2.7x its p99); backlog 0 of 4800 arrived"},
-		oneSlot1200Goal:   {false, "p99 15.0 ms against the co-located floor's 12.0 ms (1.2x) and one processor's 10.0 ms (1.5x); max 40.0 ms (2.7x its p99); backlog 100 of 7200 arrived"},
+		oneSlot800Goal:    {true, "p99 15.0 ms against the co-located floor's 12.0 ms (1.2x) and one processor's 10.0 ms (1.5x); max 40.0 ms (2.7x its p99); backlog 0 overdue, 2 waiting of 4800 arrived"},
+		oneSlot1200Goal:   {false, "p99 15.0 ms against the co-located floor's 12.0 ms (1.2x) and one processor's 10.0 ms (1.5x); max 40.0 ms (2.7x its p99); backlog 100 overdue, 102 waiting of 7200 arrived"},
 		oneSlotBigGoal:    {false, "not measured"},
-		spread400Goal:     {true, "p99 30.0 ms; backlog 0"},
-		stallGoal:         {true, "backlog 0, p99 15.0 ms, max 40.0 ms; spread: backlog 9, p99 30.0 ms, max 40.0 ms"},
+		spread400Goal:     {true, "p99 30.0 ms; backlog 0 overdue, 2 waiting"},
+		stallGoal:         {true, "backlog 0 overdue, 2 waiting, p99 15.0 ms, max 40.0 ms; spread: backlog 9 overdue, 11 waiting, p99 30.0 ms, max 40.0 ms"},
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d targets, want %d", len(got), len(want))
@@ -307,12 +309,13 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 			"oversold units: batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master (big mix, open loop: 100 orders/s) 4"},
 		{"no batch run", func(r *Report) { r.Batches = nil }, batch1Goal, false, "not measured"},
 		{"no open loop of the big mix", func(r *Report) { r.Batches = r.Batches[:2] }, bigGoal, false, "not measured"},
-		{"a backlog in the open loop", func(r *Report) { r.Batches[1].Results[1].Backlog = 3 }, uniformGoal, false, ""},
+		{"a backlog in the open loop", func(r *Report) { r.Batches[1].Results[1].Overdue = 3 }, uniformGoal, false, ""},
+		{"orders waiting, none overdue", func(r *Report) { r.Batches[1].Results[1].Backlog = 30 }, uniformGoal, true, ""},
 		{"a max over 3x the p99", func(r *Report) { r.Batches[1].Results[1].LockWait.Max = 46 * time.Millisecond }, uniformGoal, false, ""},
 		{"a p99 equal to the batch floor's", func(r *Report) { r.Batches[1].Results[2].LockWait.P99 = 15 * time.Millisecond }, uniformGoal, false, ""},
 		{"a max of 3x the p99", func(r *Report) { r.Batches[1].Results[1].LockWait.Max = 45 * time.Millisecond }, uniformGoal, true, ""},
 		{"a p99 of 2x one processor's", func(r *Report) { r.Batches[2].Results[1].LockWait.P99 = 20 * time.Millisecond }, bigGoal, true,
-			"p99 20.0 ms against one processor's 10.0 ms (2.0x) and the batch-floor processor's 50.0 ms; max 40.0 ms (2.0x its p99); backlog 0"},
+			"p99 20.0 ms against one processor's 10.0 ms (2.0x) and the batch-floor processor's 50.0 ms; max 40.0 ms (2.0x its p99); backlog 0 overdue, 2 waiting"},
 		{"no batch floor with 4 processors in the open loop", func(r *Report) { r.Batches[1].Results = r.Batches[1].Results[:2] }, uniformGoal, false, "not measured"},
 		{"one processor below 0.9x", func(r *Report) { r.Batches[0].Results[2].Orders = 8900 }, batch1Goal, false, ""},
 		{"one processor over 1.15x the CPU", func(r *Report) { r.Batches[0].Results[2].MastersCPU = 9200 * 116 * time.Microsecond }, batch1Goal, false, ""},
@@ -437,7 +440,7 @@ func TestBatchSectionAgainstBothFloors(t *testing.T) {
 	batch := func(name string, orders int64, cpu time.Duration, refusals int) BatchResult {
 		return BatchResult{OrderResult: OrderResult{Library: name, Workers: 4, Orders: orders, MastersCPU: time.Duration(orders) * cpu,
 			Elapsed: time.Second, SendsScripts: true, LockWait: Summary{Median: 2 * ms, P99: 40 * ms, Max: 90 * ms}},
-			Ticks: 100, Refusals: refusals, Backlog: 12, Small: Summary{P99: 30 * ms}, Big: Summary{P99: 80 * ms}}
+			Ticks: 100, Refusals: refusals, Backlog: 12, Overdue: 3, Small: Summary{P99: 30 * ms}, Big: Summary{P99: 80 * ms}}
 	}
 	r := Report{Batch: BatchConfig{SKUs: 2000, Tick: 256, Processors: []int{4}, Rounds: 1, Slice: time.Second}}
 	r.Batches = []BatchRun{{Config: LoadBigOpen.On(r.Batch), Results: []BatchResult{
@@ -451,7 +454,7 @@ func TestBatchSectionAgainstBothFloors(t *testing.T) {
 		"in an **open** loop orders arrive at a fixed rate in all",
 		"With 4 processors at once",
 		"Big baskets are those of more than half the mix's largest.",
-		"| 4 | " + Label(NameTryEachProcessor) + " | 900 | 900 | 45% / 90% | 220 µs | 2.20x / 1.10x | 0.000 | — | 9.0 | 2.00 | 2.00 / 40.0 / 90.0 | 30.0 / 80.0 | 12 | 0 |",
+		"| 4 | " + Label(NameTryEachProcessor) + " | 900 | 900 | 45% / 90% | 220 µs | 2.20x / 1.10x | 0.000 | — | 9.0 | 2.00 | 2.00 / 40.0 / 90.0 | 30.0 / 80.0 | 3 / 12 | 0 |",
 		"| 4 | " + Label(NameCrossFloorProcessor) + " | 1000 | 1000 | 50% / — | 200 µs | 2.00x / — |",
 	} {
 		if !strings.Contains(md, want) {

@@ -67,7 +67,7 @@ func (b *Batched) basket(o Order) batchlock.Basket {
 // cfg.Workers and cfg.Attempts are not used (the Processor tries a tick
 // that failed as a whole again itself); cfg.Done is called after each
 // order. The result's Backlog is the orders added and not done when the
-// run ended, its Refusals the baskets the Processor's ticks refused.
+// run ended (Overdue as Result says), its Refusals the baskets the Processor's ticks refused.
 func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	cfg = cfg.withDefaults()
 	r := newRecorder()
@@ -132,7 +132,17 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 	cancel()
 	<-arrivals
 	left, _ := p.Close(context.WithoutCancel(ctx))
-	r.backlog(len(left))
+	overdue := len(left)
+	if ticks.Rate > 0 {
+		end := time.Now()
+		overdue = 0
+		for _, i := range left {
+			if end.Sub(start) >= time.Duration(float64(i)/ticks.Rate*float64(time.Second))+cfg.OverdueAfter {
+				overdue++
+			}
+		}
+	}
+	r.backlog(len(left), overdue)
 	st := p.Stats()
 	r.refusals(int(st.RefusedByEarlier + st.RefusedByClient + st.RefusedInRedis))
 	return r.result(time.Since(start))
@@ -286,13 +296,24 @@ func RunTicks(ctx context.Context, t Ticker, orders []Order, ticks Ticks, cfg Ru
 			}
 		}
 	}
-	backlog := len(carry)
+	backlog, overdue := len(carry), len(carry)
 	if ticks.Rate > 0 {
-		for end := time.Now(); next < len(orders) && !arrival(next).After(end); next++ {
+		end := time.Now()
+		late := func(at time.Time) bool { return end.Sub(at) >= cfg.OverdueAfter }
+		overdue = 0
+		for _, o := range carry {
+			if late(arrived[o.ID]) {
+				overdue++
+			}
+		}
+		for ; next < len(orders) && !arrival(next).After(end); next++ {
 			backlog++
+			if late(arrival(next)) {
+				overdue++
+			}
 		}
 	}
-	r.backlog(backlog)
+	r.backlog(backlog, overdue)
 	return r.result(time.Since(start))
 }
 

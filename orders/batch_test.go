@@ -88,10 +88,21 @@ func TestRunTicksOpenLoopTakesWhatHasArrived(t *testing.T) {
 
 // The backlog is the orders that had arrived and were not done when the
 // run was stopped: an order every tick refuses, in a closed loop and in an
-// open one.
+// open one; in an open loop it is overdue once it has waited OverdueAfter,
+// in a closed one, where every order is there from the start, always.
 func TestRunTicksBacklog(t *testing.T) {
-	for name, rate := range map[string]float64{"closed loop": 0, "open loop": 10_000} {
-		t.Run(name, func(t *testing.T) {
+	tests := []struct {
+		name         string
+		rate         float64
+		overdueAfter time.Duration
+		overdue      int
+	}{
+		{"closed loop", 0, time.Hour, 1},
+		{"open loop, waited longer than overdue", 10_000, time.Nanosecond, 1},
+		{"open loop, not overdue yet", 10_000, time.Hour, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			orders := tickOrders(t, 20)
 			stuck := orders[3].ID
 			stop := make(chan struct{})
@@ -102,9 +113,11 @@ func TestRunTicksBacklog(t *testing.T) {
 				close(stop)
 			}()
 			f := &tickerFunc{refuse: func(o Order) bool { return o.ID == stuck }}
-			res := RunTicks(t.Context(), f, orders, Ticks{Size: 8, Rate: rate}, RunConfig{Attempts: 1, Stop: stop, Done: done.Done})
+			res := RunTicks(t.Context(), f, orders, Ticks{Size: 8, Rate: tt.rate},
+				RunConfig{Attempts: 1, Stop: stop, Done: done.Done, OverdueAfter: tt.overdueAfter})
 			assert.Equal(t, len(orders)-1, res.Accepted)
 			assert.Equal(t, 1, res.Backlog, "the order refused every tick")
+			assert.Equal(t, tt.overdue, res.Overdue)
 			assert.Positive(t, res.Refusals)
 		})
 	}

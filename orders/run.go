@@ -22,6 +22,10 @@ type RunConfig struct {
 	// it, and the orders under way finish (their time is counted), which
 	// ending ctx would cut short.
 	Stop <-chan struct{}
+	// OverdueAfter is how long an order of an open loop waits before it
+	// counts in a batched run's Overdue: longer than any wait a run that
+	// keeps up sees, shorter than a backlog takes to build. Default 1s.
+	OverdueAfter time.Duration
 }
 
 // withDefaults is cfg with its defaults where it says nothing.
@@ -32,6 +36,9 @@ func (cfg RunConfig) withDefaults() RunConfig {
 	}
 	if cfg.OrderTimeout <= 0 {
 		cfg.OrderTimeout = 30 * time.Second
+	}
+	if cfg.OverdueAfter <= 0 {
+		cfg.OverdueAfter = time.Second
 	}
 	return cfg
 }
@@ -63,8 +70,13 @@ type Result struct {
 	TakenPerTick []int
 	Refusals     int
 	// Backlog is the orders that had arrived but were not done when a
-	// batched run ended (RunTicks says when an order arrives).
+	// batched run ended (RunTicks says when an order arrives), Overdue
+	// those of them that had waited RunConfig.OverdueAfter by then (in a
+	// closed loop, where every order is there from the start, all of
+	// them): the orders an open loop fell behind on, where Backlog also
+	// counts those that arrived as it ended.
 	Backlog int
+	Overdue int
 }
 
 const keptErrors = 5
@@ -92,6 +104,7 @@ func Merge(results ...Result) Result {
 		out.TakenPerTick = append(out.TakenPerTick, r.TakenPerTick...)
 		out.Refusals += r.Refusals
 		out.Backlog += r.Backlog
+		out.Overdue += r.Overdue
 	}
 	return out
 }
@@ -183,11 +196,12 @@ func (r *recorder) tick(taken int) {
 	r.res.TakenPerTick = append(r.res.TakenPerTick, taken)
 }
 
-// backlog sets the orders left waiting when a batched run ended.
-func (r *recorder) backlog(n int) {
+// backlog sets the orders left waiting when a batched run ended, of which
+// overdue had waited too long.
+func (r *recorder) backlog(n, overdue int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.res.Backlog = n
+	r.res.Backlog, r.res.Overdue = n, overdue
 }
 
 // refusal counts a basket refused by a tick.
