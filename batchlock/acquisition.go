@@ -46,7 +46,7 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 
 // lockWith is Lock (wait) or TryLock with lc, checked already.
 func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wait bool) (*Lock, error) {
-	userKeys, groups, err := c.plan(keys, lc.shared)
+	userKeys, groups, counted, err := c.plan(keys, lc.shared, lc.units)
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +57,7 @@ func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wai
 	defer end()
 
 	l := c.newLockFor(ctx, lc, userKeys, groups)
+	l.units = counted
 	start := time.Now()
 	returned := false
 	defer func() {
@@ -555,6 +556,11 @@ func (a *acquisition) recheck(ctx context.Context, g group, blockers []string) (
 	for _, k := range blockers {
 		i := slices.Index(g.keys, k)
 		if i < 0 {
+			return mayBeFree, handoff.Grant{}
+		}
+		if g.counted(i) {
+			// Units freed leave the key held: what it holds says
+			// nothing of whether they fit now.
 			return mayBeFree, handoff.Grant{}
 		}
 		shared = shared || g.shared(i)

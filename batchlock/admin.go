@@ -24,10 +24,18 @@ type HeldKey struct {
 	// Shared says the key is held shared (WithShared): by every owner in
 	// Holders.
 	Shared bool
+	// Counted says the key is held in units (WithUnits): by every owner
+	// in Holders, Units of it each.
+	Counted bool
 	// Holders are the owners with a live hold on the key, sorted: one for a
-	// key held exclusively, any number for a key held shared.
+	// key held exclusively, any number for a key held shared or counted.
 	Holders []string
-	Holds   int // holds whose lease has not ended
+	// Units are the units each holder holds of a counted key, and Capacity
+	// the key's capacity (see Client.SetCapacity), read for every key: 0
+	// when it has none.
+	Units    map[string]int64
+	Capacity int64
+	Holds    int // holds whose lease has not ended
 	// Waiting counts the calls queued for the key whose place has not
 	// lapsed; a release hands the key to the first of them.
 	Waiting int
@@ -151,17 +159,28 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error)
 	return out, nil
 }
 
-// readLocks reads lock keys in one pipeline of p, with the server's time to
-// tell live holds, and returns what each holds: no Holders for a key not
-// held.
+// Free is the units of a counted key that no live hold holds.
+func (h HeldKey) Free() int64 {
+	free := h.Capacity
+	for _, n := range h.Units {
+		free -= n
+	}
+	return free
+}
+
+// readLocks reads lock keys and their capacities in one pipeline of p, with
+// the server's time to tell live holds, and returns what each holds: no
+// Holders for a key not held.
 func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []string) ([]HeldKey, error) {
 	pipe := p.Pipeline()
 	now := pipe.Time(ctx)
 	values := make([]*redis.StringCmd, len(lockKeys))
 	leases := make([]*redis.DurationCmd, len(lockKeys))
+	capacities := make([]*redis.StringCmd, len(lockKeys))
 	for i, k := range lockKeys {
 		values[i] = pipe.Get(ctx, k)
 		leases[i] = pipe.PTTL(ctx, k)
+		capacities[i] = pipe.Get(ctx, c.capacityKey(k))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
@@ -173,6 +192,8 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 			out[i] = heldKey(out[i].Key, s)
 			out[i].Lease = max(leases[i].Val(), 0)
 		}
+		// A capacity that is not a number reads as none.
+		out[i].Capacity, _ = capacities[i].Int64()
 	}
 	return out, nil
 }
@@ -189,7 +210,8 @@ type Released struct {
 // heldKey is what the value s of key says: its holders, holds, waiters and
 // token.
 func heldKey(key string, s wire.LockState) HeldKey {
-	return HeldKey{Key: key, Shared: s.Shared, Holders: s.Holders, Holds: s.Holds, Waiting: s.Waiting, Token: s.Token}
+	return HeldKey{Key: key, Shared: s.Shared, Counted: s.Counted, Holders: s.Holders, Units: s.Units, Holds: s.Holds,
+		Waiting: s.Waiting, Token: s.Token}
 }
 
 // ForceUnlock releases keys whoever holds them, and wakes their waiters as

@@ -138,6 +138,9 @@ func acquireArgs(l *Lock, groups []group, at []int, leaseMs int64, mode string, 
 	for _, i := range at {
 		g := groups[i]
 		args = wire.AppendSlot(args, g.fenceKey, g.keys, g.modes, shared)
+		if len(l.units) > 0 {
+			args = wire.AppendCounted(args, g.keys, g.modes, l.counted)
+		}
 	}
 	return args
 }
@@ -181,6 +184,10 @@ func (c *Client) read(cl *routing.Call, l *Lock, out *attemptOutcome, groups []g
 	case wire.AcquireUpgrade:
 		// Nothing was changed, and waiting would not help.
 		return false, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(r.Key))
+	case wire.AcquireNoUnits:
+		return false, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrNoCapacity), c.names.UserKey(r.Key))
+	case wire.AcquireOverUnits:
+		return false, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrOverCapacity), c.names.UserKey(r.Key))
 	case wire.AcquireCancelled:
 		// A rollback overtook this call: the groups may or may not be held.
 		out.unknown = append(out.unknown, at...)

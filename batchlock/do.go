@@ -13,7 +13,8 @@ import (
 // (ContextWithOwner), so that locks taken inside fn are reentrant. Do returns
 // Lock's error when fn did not run, else fn's error joined with the loss
 // (unless fn's error wraps it, as fmt.Errorf("...: %w", context.Cause(ctx))
-// does) and with any error of the unlock.
+// does) and with any error of the unlock. fn may Consume the lock (units
+// of counted keys, see WithUnits): Do then has nothing left to unlock.
 func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err

@@ -31,7 +31,10 @@
 // reentrant: each releases only its own holds, and a key is freed when its
 // last live hold goes. WithShared keys are shared by readers; a waiting
 // writer is not overtaken by later readers, and an owner reading a key that
-// asks for it exclusively gets ErrUpgrade. TryEach takes many baskets in one
+// asks for it exclusively gets ErrUpgrade. WithUnits keys are counted: any
+// number of owners hold units of one at once while they fit its capacity
+// (SetCapacity), and Consume sells them as it releases them. TryEach takes
+// many baskets in one
 // call, each whole or not at all; UnlockEach releases many locks with one
 // call per master. A Processor is a batch processor's admission on them,
 // one per replica: baskets go in as they arrive, and each Next takes the

@@ -36,10 +36,24 @@ var (
 	ErrNoReplicas = errors.New("batchlock: not acknowledged by enough replicas")
 
 	// ErrUpgrade means the call asked for a key exclusively that its owner
-	// holds shared (see WithShared). Such a call fails at once, with
+	// holds shared (see WithShared) or in units (see WithUnits), or for more
+	// units than its owner holds. Such a call fails at once, with
 	// ErrNotObtained, rather than wait: two owners doing it would each wait
-	// for the other's shared hold to go.
-	ErrUpgrade = errors.New("batchlock: held shared by this owner, asked for exclusively")
+	// for the other's hold to go.
+	ErrUpgrade = errors.New("batchlock: held shared or in units by this owner, asked for more")
+
+	// ErrNoCapacity means a call asked for units of a key that has no
+	// capacity set (see Client.SetCapacity); nothing was taken.
+	ErrNoCapacity = errors.New("batchlock: no capacity set")
+
+	// ErrOverCapacity means a call asked for more units of a key than its
+	// capacity: only a capacity that grows could fit them, so the call
+	// fails at once rather than wait; nothing was taken.
+	ErrOverCapacity = errors.New("batchlock: more units than the capacity")
+
+	// ErrUnitsHeld means a change of a key's capacity would leave it below
+	// the units held of it, or below 0; nothing was changed.
+	ErrUnitsHeld = errors.New("batchlock: capacity below the units held")
 
 	// ErrClosed is returned by calls on a closed Client, and is the reason
 	// (with ErrLockLost) a lock ends when Close releases it.

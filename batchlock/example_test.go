@@ -60,6 +60,33 @@ func ExampleClient_TryLock() {
 	fmt.Println("token of sku:1:", l.Token("sku:1"))
 }
 
+// A flash sale: many orders hold units of one hot SKU at once, all or
+// nothing with the rest of their basket, and sell them as they let go.
+func ExampleWithUnits() {
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000"))
+	defer rdb.Close()
+	locks, err := batchlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	ctx := context.Background()
+	if err := locks.SetCapacity(ctx, "sku:hot", 500); err != nil { // the stock on hand
+		log.Fatal(err)
+	}
+	l, err := locks.Lock(ctx, []string{"order:7"}, batchlock.WithUnits(map[string]int64{"sku:hot": 2, "sku:9": 1}),
+		batchlock.WithWait(5*time.Second))
+	if err != nil {
+		log.Fatal(err) // ErrNoCapacity: sku:9 has none set
+	}
+	// Write the sale to the store of record, fenced by l.Token("sku:hot"),
+	// then sell the units: the capacities go down by 2 and 1.
+	if err := l.Consume(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
 // A Lock reports its loss through Done and Err.
 func ExampleLock_Done() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000"}})

@@ -28,9 +28,11 @@ type Lock struct {
 	keys     []string
 	sortKeys sync.Once
 	groups   []group
-	lease    time.Duration
-	renew    bool // kept alive by the watchdog, rather than a fixed TTL
-	ack      routing.Ack
+	// units are the units of each lock key taken in units (WithUnits).
+	units map[string]int64
+	lease time.Duration
+	renew bool // kept alive by the watchdog, rather than a fixed TTL
+	ack   routing.Ack
 
 	// marks are the cancel marks of the hold in the slots where a call of
 	// the acquire may have run unseen: set when the lock ends, so that
@@ -40,6 +42,7 @@ type Lock struct {
 
 	unlocking sync.Mutex // one release of what it holds at a time
 	released  bool       // a release of all it held went through; guarded by unlocking
+	consumed  bool       // that release was a Consume; guarded by unlocking
 	// rest is what a release that failed in part left to release; guarded
 	// by unlocking.
 	rest *releasing
@@ -98,6 +101,12 @@ func newLock(ctx context.Context, c *Client, owner string, keys []string, groups
 		tokens: make(map[string]int64, n),
 		life:   lifetime.New(ctx),
 	}
+}
+
+// counted is what an acquire says of lockKey, taken in units: its units
+// and its capacity key.
+func (l *Lock) counted(lockKey string) (int64, string) {
+	return l.units[lockKey], l.c.capacityKey(lockKey)
 }
 
 // Keys returns the lock's keys, deduplicated and sorted, without the prefix.
@@ -215,7 +224,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Unlock releases the lock's holds; a key with no hold left is deleted and
-// handed to its first waiter. With a context already done it still tries,
+// handed to its first waiter (after a Consume, Unlock does nothing). With a
+// context already done it still tries,
 // for at most 2s. It returns ErrNotHeld when the lock was released or lost
 // before, or another owner holds some keys (the others are released all the
 // same). A failed Unlock can be called again: it sends only what did not go
@@ -227,7 +237,28 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
 	}
-	return l.c.unlockAll(ctx, []*Lock{l})[0]
+	return l.c.endAll(ctx, unlocking, []*Lock{l})[0]
+}
+
+// Consume releases the lock as Unlock does, and turns the units it holds of
+// counted keys (WithUnits) into a sale in the same call: each key's
+// capacity goes down by them. A Consume sent again, after a failure or a
+// lost reply, consumes nothing twice: a hold consumed is gone. A lock
+// already lost (Err) consumes nothing: it is let go as Unlock would, with
+// ErrNotHeld. A hold that runs out while the call is in flight is not
+// consumed, on its master, while the keys still held on the others are:
+// each master sells what it still holds. An Unlock after a Consume does
+// nothing. The
+// store of record applies the sale with the key's fencing token, once per
+// order (see docs/sql.md).
+func (l *Lock) Consume(ctx context.Context) error {
+	if err := checkContext(ctx); err != nil {
+		return err
+	}
+	if l == nil {
+		return errNilLock
+	}
+	return l.c.endAll(ctx, consuming, []*Lock{l})[0]
 }
 
 // emit hands e, about l, to the Client's observer, if it has one.

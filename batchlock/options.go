@@ -108,6 +108,7 @@ type lockConfig struct {
 	ack      routing.Ack
 	ackSet   bool
 	shared   []string
+	units    map[string]int64
 	refusals *[]Refusal
 }
 
@@ -134,6 +135,11 @@ func (c *lockConfig) validate() error {
 	}
 	if c.waitSet && c.wait <= 0 {
 		return invalid("wait %v must be > 0", c.wait)
+	}
+	for k, n := range c.units {
+		if n < 1 {
+			return invalid("units of %q: %d must be > 0", k, n)
+		}
 	}
 	return validateAck(c.ack)
 }
@@ -266,6 +272,29 @@ func WithOwner(owner string) LockOption {
 // Default: no key shared.
 func WithShared(keys ...string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.shared = append(c.shared, keys...) })
+}
+
+// WithUnits takes units of counted keys, units[key] of each, in the same
+// call as its other keys: any number of owners hold a counted key at once,
+// each hold with its units and a token of its own, as long as the units
+// held fit the key's capacity (see Client.SetCapacity); a call asking for
+// more than are free is refused, or waits in the key's queue, where small
+// requests do not pass a big one ahead of them, and one asking for more
+// than the capacity fails at once with ErrOverCapacity (sold out). An owner that holds units
+// of a key and asks for no more joins its hold with none; asking for more,
+// or for the key exclusively, gets ErrUpgrade. A key also given as an
+// exclusive key is taken exclusively; one also given to WithShared is taken
+// in units. Lock.Consume turns the units into a sale. Default: no key
+// counted.
+func WithUnits(units map[string]int64) LockOption {
+	return lockOptionFunc(func(c *lockConfig) {
+		if c.units == nil {
+			c.units = make(map[string]int64, len(units))
+		}
+		for k, n := range units {
+			c.units[k] = n
+		}
+	})
 }
 
 // WithWait bounds how long Lock and Do wait for the keys, not how long they

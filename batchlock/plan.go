@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"maps"
 	"slices"
 	"sort"
 
@@ -14,32 +15,39 @@ import (
 type group struct {
 	slot int
 	keys []string // lock keys, sorted
-	// modes has a letter per key, "s" for a key taken shared and "x" for
-	// one taken exclusively; nil when every key is exclusive.
+	// modes has a letter per key (wire.ModeExclusive, ModeShared or
+	// ModeCounted); nil when every key is exclusive.
 	modes    []byte
 	fenceKey string
 }
 
-// shared reports whether g's key i is taken shared.
-func (g group) shared(i int) bool { return g.modes != nil && g.modes[i] == 's' }
+// shared reports whether g's key i passes its gate shared: taken shared,
+// or in units, which Redis settles among the owners.
+func (g group) shared(i int) bool { return g.modes != nil && g.modes[i] != wire.ModeExclusive }
 
-// plan validates keys, taken exclusively, and shared ones (WithShared), and
-// turns them into groups. Keys may repeat; a key given both ways is taken
-// exclusively. It returns the keys without the prefix, deduplicated, in the
-// groups' order (see Lock.sortedKeys).
-func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
-	if len(keys)+len(shared) == 0 {
-		return nil, nil, invalid("no keys")
+// counted reports whether g's key i is taken in units.
+func (g group) counted(i int) bool { return g.modes != nil && g.modes[i] == wire.ModeCounted }
+
+// plan validates keys, taken exclusively, shared ones (WithShared) and
+// counted ones (WithUnits), and turns them into groups. Keys may repeat; a
+// key given exclusively too is taken exclusively, one given shared and in
+// units in units. It returns the keys without the prefix, deduplicated, in
+// the groups' order (see Lock.sortedKeys), and the units of each lock key
+// taken in units.
+func (c *Client) plan(keys, shared []string, units map[string]int64) ([]string, []group, map[string]int64, error) {
+	if len(keys)+len(shared)+len(units) == 0 {
+		return nil, nil, nil, invalid("no keys")
 	}
-	lockKeys := make([]string, 0, len(keys)+len(shared))
+	lockKeys := make([]string, 0, len(keys)+len(shared)+len(units))
 	for i, k := range keys {
 		if err := c.checkKey(k, "key", i); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		lockKeys = append(lockKeys, c.names.LockKey(k))
 	}
-	var exclusive map[string]bool // only needed with shared keys
-	if len(shared) > 0 {
+	mixed := len(shared)+len(units) > 0
+	var exclusive map[string]bool // only needed with shared or counted keys
+	if mixed {
 		exclusive = make(map[string]bool, len(keys))
 		for _, k := range lockKeys {
 			exclusive[k] = true
@@ -47,9 +55,23 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 	}
 	for i, k := range shared {
 		if err := c.checkKey(k, "shared key", i); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		lockKeys = append(lockKeys, c.names.LockKey(k))
+	}
+	var counted map[string]int64 // by lock key
+	for _, k := range slices.Sorted(maps.Keys(units)) {
+		if err := c.checkKey(k, "counted key", len(counted)); err != nil {
+			return nil, nil, nil, err
+		}
+		lk := c.names.LockKey(k)
+		lockKeys = append(lockKeys, lk)
+		if !exclusive[lk] {
+			if counted == nil {
+				counted = make(map[string]int64, len(units))
+			}
+			counted[lk] = units[k]
+		}
 	}
 
 	var slots []hashtag.Group
@@ -68,10 +90,10 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 		for start := 0; start < len(s.Keys); start += maxGroupKeys {
 			end := min(start+maxGroupKeys, len(s.Keys))
 			g := group{slot: s.Slot, keys: s.Keys[start:end], fenceKey: fence}
-			if len(shared) > 0 {
+			if mixed {
 				g.modes = make([]byte, len(g.keys))
 				for i, k := range g.keys {
-					g.modes[i] = modeOf(exclusive[k])
+					g.modes[i] = modeOf(exclusive[k], counted[k] > 0)
 				}
 			}
 			groups = append(groups, g)
@@ -80,7 +102,7 @@ func (c *Client) plan(keys, shared []string) ([]string, []group, error) {
 			userKeys = append(userKeys, c.names.UserKey(k))
 		}
 	}
-	return userKeys, groups, nil
+	return userKeys, groups, counted, nil
 }
 
 // checkKey refuses a key that cannot be a lock key; what and i name it.
@@ -89,17 +111,25 @@ func (c *Client) checkKey(k, what string, i int) error {
 		return invalid("%s %d must not be empty", what, i)
 	}
 	if wire.Reserved(k) {
-		return invalid("%s %q: names starting with %q or %q are reserved", what, k, wire.FenceName, wire.CancelName)
+		return invalid("%s %q: names starting with %q, %q or %q are reserved", what, k, wire.FenceName, wire.CancelName, wire.UnitsName)
 	}
 	return nil
 }
 
 // modeOf is a key's letter in group.modes.
-func modeOf(exclusive bool) byte {
-	if exclusive {
-		return 'x'
+func modeOf(exclusive, counted bool) byte {
+	switch {
+	case exclusive:
+		return wire.ModeExclusive
+	case counted:
+		return wire.ModeCounted
 	}
-	return 's'
+	return wire.ModeShared
+}
+
+// capacityKey is the capacity key of a counted lock key.
+func (c *Client) capacityKey(lockKey string) string {
+	return c.names.Capacity(c.deployment.slot(lockKey), c.names.UserKey(lockKey))
 }
 
 // fenceKey is the fencing counter of slot, made once per slot and kept: a

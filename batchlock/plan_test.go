@@ -33,7 +33,7 @@ func newOffline(t *testing.T, cluster bool, opts ...Option) *Client {
 func TestPlanGroupsBySlotInGlobalOrder(t *testing.T) {
 	c := newOffline(t, true)
 	keys := []string{"b", "a", "{t}2", "{t}1", "a", "c"}
-	userKeys, groups, err := c.plan(keys, nil)
+	userKeys, groups, _, err := c.plan(keys, nil, nil)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{"a", "b", "c", "{t}1", "{t}2"}, userKeys, "deduplicated, in the groups' order")
 
@@ -60,7 +60,7 @@ func TestPlanChunksLargeGroups(t *testing.T) {
 	for i := 0; i < 3*maxGroupKeys+5; i++ {
 		keys = append(keys, fmt.Sprintf("{hot}%05d", i))
 	}
-	_, groups, err := c.plan(keys, nil)
+	_, groups, _, err := c.plan(keys, nil, nil)
 	require.NoError(t, err)
 	require.Len(t, groups, 4)
 	for _, g := range groups[:3] {
@@ -72,7 +72,7 @@ func TestPlanChunksLargeGroups(t *testing.T) {
 
 func TestPlanSingleNodeIsOneGroup(t *testing.T) {
 	c := newOffline(t, false, WithPrefix("p:"))
-	_, groups, err := c.plan([]string{"z", "a", "{x}m", "a"}, nil)
+	_, groups, _, err := c.plan([]string{"z", "a", "{x}m", "a"}, nil, nil)
 	require.NoError(t, err)
 	require.Len(t, groups, 1)
 	assert.Equal(t, []string{"p:a", "p:z", "p:{x}m"}, groups[0].keys)
@@ -84,18 +84,22 @@ func TestPlanRejectsBadKeys(t *testing.T) {
 		name   string
 		keys   []string
 		shared []string
+		units  map[string]int64
 		want   string
 	}{
-		{"nil", nil, nil, "no keys"},
-		{"empty list", []string{}, []string{}, "no keys"},
-		{"empty key", []string{"a", "b", ""}, nil, "key 2 must not be empty"},
-		{"fence name", []string{"fence:{abc}"}, nil, "reserved"},
-		{"cancel name", []string{"cancel:{abc}"}, nil, "reserved"},
-		{"empty shared key", []string{"a"}, []string{"b", ""}, "shared key 1 must not be empty"},
-		{"reserved shared key", nil, []string{"fence:{abc}"}, "shared key"},
+		{"nil", nil, nil, nil, "no keys"},
+		{"empty list", []string{}, []string{}, map[string]int64{}, "no keys"},
+		{"empty key", []string{"a", "b", ""}, nil, nil, "key 2 must not be empty"},
+		{"fence name", []string{"fence:{abc}"}, nil, nil, "reserved"},
+		{"cancel name", []string{"cancel:{abc}"}, nil, nil, "reserved"},
+		{"capacity name", []string{"units:{abc}:sku"}, nil, nil, "reserved"},
+		{"empty shared key", []string{"a"}, []string{"b", ""}, nil, "shared key 1 must not be empty"},
+		{"reserved shared key", nil, []string{"fence:{abc}"}, nil, "shared key"},
+		{"empty counted key", nil, nil, map[string]int64{"": 1}, "counted key 0 must not be empty"},
+		{"reserved counted key", nil, nil, map[string]int64{"a": 1, "units:{x}:a": 1}, `counted key "units:{x}:a"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := c.plan(tc.keys, tc.shared)
+			_, _, _, err := c.plan(tc.keys, tc.shared, tc.units)
 			require.ErrorIs(t, err, ErrInvalid)
 			assert.Contains(t, err.Error(), tc.want)
 		})
@@ -135,7 +139,7 @@ func TestPlanMarksSharedKeys(t *testing.T) {
 	for _, cluster := range []bool{true, false} {
 		c := newOffline(t, cluster)
 		// "b" is given both ways: exclusive wins. No exclusive keys is fine.
-		userKeys, groups, err := c.plan([]string{"b", "{t}1"}, []string{"a", "b", "{t}2", "a"})
+		userKeys, groups, _, err := c.plan([]string{"b", "{t}1"}, []string{"a", "b", "{t}2", "a"}, nil)
 		require.NoError(t, err)
 		assert.ElementsMatch(t, []string{"a", "b", "{t}1", "{t}2"}, userKeys)
 		modes := map[string]byte{}
@@ -147,10 +151,10 @@ func TestPlanMarksSharedKeys(t *testing.T) {
 		}
 		assert.Equal(t, map[string]byte{"a": 's', "b": 'x', "{t}1": 'x', "{t}2": 's'}, modes, "cluster %v", cluster)
 
-		_, groups, err = c.plan(nil, []string{"x"})
+		_, groups, _, err = c.plan(nil, []string{"x"}, nil)
 		require.NoError(t, err)
 		assert.Equal(t, []byte("s"), groups[0].modes)
-		_, groups, err = c.plan([]string{"x"}, nil)
+		_, groups, _, err = c.plan([]string{"x"}, nil, nil)
 		require.NoError(t, err)
 		assert.Nil(t, groups[0].modes, "all exclusive sends no modes")
 	}
@@ -158,7 +162,7 @@ func TestPlanMarksSharedKeys(t *testing.T) {
 
 func TestSplitKeepsModes(t *testing.T) {
 	c := newOffline(t, true)
-	_, groups, err := c.plan([]string{"{t}1", "{t}3"}, []string{"{t}2"})
+	_, groups, _, err := c.plan([]string{"{t}1", "{t}3"}, []string{"{t}2"}, nil)
 	require.NoError(t, err)
 	l := &Lock{groups: groups}
 	l.split(0, 1)

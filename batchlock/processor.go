@@ -3,6 +3,7 @@ package batchlock
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -58,7 +59,7 @@ type Processor[T any] struct {
 	busy    int
 	closed  bool
 	ticked  uint64
-	refused [refusedHeld + 1]uint64 // by cause
+	refused [refusedBad + 1]uint64 // by cause
 	settled chan struct{}
 	wake    chan struct{} // a basket may be ready: a Next that waits looks again
 
@@ -103,18 +104,31 @@ type pendingBasket[T any] struct {
 	queued   bool // waits in its keys' queues
 }
 
-// Basket is what Add asks for: keys taken exclusively and keys taken
-// shared, all or none (a key in both is taken exclusively).
+// Basket is what Add asks for: keys taken exclusively, keys taken shared,
+// and units of counted keys (see WithUnits), all or none (a key in Keys
+// too is taken exclusively, one in Shared and Units in units).
 type Basket struct {
 	Keys   []string
 	Shared []string
+	Units  map[string]int64
 }
 
-// Tick is what Next took: baskets, each held by its Lock until Done.
+// Tick is what Next took: baskets, each held by its Lock until Done; and
+// the baskets found bad in Redis, dropped with their error.
 type Tick[T any] struct {
 	p       *Processor[T]
 	Baskets []Taken[T]
-	done    sync.Once
+	// Failed are baskets that no tick will take: one that asks for units
+	// of a key with no capacity set (ErrNoCapacity), or for more than its
+	// capacity (ErrOverCapacity: sold out). Each holds nothing.
+	Failed []Failed[T]
+	done   sync.Once
+}
+
+// Failed is a basket of a Tick dropped with its error.
+type Failed[T any] struct {
+	Item T
+	Err  error
 }
 
 // Taken is one basket of a Tick.
@@ -166,11 +180,12 @@ func NewProcessor[T any](c *Client, opts ...ProcessorOption) (*Processor[T], err
 // basket (no keys, an empty or reserved key, more than MaxEachKeys keys)
 // is ErrInvalid and queues nothing; after Close, Add is ErrClosed.
 func (p *Processor[T]) Add(item T, b Basket) error {
-	if len(b.Keys)+len(b.Shared) == 0 {
+	n := len(b.Keys) + len(b.Shared) + len(b.Units)
+	if n == 0 {
 		return invalid("a basket with no keys")
 	}
-	if len(b.Keys)+len(b.Shared) > MaxEachKeys {
-		return invalid("%d keys: at most %d (MaxEachKeys) in a basket", len(b.Keys)+len(b.Shared), MaxEachKeys)
+	if n > MaxEachKeys {
+		return invalid("%d keys: at most %d (MaxEachKeys) in a basket", n, MaxEachKeys)
 	}
 	isShared := make(map[string]bool, len(b.Shared))
 	for i, k := range b.Shared {
@@ -179,12 +194,27 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 		}
 		isShared[k] = true
 	}
-	keys := make([]string, 0, len(b.Keys)+len(b.Shared))
+	var units map[string]int64
+	for _, k := range slices.Sorted(maps.Keys(b.Units)) {
+		if err := p.c.checkKey(k, "counted key", len(units)); err != nil {
+			return err
+		}
+		if b.Units[k] < 1 {
+			return invalid("units of %q: %d must be > 0", k, b.Units[k])
+		}
+		if units == nil {
+			units = make(map[string]int64, len(b.Units))
+		}
+		units[k] = b.Units[k]
+		delete(isShared, k)
+	}
+	keys := make([]string, 0, n)
 	for i, k := range b.Keys {
 		if err := p.c.checkKey(k, "key", i); err != nil {
 			return err
 		}
 		delete(isShared, k)
+		delete(units, k)
 		keys = append(keys, k)
 	}
 	for _, k := range b.Shared {
@@ -192,9 +222,11 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 			keys = append(keys, k)
 		}
 	}
-	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared}, arrived: time.Now()}
-	var err error
-	if pb.basket.userKeys, pb.basket.groups, err = p.c.plan(pb.basket.split()); err != nil {
+	for k := range units {
+		keys = append(keys, k)
+	}
+	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units}, arrived: time.Now()}
+	if err := pb.basket.plan(p.c); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -255,7 +287,7 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 		}
 		tick, err := p.take(ctx, offer)
 		switch {
-		case err == nil && len(tick.Baskets) > 0:
+		case err == nil && len(tick.Baskets)+len(tick.Failed) > 0:
 			return tick.admitted(), nil
 		case err == nil:
 			failures = 0
@@ -396,6 +428,11 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		if next < len(why) && why[next].Basket == i {
 			r = why[next]
 		}
+		if r.cause == refusedBad {
+			taken[pb] = true
+			tick.Failed = append(tick.Failed, Failed[T]{Item: pb.item, Err: r.err})
+			continue
+		}
 		p.wait(pb, r, first, now)
 		if r.cause == refusedHeld {
 			for _, k := range pb.basket.keys {
@@ -474,7 +511,7 @@ func (p *Processor[T]) queue(pb *pendingBasket[T]) {
 	p.hold(pb.basket.keys)
 	exclusive, shared := pb.basket.split()
 	p.queuing.Go(func() {
-		l, err := p.c.lockWith(p.closing, exclusive, lockConfig{shared: shared}, true)
+		l, err := p.c.lockWith(p.closing, exclusive, lockConfig{shared: shared, units: pb.basket.units}, true)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		pb.queued = false

@@ -179,10 +179,15 @@ func TestProcessorQueuesABasketRefusedOverAndOver(t *testing.T) {
 	ticks := next()
 	require.Eventually(t, queued, 10*time.Second, time.Millisecond)
 	assert.GreaterOrEqual(t, p.Stats().RefusedInRedis, uint64(queueAfter))
+	// Queued in the Processor first, then in Redis by its Lock.
+	require.Eventually(t, func() bool {
+		h, err := other.Inspect(ctx, "a")
+		return err == nil && h[0].Waiting == 1
+	}, 10*time.Second, time.Millisecond)
 	require.NoError(t, p.Add("a again", Basket{Keys: []string{"a"}}))
 	require.NoError(t, l.Unlock(ctx))
 	_, err = other.TryLock(ctx, []string{"a"})
-	assert.ErrorIs(t, err, ErrNotObtained, "the release granted the key to the queued basket")
+	require.ErrorIs(t, err, ErrNotObtained, "the release granted the key to the queued basket")
 	tick := <-ticks
 	require.NotNil(t, tick)
 	assert.Equal(t, []string{"a"}, itemsOf(tick), "a basket of the same key waits for the queued one")

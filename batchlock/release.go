@@ -24,6 +24,9 @@ const (
 	// owes on the caller's context (one attempt of at most unlockTimeout
 	// once that is done), and ends; a failure can be retried.
 	unlocking releaseReason = iota
+	// consuming: Consume, as unlocking, the units of counted keys turned
+	// into a sale as they go.
+	consuming
 	// lettingGo: a lock that ended (lost, or ended by Close) releases what
 	// it still owes, for at most rollbackTimeout whatever the context, so
 	// that its keys go to their waiters now rather than at the end of
@@ -42,10 +45,11 @@ const (
 // from, the cancel marks to set, and what earlier releases of the lock
 // found.
 type releasing struct {
-	l      *Lock
-	groups []group
-	marks  []string
-	lost   []string // keys found held by another owner so far
+	l       *Lock
+	groups  []group
+	marks   []string
+	consume bool     // the units of its counted keys are consumed
+	lost    []string // keys found held by another owner so far
 	// unknown are the keys an earlier call may have released unseen: one
 	// of them found held by another owner was handed on by that call.
 	unknown []string
@@ -83,23 +87,30 @@ func (c *Client) release(ctx context.Context, why releaseReason, shares []releas
 	errs := make([]error, len(shares))
 	var owed []releasing
 	var which []int
+	ending := why == unlocking || why == consuming
 	for i, s := range shares {
 		if s.l.released {
-			if why == unlocking {
+			// An Unlock after a Consume has nothing left to do.
+			if ending && (why == consuming || !s.l.consumed) {
 				errs[i] = s.l.alreadyReleased()
 			}
 			continue
 		}
-		if why == unlocking {
+		if ending {
 			c.watchdog.remove(s.l)
 		}
-		owed = append(owed, s.l.owed())
+		o := s.l.owed()
+		// A lock lost already sells nothing: its holder could not count on
+		// its keys.
+		o.consume = why == consuming && s.l.Err() == nil
+		owed = append(owed, o)
 		which = append(which, i)
 	}
 	for n, out := range c.releaseAll(ctx, owed) {
 		l := shares[which[n]].l
-		if why == unlocking {
+		if ending {
 			errs[which[n]] = l.unlocked(out)
+			l.consumed = l.released && why == consuming
 			continue
 		}
 		if _, err := l.settle(out); err != nil {
@@ -159,6 +170,17 @@ func (c *Client) abandon(ctx context.Context, locks []*Lock, shares []releasing)
 // given twice is released once; a lock of another Client is ErrInvalid,
 // before anything is sent.
 func (c *Client) UnlockEach(ctx context.Context, locks []*Lock) error {
+	return c.endEach(ctx, unlocking, locks)
+}
+
+// ConsumeEach consumes every non-nil lock of locks as its Consume would,
+// one call per master for all of them, as UnlockEach says: a batch's sales.
+func (c *Client) ConsumeEach(ctx context.Context, locks []*Lock) error {
+	return c.endEach(ctx, consuming, locks)
+}
+
+// endEach is UnlockEach, or ConsumeEach with why consuming.
+func (c *Client) endEach(ctx context.Context, why releaseReason, locks []*Lock) error {
 	if err := checkContext(ctx); err != nil {
 		return err
 	}
@@ -173,17 +195,18 @@ func (c *Client) UnlockEach(ctx context.Context, locks []*Lock) error {
 		own = append(own, l)
 	}
 	slices.SortFunc(own, func(a, b *Lock) int { return strings.Compare(a.hold, b.hold) })
-	return errors.Join(c.unlockAll(ctx, slices.Compact(own))...)
+	return errors.Join(c.endAll(ctx, why, slices.Compact(own))...)
 }
 
-// unlockAll releases distinct locks as Unlock says, one call per master for
-// all of them, and returns each one's error.
-func (c *Client) unlockAll(ctx context.Context, locks []*Lock) []error {
+// endAll releases distinct locks as Unlock (why unlocking) or Consume (why
+// consuming) says, one call per master for all of them, and returns each
+// one's error.
+func (c *Client) endAll(ctx context.Context, why releaseReason, locks []*Lock) []error {
 	shares := make([]releasing, len(locks))
 	for i, l := range locks {
 		shares[i].l = l
 	}
-	return c.release(ctx, unlocking, shares)
+	return c.release(ctx, why, shares)
 }
 
 // alreadyReleased is the error of an Unlock of a lock released before: by
@@ -326,9 +349,20 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 				for m < len(seg) && isMark[seg[m]] {
 					m++
 				}
-				args = wire.AppendRelease(args, l.owner, l.hold, lease.Millis(l.lease), m, len(seg)-m)
+				var consumed []string
+				if rs[lockOf[seg[0]]].consume {
+					for _, i := range seg[m:] {
+						if l.units[parts[i].Route] > 0 {
+							consumed = append(consumed, parts[i].Route)
+						}
+					}
+				}
+				args = wire.AppendRelease(args, l.owner, l.hold, lease.Millis(l.lease), m, len(seg)-m, len(consumed))
 				for _, i := range seg {
 					args = append(args, parts[i].Route)
+				}
+				for _, k := range consumed {
+					args = append(args, k, l.c.capacityKey(k))
 				}
 			}
 			return args

@@ -30,6 +30,9 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 	if err != nil {
 		return nil, err
 	}
+	if len(lc.units) > 0 {
+		return nil, invalid("WithUnits: TryEach takes no counted keys; Lock, TryLock and Do do")
+	}
 	isShared, err := c.checkEach(baskets, lc.shared)
 	if err != nil {
 		return nil, err
@@ -48,14 +51,20 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 }
 
 // eachBasket is one basket of a TryEach call: its keys (as given, repeats
-// and all), which of them it asks for shared, and once planned its keys
-// and groups.
+// and all), which of them it asks for shared, the units it asks of its
+// counted keys (a Processor's), and once planned its keys, groups, and
+// units by lock key.
 type eachBasket struct {
 	keys     []string
 	isShared map[string]bool
+	units    map[string]int64
 	userKeys []string // nil until planned
 	groups   []group
+	counted  map[string]int64
 }
+
+// exclusive reports whether the basket asks for key k exclusively.
+func (b *eachBasket) exclusive(k string) bool { return !b.isShared[k] && b.units[k] == 0 }
 
 // tryEach is TryEach of baskets, checked already, with lc: locks[i] is
 // basket i's Lock or nil, and with explain why says why each refused one
@@ -111,11 +120,13 @@ type Refusal struct {
 }
 
 // refusal is a Refusal, where it happened, and, in Redis, the longest lease
-// left of the keys that refused it (0 when not told).
+// left of the keys that refused it (0 when not told), or what makes the
+// basket bad.
 type refusal struct {
 	Refusal
 	cause refusalCause
 	wait  time.Duration
+	err   error
 }
 
 // checkEach validates every basket and the shared keys, which it returns
@@ -212,45 +223,56 @@ func (t *eachCall) admit(ctx context.Context) error {
 		b := &t.baskets[i]
 		var busy []string
 		for _, k := range b.keys {
-			if exclusive, ok := taken[k]; ok && (exclusive || !b.isShared[k]) && !slices.Contains(busy, k) {
+			// Shared and counted keys are settled among the baskets in
+			// Redis.
+			if exclusive, ok := taken[k]; ok && (exclusive || b.exclusive(k)) && !slices.Contains(busy, k) {
 				busy = append(busy, k)
 			}
 		}
 		if len(busy) > 0 {
-			t.refuse(i, refusedEarlier, &ConflictError{Keys: busy}, 0)
+			t.refuse(i, refusal{cause: refusedEarlier}, &ConflictError{Keys: busy})
 			continue
 		}
 		if b.userKeys == nil {
-			var err error
-			if b.userKeys, b.groups, err = c.plan(b.split()); err != nil {
+			if err := b.plan(c); err != nil {
 				return err // checked before: not reached
 			}
 		}
 		l := c.newLockFor(t.ctx, t.lc, b.userKeys, b.groups)
+		l.units = b.counted
 		t.locks[i] = l
 		gated, err := l.enterGates(ctx, false, nil)
 		if err != nil {
 			return err
 		}
 		if len(gated) > 0 {
-			t.refuse(i, refusedGate, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)}, 0)
+			t.refuse(i, refusal{cause: refusedGate}, &ConflictError{Keys: c.names.UserKeys(gated), Holders: c.gateHolders(gated)})
 			continue
 		}
 		t.sent[i] = true
 		for _, k := range b.keys {
-			taken[k] = taken[k] || !b.isShared[k]
+			taken[k] = taken[k] || b.exclusive(k)
 		}
 	}
 	return nil
 }
 
+// plan plans the basket's keys and groups (Client.plan).
+func (b *eachBasket) plan(c *Client) error {
+	exclusive, shared := b.split()
+	var err error
+	b.userKeys, b.groups, b.counted, err = c.plan(exclusive, shared, b.units)
+	return err
+}
+
 // split returns the basket's keys asked for exclusively, and those asked
-// for shared.
+// for shared; the counted ones are in units.
 func (b *eachBasket) split() (exclusive, shared []string) {
 	for _, k := range b.keys {
-		if b.isShared[k] {
+		switch {
+		case b.isShared[k]:
 			shared = append(shared, k)
-		} else {
+		case b.units[k] == 0:
 			exclusive = append(exclusive, k)
 		}
 	}
@@ -264,16 +286,18 @@ const (
 	refusedEarlier refusalCause = iota // an earlier basket of the call took a key
 	refusedGate                        // another lock of the Client holds a key
 	refusedHeld                        // in Redis: another Client holds a key, or waits for it
+	refusedBad                         // in Redis: a key asked for in units has no capacity, or too little
 )
 
 // refuse drops basket i, with the conflict that refused it and why (and,
 // refused in Redis, the longest lease left of the keys met), which
 // WithRefusals and the observer are told; a basket refused before it got
 // its lock gets one to be told with only when an observer listens.
-func (t *eachCall) refuse(i int, cause refusalCause, conflict *ConflictError, wait time.Duration) {
+func (t *eachCall) refuse(i int, r refusal, conflict *ConflictError) {
 	t.refused[i] = true
 	if t.explain {
-		t.why = append(t.why, refusal{Refusal{Basket: i, Earlier: cause == refusedEarlier, Keys: conflict.Keys}, cause, wait})
+		r.Refusal = Refusal{Basket: i, Earlier: r.cause == refusedEarlier, Keys: conflict.Keys}
+		t.why = append(t.why, r)
 	}
 	l := t.locks[i]
 	if l == nil {
@@ -368,7 +392,11 @@ func (t *eachCall) acquire(ctx context.Context) ([][]bool, error) {
 	}
 	for _, i := range slices.Sorted(maps.Keys(refused)) {
 		r := refused[i]
-		t.refuse(i, refusedHeld, r.conflict, r.wait)
+		why := refusal{cause: refusedHeld, wait: r.wait, err: r.err}
+		if r.err != nil {
+			why.cause = refusedBad
+		}
+		t.refuse(i, why, r.conflict)
 	}
 	return held, nil
 }
@@ -398,6 +426,9 @@ func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, l
 			for _, j := range seg {
 				g := l.groups[of[j].group]
 				args = wire.AppendSlot(args, g.fenceKey, g.keys, g.modes, shared)
+				if len(l.units) > 0 {
+					args = wire.AppendCounted(args, g.keys, g.modes, l.counted)
+				}
 			}
 			return args
 		})
@@ -405,11 +436,16 @@ func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, l
 	return args
 }
 
+// badUnits are the replies that make a basket of counted keys bad, by
+// status, with their errors.
+var badUnits = map[int64]error{wire.AcquireNoUnits: ErrNoCapacity, wire.AcquireOverUnits: ErrOverCapacity}
+
 // redisRefusal is why Redis refused a basket: its conflicts, and the
 // longest lease left of the keys held.
 type redisRefusal struct {
 	conflict *ConflictError
 	wait     time.Duration
+	err      error // the basket is bad: a key asked for in units has no capacity, or too little
 }
 
 // read records what one call of tryeach.lua did, basket by basket as an
@@ -446,6 +482,18 @@ func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
 		for k, j := range seg {
 			groups[k] = of[j].group
 		}
+		why := refused[i]
+		if why == nil {
+			why = &redisRefusal{conflict: &ConflictError{Holders: map[string][]string{}}}
+		}
+		if bad := badUnits[r.Status]; bad != nil {
+			// A bad basket, refused alone: the call goes on.
+			key := c.names.UserKey(r.Key)
+			why.conflict.Keys = append(why.conflict.Keys, key)
+			why.err = fmt.Errorf("%w: %q", bad, key)
+			refused[i] = why
+			continue
+		}
 		out := attemptOutcome{refused: -1}
 		elsewhere, err := c.read(cl, l, &out, l.groups, groups, r, false)
 		switch {
@@ -454,11 +502,7 @@ func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
 		case elsewhere:
 			again = append(again, seg...)
 		case len(out.conflicts) > 0:
-			why := refused[i]
-			if why == nil {
-				why = &redisRefusal{conflict: &ConflictError{Holders: map[string][]string{}}}
-				refused[i] = why
-			}
+			refused[i] = why
 			why.conflict.Keys = append(why.conflict.Keys, c.names.UserKeys(out.conflicts)...)
 			why.wait = max(why.wait, out.wait)
 			for key, owners := range c.userHolders(out.holders) {

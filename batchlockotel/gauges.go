@@ -74,3 +74,40 @@ func ProcessorGauges[T any](mp metric.MeterProvider, p *batchlock.Processor[T]) 
 	}
 	return reg, nil
 }
+
+// UnitsGauges registers gauges of counted keys (batchlock.WithUnits), read
+// with one Client.Inspect of keys at each collection, each data point with
+// the attribute key:
+//
+//	batchlock.units.held        units of the key's live holds
+//	batchlock.units.free        units of its capacity that no live hold holds
+//	batchlock.units.capacity    its capacity
+//
+// A collection whose Inspect fails observes nothing and returns its error.
+// Unregister the returned registration before closing c.
+func UnitsGauges(mp metric.MeterProvider, c *batchlock.Client, keys ...string) (metric.Registration, error) {
+	m := mp.Meter(ScopeName)
+	held, err1 := m.Int64ObservableGauge("batchlock.units.held", metric.WithDescription("Units of a counted key held"), metric.WithUnit("{unit}"))
+	free, err2 := m.Int64ObservableGauge("batchlock.units.free", metric.WithDescription("Units of a counted key free"), metric.WithUnit("{unit}"))
+	capacity, err3 := m.Int64ObservableGauge("batchlock.units.capacity", metric.WithDescription("Capacity of a counted key"), metric.WithUnit("{unit}"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("batchlockotel: creating units gauges: %w", err)
+	}
+	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		found, err := c.Inspect(ctx, keys...)
+		if err != nil {
+			return fmt.Errorf("batchlockotel: reading units: %w", err)
+		}
+		for _, h := range found {
+			key := metric.WithAttributes(attribute.String("key", h.Key))
+			o.ObserveInt64(held, h.Capacity-h.Free(), key)
+			o.ObserveInt64(free, h.Free(), key)
+			o.ObserveInt64(capacity, h.Capacity, key)
+		}
+		return nil
+	}, held, free, capacity)
+	if err != nil {
+		return nil, fmt.Errorf("batchlockotel: registering units gauges: %w", err)
+	}
+	return reg, nil
+}

@@ -68,6 +68,35 @@ func TestDemoWithBatchlockNeverOversells(t *testing.T) {
 	assert.Equal(t, audit.Initial, audit.Sold+audit.Remaining)
 }
 
+// A flash sale under holds of units: orders of the flash SKU and of hot
+// ones hold their quantities side by side, the stock runs out, orders
+// short of it are rejected at once, and nothing is oversold; every SKU's
+// capacity ends equal to its remaining units.
+func TestFlashSaleCountedNeverOversells(t *testing.T) {
+	rdb := newClient(t)
+	stock := newStock(t, rdb, 60, 40)
+	stock.WriteConcurrently()
+	list := generate(t, orders.GenConfig{SKUs: 60, Orders: 400, MaxBasket: 12, MaxQty: 3, HotSKUs: 6, HotShare: 0.3,
+		FlashShare: 0.3, Promos: 2, PromoShare: 0.5, Seed: 1})
+	locker, _ := newLocker(t, rdb)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	require.NoError(t, stock.SetCapacities(ctx, locker))
+	p := &orders.Counted{Locker: locker, Stock: stock, Think: time.Millisecond}
+
+	res := orders.Run(ctx, p, list, orders.RunConfig{Workers: 16})
+	require.Equal(t, len(list), res.Orders)
+	require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
+	assert.Positive(t, res.Rejected, "the flash SKU ran out")
+	assert.Positive(t, res.Accepted)
+	audit, err := stock.Audit(ctx, res.SoldBySKU)
+	require.NoError(t, err)
+	require.NoError(t, stock.AuditCapacities(ctx, locker, &audit))
+	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
+	assert.Equal(t, audit.AcceptedUnits, audit.Sold, "every accepted order fully applied")
+	state := holderOf(t, locker, stock.Key(orders.SKU(0)))
+	assert.Empty(t, state.Holders, "nothing held at the end")
+}
+
 // The batch processor: four replicas (Processors on Clients of their own)
 // at once, over hot SKUs and promotions read shared, their locks spread
 // over the masters or in one space, never oversell; busy baskets wait, and
@@ -298,7 +327,7 @@ func TestCommandInspectAndForceUnlock(t *testing.T) {
 	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "without --force nothing is released")
 	code, _, errOut = command(t, bin, "unlock", "--force", "--addrs", addrs, "--prefix", prefix, "sku:1", "fence:{x}")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `key "fence:{x}": names starting with "fence:{" or "cancel:{" are reserved`)
+	assert.Contains(t, errOut, `key "fence:{x}": names starting with "fence:{", "cancel:{" or "units:{" are reserved`)
 	assert.Equal(t, 1, strings.Count(errOut, "\n"), "a usage error in one line: %q", errOut)
 	assert.Len(t, inspect(t, bin, addrs, prefix, "*"), 3, "a bad key releases nothing")
 

@@ -60,7 +60,8 @@ func spread(n int, tag string) []string {
 }
 
 // lockKeysUnder lists every key under prefix on every master, without the
-// fencing counters and cancellation sets, which are meant to stay.
+// fencing counters, cancellation sets and capacities, which are meant to
+// stay.
 func lockKeysUnder(t testing.TB, rdb redis.UniversalClient, prefix string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -72,7 +73,7 @@ func lockKeysUnder(t testing.TB, rdb redis.UniversalClient, prefix string) []str
 		for iter.Next(ctx) {
 			k := iter.Val()
 			rest := k[len(prefix):]
-			if strings.HasPrefix(rest, "fence:{") || strings.HasPrefix(rest, "cancel:{") {
+			if strings.HasPrefix(rest, "fence:{") || strings.HasPrefix(rest, "cancel:{") || strings.HasPrefix(rest, "units:{") {
 				continue
 			}
 			mu.Lock()

@@ -198,3 +198,40 @@ func TestMetricsOfAProcessor(t *testing.T) {
 	_, err = p.Close(ctx)
 	require.NoError(t, err)
 }
+
+// gaugesByKey is the data points of the gauge name, by their key
+// attribute.
+func gaugesByKey(t *testing.T, reader sdkmetric.Reader, name string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, m := range collect(t, reader) {
+		if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == name {
+			for _, dp := range g.DataPoints {
+				key, _ := dp.Attributes.Value("key")
+				out[key.AsString()] = dp.Value
+			}
+		}
+	}
+	return out
+}
+
+// Counted keys' units held, free and their capacity, per key, read at each
+// collection.
+func TestMetricsOfCountedKeys(t *testing.T) {
+	reader, mp := newMeters(t)
+	c, _ := newLocker(t, newClient(t))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(2, "metered")
+	require.NoError(t, c.SetCapacity(ctx, keys[0], 10))
+	require.NoError(t, c.SetCapacity(ctx, keys[1], 5))
+	reg, err := batchlockotel.UnitsGauges(mp, c, keys...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Unregister() })
+	l, err := c.Lock(ctx, nil, batchlock.WithUnits(map[string]int64{keys[0]: 3, keys[1]: 5}))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{keys[0]: 3, keys[1]: 5}, gaugesByKey(t, reader, "batchlock.units.held"))
+	assert.Equal(t, map[string]int64{keys[0]: 7, keys[1]: 0}, gaugesByKey(t, reader, "batchlock.units.free"))
+	require.NoError(t, l.Consume(ctx))
+	assert.Equal(t, map[string]int64{keys[0]: 7, keys[1]: 0}, gaugesByKey(t, reader, "batchlock.units.capacity"))
+	assert.Equal(t, map[string]int64{keys[0]: 0, keys[1]: 0}, gaugesByKey(t, reader, "batchlock.units.held"))
+}

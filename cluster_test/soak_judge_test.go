@@ -294,3 +294,60 @@ func TestSoakRollbackJudge(t *testing.T) {
 		})
 	}
 }
+
+// The judge of counted keys: units held beyond what the capacity could
+// have been are caught, unless a failover of a lock taken without
+// WithReplicas or the wall clock explains them; restocks count from when
+// they began, sales from when they returned.
+func TestSoakCountedJudge(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	key := soakCountedKeys[0]
+	prefix := "judge:"
+	slot := hashtag.Slot(prefix + key)
+	hold := func(units int64, from, to int, replicas bool) countedHold {
+		return countedHold{key: key, units: units, from: at(from), to: at(to), replicas: replicas}
+	}
+	failover := faultEvent{kind: "failover", at: at(50), until: at(60), slots: [][2]int{{slot, slot}}}
+	for _, tc := range []struct {
+		name       string
+		holds      []countedHold
+		changes    []capacityChange
+		faults     []faultEvent
+		clock      []clockSample
+		violations []string
+		excused    int
+	}{
+		{name: "holds that fit", holds: []countedHold{hold(8, 0, 100, true), hold(4, 10, 20, true), hold(4, 30, 40, true)}},
+		{name: "holds beyond the capacity", holds: []countedHold{hold(8, 0, 100, true), hold(5, 10, 20, true)},
+			violations: []string{"13 units held"}},
+		{name: "a hold ended before the next began", holds: []countedHold{hold(8, 0, 10, true), hold(12, 10, 20, true)}},
+		{name: "a restock begun before", holds: []countedHold{hold(8, 0, 100, true), hold(10, 20, 30, true)},
+			changes: []capacityChange{{key: key, delta: 6, at: at(15)}}},
+		{name: "a restock of unknown outcome counts", holds: []countedHold{hold(8, 0, 100, true), hold(10, 20, 30, true)},
+			changes: []capacityChange{{key: key, delta: 6, at: at(15), known: false}}},
+		{name: "a restock begun after", holds: []countedHold{hold(8, 0, 100, true), hold(10, 20, 30, true)},
+			changes: []capacityChange{{key: key, delta: 6, at: at(25), known: true}}, violations: []string{"18 units held"}},
+		{name: "a sale returned before", holds: []countedHold{hold(3, 0, 100, true), hold(4, 20, 30, true)},
+			changes: []capacityChange{{key: key, delta: -6, at: at(10), known: true}}, violations: []string{"7 units held"}},
+		{name: "a sale of unknown outcome takes nothing", holds: []countedHold{hold(3, 0, 100, true), hold(4, 20, 30, true)},
+			changes: []capacityChange{{key: key, delta: -6, at: at(10)}}},
+		{name: "beyond after a failover, a lock without WithReplicas", holds: []countedHold{hold(8, 0, 100, false), hold(5, 70, 80, true)},
+			faults: []faultEvent{failover}, excused: 1},
+		{name: "beyond after a failover, both WithReplicas", holds: []countedHold{hold(8, 0, 100, true), hold(5, 70, 80, true)},
+			faults: []faultEvent{failover}, violations: []string{"13 units held"}},
+		{name: "beyond after the wall clock stepped forward", holds: []countedHold{hold(8, 0, 100, true), hold(5, 70, 80, true)},
+			clock: []clockSample{{at: at(50), lead: 20 * time.Millisecond}}, excused: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &soak{t: t, prefix: prefix, faults: tc.faults, counted: soakCounted{holds: tc.holds, changes: tc.changes},
+				clock: &wallClock{origin: t0, moves: append([]clockSample{{at: t0}}, tc.clock...)}}
+			violations, excused := s.countedOverlaps(key)
+			require.Len(t, violations, len(tc.violations), "violations: %q", violations)
+			for i, want := range tc.violations {
+				assert.Contains(t, violations[i], want)
+			}
+			assert.Equal(t, tc.excused, excused, "excused")
+		})
+	}
+}

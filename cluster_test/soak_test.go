@@ -82,6 +82,7 @@ type soak struct {
 	checks       chan struct{} // failed calls being checked
 	checked      int
 	failedCalls  []failedCall // checked, and found holding keys
+	counted      soakCounted  // what the counted workers did
 }
 
 // soakClient is one batchlock Client of the run and the lease of its
@@ -116,8 +117,10 @@ func TestSoak(t *testing.T) {
 	s.say("seed %d (replay with SEED=%d), %v on the %s backend, %d replicas per master, %d keys, %d clients, %d holder clients of %d locks",
 		seed, seed, duration, cl.Backend(), replicas, len(s.keys), len(s.clients), holderClients, holderLocks)
 
+	s.setUpCounted()
 	stopClock := s.clock.follow()
 	stopHolders := s.startHolders()
+	started := time.Now()
 	var wg sync.WaitGroup
 	for w := range soakWorkers {
 		wg.Go(func() { s.worker(w) })
@@ -125,6 +128,10 @@ func TestSoak(t *testing.T) {
 	for i := range soakProcessors {
 		wg.Go(func() { s.processor(i) })
 	}
+	for i := range soakCountedWorkers {
+		wg.Go(func() { s.countedWorker(i) })
+	}
+	wg.Go(s.restock)
 	wg.Go(s.replaceClients)
 	s.nemesis()
 	wg.Wait()
@@ -134,6 +141,8 @@ func TestSoak(t *testing.T) {
 
 	leftovers := s.leftovers()
 	violations, exceptions, overlapped := s.judge()
+	countedViolations, countedExcused := s.judgeCounted(started)
+	violations, exceptions = append(violations, countedViolations...), exceptions+countedExcused
 	s.mu.Lock()
 	stuck, stuckExcused := s.judgeRollbacks()
 	s.mu.Unlock()
@@ -402,7 +411,8 @@ func (s *soak) closeAll() {
 }
 
 // leftovers waits, up to the longest lease, for every lock key and cancel
-// mark to go, and returns those that stay. Only the fencing counters may.
+// mark to go, and returns those that stay. Only the fencing counters and
+// capacities may.
 func (s *soak) leftovers() []string {
 	var left []string
 	deadline := time.Now().Add(s.maxTTL + 10*time.Second)
@@ -422,7 +432,8 @@ func (s *soak) bookkeeping() []string {
 	require.NoError(s.t, s.rdbs[0].ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		iter := node.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
-			if k := iter.Val(); !strings.HasPrefix(k[len(s.prefix):], "fence:{") {
+			// Fencing counters and capacities are meant to stay.
+			if k := iter.Val(); !strings.HasPrefix(k[len(s.prefix):], "fence:{") && !strings.HasPrefix(k[len(s.prefix):], "units:{") {
 				mu.Lock()
 				found = append(found, k)
 				mu.Unlock()

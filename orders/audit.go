@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
+
+	"github.com/batchlock/batchlock/batchlock"
 )
 
 // ProblemKind classifies what an audit found wrong with a SKU.
@@ -23,6 +25,9 @@ const (
 	// accepted orders: an accepted order was not fully applied (writes
 	// lost), or a failed order was half-applied.
 	Mismatch ProblemKind = "mismatch"
+	// Capacity: a counted SKU's capacity, in the lock, differs from its
+	// remaining units: a sale not consumed, or consumed without its write.
+	Capacity ProblemKind = "capacity"
 )
 
 // Problem is one thing wrong with one SKU.
@@ -132,6 +137,29 @@ func Check(states []SKUState, accepted map[string]int64) Audit {
 		add(Mismatch, sku, "accepted orders took %d units of a SKU not in the catalogue", accepted[sku])
 	}
 	return a
+}
+
+// AuditCapacities adds to a the SKUs whose capacity in locker (Counted's)
+// differs from their remaining units.
+func (s *Stock) AuditCapacities(ctx context.Context, locker *batchlock.Client, a *Audit) error {
+	states, err := s.States(ctx)
+	if err != nil {
+		return err
+	}
+	keys := make([]string, len(states))
+	for i, st := range states {
+		keys[i] = s.Key(st.SKU)
+	}
+	held, err := locker.Inspect(ctx, keys...)
+	if err != nil {
+		return err
+	}
+	for i, h := range held {
+		if h.Capacity != states[i].Remaining {
+			a.Add(Capacity, states[i].SKU, "capacity %d, %d units remaining", h.Capacity, states[i].Remaining)
+		}
+	}
+	return nil
 }
 
 // Audit reads every SKU's stock and checks it against the units of

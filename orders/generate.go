@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // Order is one customer order: a basket of distinct SKUs and a quantity of
@@ -45,6 +46,11 @@ type GenConfig struct {
 	// versions, seed for seed.
 	Promos     int
 	PromoShare float64
+	// FlashShare is the probability, in [0, 1], that an order has a line
+	// of SKU(0), the flash sale's SKU, besides its basket: one SKU in a
+	// large share of the orders. At 0 the orders are those of earlier
+	// versions, seed for seed.
+	FlashShare float64
 	Seed       uint64 // same seed, same orders
 }
 
@@ -67,6 +73,8 @@ func (c GenConfig) Validate() error {
 		return fmt.Errorf("orders: %d promotions: must not be negative", c.Promos)
 	case math.IsNaN(c.PromoShare) || c.PromoShare < 0 || c.PromoShare > 1:
 		return fmt.Errorf("orders: promotion share %v must be in [0, 1]", c.PromoShare)
+	case math.IsNaN(c.FlashShare) || c.FlashShare < 0 || c.FlashShare > 1:
+		return fmt.Errorf("orders: flash share %v must be in [0, 1]", c.FlashShare)
 	case c.ZipfS != 0 && !(c.ZipfS > 1 && c.ZipfV >= 1):
 		return fmt.Errorf("orders: Zipf s %v, v %v: s must be above 1 and v at least 1", c.ZipfS, c.ZipfV)
 	}
@@ -116,6 +124,9 @@ func Generate(cfg GenConfig) ([]Order, error) {
 		orders[i] = Order{ID: fmt.Sprintf("o%07d", i), Lines: basket(rng, cfg, size, pick)}
 		if cfg.Promos > 0 && rng.Float64() < cfg.PromoShare {
 			orders[i].Promos = []string{Promo(rng.IntN(cfg.Promos))}
+		}
+		if cfg.FlashShare > 0 && rng.Float64() < cfg.FlashShare && !slices.ContainsFunc(orders[i].Lines, func(l Line) bool { return l.SKU == SKU(0) }) {
+			orders[i].Lines = append(orders[i].Lines, Line{SKU: SKU(0), Qty: 1 + rng.Int64N(cfg.MaxQty)})
 		}
 	}
 	return orders, nil

@@ -164,6 +164,7 @@ func TestGenConfigValidate(t *testing.T) {
 		"negative":            {func(c *GenConfig) { c.Orders = -1 }, "-1 orders"},
 		"negative promotions": {func(c *GenConfig) { c.Promos = -1 }, "-1 promotions"},
 		"promotion share":     {func(c *GenConfig) { c.PromoShare = -0.5 }, "promotion share -0.5"},
+		"flash share":         {func(c *GenConfig) { c.FlashShare = 2 }, "flash share 2"},
 		"Zipf s of 1":         {func(c *GenConfig) { c.ZipfS, c.ZipfV = 1, 10 }, "Zipf s 1, v 10"},
 		"Zipf v below 1":      {func(c *GenConfig) { c.ZipfS, c.ZipfV = 1.1, 0.5 }, "Zipf s 1.1, v 0.5"},
 	} {
@@ -200,4 +201,26 @@ func TestGeneratePromotions(t *testing.T) {
 	assert.InDelta(t, 0.5, float64(total)/float64(len(promoted)), 0.1)
 	keys := NewStock(nil, "p:", nil, 1).PromoKeys(Order{Promos: []string{Promo(2)}})
 	assert.Equal(t, []string{"p:promo:promo-002"}, keys)
+}
+
+// About FlashShare of the orders have a line of SKU(0), once.
+func TestGenerateFlashSale(t *testing.T) {
+	cfg := genConfig()
+	cfg.FlashShare = 0.3
+	flash, err := Generate(cfg)
+	require.NoError(t, err)
+	with := 0
+	for _, o := range flash {
+		n := 0
+		for _, l := range o.Lines {
+			if l.SKU == SKU(0) {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, 1, "order %s", o.ID)
+		if n == 1 {
+			with++
+		}
+	}
+	assert.InDelta(t, 0.3, float64(with)/float64(len(flash)), 0.1)
 }

@@ -94,6 +94,63 @@ func (p *Locked) Process(ctx context.Context, o Order) (Outcome, error) {
 	return out, workErr
 }
 
+// Counted processes orders under holds of units: each line takes its
+// quantity of its SKU's stock key, counted (batchlock.WithUnits), whose
+// capacity is the SKU's units (SetCapacities), so that orders of one SKU
+// run side by side while its stock lasts; an order asking more units than
+// a SKU has left is rejected at once (batchlock.ErrOverCapacity). An order
+// whose lines were written consumes its units (Lock.Consume), keeping each
+// capacity equal to its SKU's units; the writes are recorded per order
+// (Stock.WriteConcurrently), which the Stock must be told.
+type Counted struct {
+	Locker *batchlock.Client
+	Stock  *Stock
+	Think  time.Duration // as in Locked
+}
+
+// Process implements Processor.
+func (p *Counted) Process(ctx context.Context, o Order) (Outcome, error) {
+	units := make(map[string]int64, len(o.Lines))
+	for _, l := range o.Lines {
+		units[p.Stock.Key(l.SKU)] += l.Qty
+	}
+	asked := time.Now()
+	l, err := p.Locker.Lock(ctx, nil, batchlock.WithUnits(units), batchlock.WithShared(p.Stock.PromoKeys(o)...))
+	switch {
+	case errors.Is(err, batchlock.ErrOverCapacity):
+		return Outcome{}, nil // sold out: rejected, nothing written
+	case err != nil:
+		return Outcome{}, fmt.Errorf("locking units of %d SKUs: %w", len(o.Lines), err)
+	}
+	wait := time.Since(asked)
+	// No tokens: the holders of a SKU write it at once, each within its
+	// own lease, in the units it holds.
+	out, err := p.Stock.Fulfil(l.Context(), o, nil, p.Think, true)
+	out.LockWait, out.Locked = wait, true
+	if out.Accepted && err == nil {
+		if cerr := l.Consume(ctx); cerr != nil {
+			return out, fmt.Errorf("consuming the units of %d SKUs: %w", len(o.Lines), cerr)
+		}
+		return out, nil
+	}
+	_ = l.Unlock(ctx)
+	return out, err
+}
+
+// SetCapacities makes each SKU's capacity its units, for Counted.
+func (s *Stock) SetCapacities(ctx context.Context, locker *batchlock.Client) error {
+	states, err := s.States(ctx)
+	if err != nil {
+		return err
+	}
+	for _, st := range states {
+		if err := locker.SetCapacity(ctx, s.Key(st.SKU), st.Remaining); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Unlocked processes orders with the same read, check and write as Locked,
 // but no lock: orders that read a SKU before either writes it both take
 // the same units. This is the oversell batchlock prevents. Writes are not

@@ -23,7 +23,15 @@ type Stock struct {
 
 	replicas       int
 	replicaTimeout time.Duration
+	// concurrent: orders write a SKU at once (holds of units): each write
+	// is recorded per order, not per SKU's last writer.
+	concurrent bool
 }
+
+// WriteConcurrently has the orders write a SKU at once, as holds of units
+// let them (Counted): a line written again after a lost reply is known by
+// its order, not by being the SKU's last write.
+func (s *Stock) WriteConcurrently() { s.concurrent = true }
 
 // NewStock describes the stock of skus under prefix, initial units each. It
 // touches nothing in Redis until Setup.
@@ -220,7 +228,7 @@ func (s *Stock) apply(ctx context.Context, orders []Order, pending map[int][]int
 		o := orders[i]
 		for _, j := range lines {
 			l := o.Lines[j]
-			w := &write{key: s.Key(l.SKU), args: []any{l.Qty, o.ID, tokens[i][j]}}
+			w := &write{key: s.Key(l.SKU), args: []any{l.Qty, o.ID, tokens[i][j], s.concurrent}}
 			writes[i] = append(writes[i], w)
 			all = append(all, w)
 		}

@@ -25,13 +25,14 @@ func inspectCommand() cli.Command {
 		Summary: `Usage: batchlock inspect [--addrs host:port,...] [--prefix batchlock:] [--pattern '*'] [--json]
 
 Lists the locks held in the cluster, one lock key a line, with the names of
-batchlock.HeldKey: KEY (without the prefix), MODE (exclusive, or shared),
-HOLDERS (every owner holding it), HOLDS (live holds), WAITING (calls
-queued for it), LEASE (what is left of its lease), TOKEN (the fencing
-token of the ownership) and MASTER. --json gives the same as key, owner,
-mode, holders, holds, waiting, lease_ms (milliseconds), token and master.
-Every master is scanned; the fencing counters and cancel marks are left
-out.`,
+batchlock.HeldKey: KEY (without the prefix), MODE (exclusive, shared or
+counted), HOLDERS (every owner holding it; of a counted key, with "=" and
+its units), HOLDS (live holds), WAITING (calls queued for it), LEASE (what
+is left of its lease), TOKEN (the fencing token of the ownership) and
+MASTER. --json gives the same as key, owner, mode, holders, holds,
+waiting, lease_ms (milliseconds), token and master, and for a counted key
+units (by holder), capacity and free. Every master is scanned; the fencing
+counters, cancel marks and capacities are left out.`,
 		Flags: func(fs *flag.FlagSet) any {
 			o := &inspectOptions{}
 			o.Define(fs)
@@ -78,6 +79,11 @@ type heldLock struct {
 	LeaseMS int64  `json:"lease_ms"` // what is left of the lease, in milliseconds
 	Token   int64  `json:"token"`    // the fencing token of the ownership
 	Master  string `json:"master"`
+	// Of a counted key: the units of each holder, its capacity and the
+	// units free.
+	Units    map[string]int64 `json:"units,omitempty"`
+	Capacity *int64           `json:"capacity,omitempty"`
+	Free     *int64           `json:"free,omitempty"`
 }
 
 func asJSON(held []batchlock.HeldKey) []heldLock {
@@ -85,6 +91,10 @@ func asJSON(held []batchlock.HeldKey) []heldLock {
 	for i, h := range held {
 		out[i] = heldLock{Key: h.Key, Owner: firstOf(h.Holders), Mode: modeName(h), Holders: h.Holders, Holds: h.Holds, Waiting: h.Waiting,
 			LeaseMS: h.Lease.Milliseconds(), Token: h.Token, Master: h.Master}
+		if h.Counted {
+			capacity, free := h.Capacity, h.Free()
+			out[i].Units, out[i].Capacity, out[i].Free = h.Units, &capacity, &free
+		}
 	}
 	return out
 }
@@ -101,7 +111,7 @@ func writeLocks(w io.Writer, locks []batchlock.HeldKey, prefix, pattern string) 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, inspectHeader)
 	for _, l := range locks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", l.Key, modeName(l), strings.Join(l.Holders, ","), l.Holds, l.Waiting,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", l.Key, modeName(l), holdersOf(l), l.Holds, l.Waiting,
 			l.Lease.Round(time.Millisecond), l.Token, l.Master)
 	}
 	if err := tw.Flush(); err != nil {
@@ -113,10 +123,25 @@ func writeLocks(w io.Writer, locks []batchlock.HeldKey, prefix, pattern string) 
 
 // modeName names how a key is held.
 func modeName(h batchlock.HeldKey) string {
-	if h.Shared {
+	switch {
+	case h.Shared:
 		return "shared"
+	case h.Counted:
+		return "counted"
 	}
 	return "exclusive"
+}
+
+// holdersOf lists a key's holders, those of a counted key with their units.
+func holdersOf(h batchlock.HeldKey) string {
+	if !h.Counted {
+		return strings.Join(h.Holders, ",")
+	}
+	named := make([]string, len(h.Holders))
+	for i, o := range h.Holders {
+		named[i] = fmt.Sprintf("%s=%d", o, h.Units[o])
+	}
+	return strings.Join(named, ",")
 }
 
 // firstOf is the first of owners, or "" for none: the owner inspect's JSON

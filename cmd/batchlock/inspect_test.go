@@ -43,6 +43,8 @@ func sampleHeld() []batchlock.HeldKey {
 		{Key: "promo:1", Shared: true, Holders: []string{"a", "b"}, Holds: 2, Waiting: 1,
 			Lease: 1500*time.Millisecond + 400*time.Microsecond, Token: 42, Master: "127.0.0.1:7000"},
 		{Key: "sku:1", Holders: []string{"c"}, Holds: 1, Lease: 29 * time.Second, Token: 7, Master: "127.0.0.1:7001"},
+		{Key: "sku:hot", Counted: true, Holders: []string{"d", "e"}, Units: map[string]int64{"d": 3, "e": 1}, Capacity: 10, Holds: 2,
+			Lease: 29 * time.Second, Token: 9, Master: "127.0.0.1:7002"},
 	}
 }
 
@@ -52,16 +54,17 @@ func TestInspectTable(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, writeLocks(&b, sampleHeld(), "p:", "*"))
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-	require.Len(t, lines, 4, b.String())
+	require.Len(t, lines, 5, b.String())
 	assert.Equal(t, []string{"KEY", "MODE", "HOLDERS", "HOLDS", "WAITING", "LEASE", "TOKEN", "MASTER"}, strings.Fields(lines[0]))
 	assert.Equal(t, []string{"promo:1", "shared", "a,b", "2", "1", "1.5s", "42", "127.0.0.1:7000"}, strings.Fields(lines[1]))
 	assert.Equal(t, []string{"sku:1", "exclusive", "c", "1", "0", "29s", "7", "127.0.0.1:7001"}, strings.Fields(lines[2]))
-	assert.Equal(t, "2 locks", lines[3])
+	assert.Equal(t, []string{"sku:hot", "counted", "d=3,e=1", "2", "0", "29s", "9", "127.0.0.1:7002"}, strings.Fields(lines[3]))
+	assert.Equal(t, "3 locks", lines[4])
 	assert.NotContains(t, b.String(), "FENCE")
 	assert.NotContains(t, b.String(), "OWNERS")
 
 	b.Reset()
-	require.NoError(t, writeLocks(&b, sampleHeld()[1:], "p:", "*"))
+	require.NoError(t, writeLocks(&b, sampleHeld()[1:2], "p:", "*"))
 	assert.True(t, strings.HasSuffix(b.String(), "\n1 lock\n"), b.String())
 
 	b.Reset()
@@ -76,7 +79,7 @@ func TestInspectJSON(t *testing.T) {
 	require.NoError(t, cli.WriteJSON(&b, asJSON(sampleHeld())))
 	var got []map[string]any
 	require.NoError(t, json.Unmarshal(b.Bytes(), &got))
-	require.Len(t, got, 2)
+	require.Len(t, got, 3)
 	assert.Equal(t, []string{"holders", "holds", "key", "lease_ms", "master", "mode", "owner", "token", "waiting"},
 		slices.Sorted(maps.Keys(got[0])))
 	assert.Equal(t, 1500.0, got[0]["lease_ms"])
@@ -85,4 +88,9 @@ func TestInspectJSON(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:7000", got[0]["master"])
 	assert.Equal(t, 29000.0, got[1]["lease_ms"])
 	assert.Equal(t, "exclusive", got[1]["mode"])
+	assert.Equal(t, "counted", got[2]["mode"])
+	assert.Equal(t, map[string]any{"d": 3.0, "e": 1.0}, got[2]["units"])
+	assert.Equal(t, 10.0, got[2]["capacity"])
+	assert.Equal(t, 6.0, got[2]["free"])
+	assert.NotContains(t, got[1], "capacity", "only a counted key has one")
 }

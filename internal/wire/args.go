@@ -10,6 +10,13 @@ import "strings"
 // every slot of the call lists its keys' modes (see AppendSlot).
 const SharedModes = "s"
 
+// Letters of a key's mode in a slot's modes (see AppendSlot).
+const (
+	ModeExclusive = 'x'
+	ModeShared    = 's'
+	ModeCounted   = 'n'
+)
+
 // AppendAcquire appends the head of acquire.lua's arguments: the hold's
 // owner (escaped here), its hold field, its lease, the mode, its cancel mark
 // and how long a place in a queue lasts. Its slots follow (AppendSlot).
@@ -37,8 +44,9 @@ func AppendBasket(args []any, owner, hold string, slots func([]any) []any) []any
 
 // AppendSlot appends one slot of an attempt (see attempt.lua): its fencing
 // counter, its number of keys, when shared (every slot of the call then says
-// it) its keys' modes, "s" shared and "x" exclusive, all "x" when modes is
-// nil, then its lock keys.
+// it) its keys' modes, ModeShared, ModeExclusive or ModeCounted, all
+// exclusive when modes is nil, then its lock keys; the units of its counted
+// keys follow (AppendCounted).
 func AppendSlot(args []any, fence string, keys []string, modes []byte, shared bool) []any {
 	args = append(args, fence, len(keys))
 	if shared {
@@ -54,11 +62,26 @@ func AppendSlot(args []any, fence string, keys []string, modes []byte, shared bo
 	return args
 }
 
+// AppendCounted appends, after a slot's lock keys, per counted key (by
+// modes) in order the units asked for and its capacity key, as of reads
+// them.
+func AppendCounted(args []any, keys []string, modes []byte, of func(lockKey string) (units int64, capacity string)) []any {
+	for i, m := range modes {
+		if m == ModeCounted {
+			units, capacity := of(keys[i])
+			args = append(args, units, capacity)
+		}
+	}
+	return args
+}
+
 // AppendRelease appends the head of one lock's share of release.lua: its
 // owner (escaped here), hold field, how long its cancel marks live, and the
-// numbers of marks and of lock keys that follow it, marks first.
-func AppendRelease(args []any, owner, hold string, leaseMs int64, marks, keys int) []any {
-	return append(args, EscapeOwner(owner), hold, leaseMs, marks, keys)
+// numbers of marks, of lock keys and of counted keys consumed that follow
+// it: marks, lock keys, then a lock key and its capacity key per key
+// consumed.
+func AppendRelease(args []any, owner, hold string, leaseMs int64, marks, keys, consumed int) []any {
+	return append(args, EscapeOwner(owner), hold, leaseMs, marks, keys, consumed)
 }
 
 // AppendExtend appends the head of one lock's share of extend.lua: its hold

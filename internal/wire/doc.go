@@ -18,8 +18,10 @@
 //   - prefix+"cancel:{"+tag+"}:"+hold (Keyspace.CancelMark): a hold cancelled
 //     by a rollback, for one lease, so that a late acquire of that hold (a
 //     frozen master) cannot take its key.
+//   - prefix+"units:{"+tag+"}:"+key (Keyspace.Capacity): a counted key's
+//     capacity, in its slot. It never expires.
 //
-// User keys starting with "fence:{" or "cancel:{" are reserved. Hold fields
+// User keys starting with "fence:{", "cancel:{" or "units:{" are reserved. Hold fields
 // and default owner ids come from crypto/rand (RandomID). Owner ids, a
 // caller's too, are stored escaped (EscapeOwner), so that none reads as a
 // separator or as "*", the owner field of a key held shared.

@@ -6,10 +6,12 @@ import (
 	"github.com/batchlock/batchlock/hashtag"
 )
 
-// Reserved names under the prefix, one set per slot.
+// Reserved names under the prefix: one fencing counter per slot, cancel
+// marks and capacities of counted keys in their slots.
 const (
 	FenceName  = "fence:{"
 	CancelName = "cancel:{"
+	UnitsName  = "units:{"
 )
 
 // Keyspace is a Client's prefix, and the one place names are made from it
@@ -41,6 +43,12 @@ func (p Keyspace) CancelMark(slot int, hold string) string {
 	return string(p) + CancelName + hashtag.ForSlot(slot) + "}:" + hold
 }
 
+// Capacity is the capacity key of the counted user key key of slot: in
+// its slot, outliving its holds.
+func (p Keyspace) Capacity(slot int, key string) string {
+	return string(p) + UnitsName + hashtag.ForSlot(slot) + "}:" + key
+}
+
 // Pattern is a SCAN Pattern of the lock keys whose user keys match glob.
 func (p Keyspace) Pattern(glob string) string { return escapeGlob(string(p)) + glob }
 
@@ -49,7 +57,7 @@ func (p Keyspace) CheckKey(tag string) string { return string(p) + "check:{" + t
 
 // Reserved reports whether a user key would collide with a Reserved name.
 func Reserved(key string) bool {
-	return strings.HasPrefix(key, FenceName) || strings.HasPrefix(key, CancelName)
+	return strings.HasPrefix(key, FenceName) || strings.HasPrefix(key, CancelName) || strings.HasPrefix(key, UnitsName)
 }
 
 // escapeGlob makes s match itself in a SCAN MATCH pattern.

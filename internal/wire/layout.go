@@ -21,16 +21,23 @@ func NewHold() string { return HoldPrefix + RandomID(8) }
 
 // LockState is what a lock key holds, at the server time now.
 type LockState struct {
-	Owner   string   // the owner id; empty for a key held shared
+	Owner   string   // the owner id; empty for a key held shared or counted
 	Shared  bool     // held shared: holders are its owners
+	Counted bool     // held in units: holders are its owners
 	Holders []string // the owners with a live hold, sorted, without repeats
+	// Units are, on a counted key, the units of each holder's live holds.
+	Units   map[string]int64
 	Token   int64
 	Holds   int // holds whose lease has not ended at now
 	Waiting int // waiters whose place has not lapsed at now
 }
 
-// SharedOwner is the owner field of a key held shared.
-const SharedOwner = "*"
+// SharedOwner is the owner field of a key held shared, CountedOwner that of
+// a counted key.
+const (
+	SharedOwner  = "*"
+	CountedOwner = "#"
+)
 
 // ParseLock reads the value of a lock key; ok is false for a value that is
 // not one.
@@ -42,13 +49,20 @@ func ParseLock(value string, now time.Time) (s LockState, ok bool) {
 	if s.Token, err = strconv.ParseInt(token, 10, 64); err != nil || !ok1 || !ok2 || !ok3 {
 		return LockState{}, false
 	}
-	s.Shared = owner == SharedOwner
-	if !s.Shared {
+	s.Shared, s.Counted = owner == SharedOwner, owner == CountedOwner
+	switch {
+	case s.Counted:
+		s.Units = map[string]int64{}
+	case !s.Shared:
 		s.Owner = UnescapeOwner(owner)
 	}
 	for e := range strings.SplitSeq(holds, ",") {
+		if e == "" {
+			continue // a counted key with no hold left
+		}
 		_, e, _ = strings.Cut(e, "=")
 		ends, who, _ := strings.Cut(e, "=")
+		who, units, _ := strings.Cut(who, "=")
 		ends = strings.TrimSuffix(ends, "g") // a grant
 		// No end: the one hold of a key taken afresh, which ends with the
 		// key, there to be read.
@@ -57,9 +71,13 @@ func ParseLock(value string, now time.Time) (s LockState, ok bool) {
 		}
 		s.Holds++
 		switch {
-		case s.Shared && who != "":
+		case (s.Shared || s.Counted) && who != "":
 			s.Holders = append(s.Holders, UnescapeOwner(who))
-		case !s.Shared && s.Owner != "":
+			if s.Counted {
+				n, _ := strconv.ParseInt(units, 10, 64)
+				s.Units[UnescapeOwner(who)] += n
+			}
+		case !s.Shared && !s.Counted && s.Owner != "":
 			s.Holders = append(s.Holders, s.Owner)
 		}
 	}
@@ -100,12 +118,12 @@ func PlaceIn(value, hold string, now time.Time) bool {
 	return false
 }
 
-// placeOf reads a place in a queue, "<hold>@<ends>[s][p]=<owner>=<fence>":
+// placeOf reads a place in a queue, "<hold>@<ends>[s|n][p]=<owner>=<fence>":
 // its hold field and when it lapses.
 func placeOf(place string) (hold, ends string, ok bool) {
 	hold, rest, ok := strings.Cut(place, "@")
 	rest, _, _ = strings.Cut(rest, "=")
-	return hold, strings.TrimRight(rest, "sp"), ok
+	return hold, strings.TrimRight(rest, "snp"), ok
 }
 
 // endsAfter reports whether ends, in milliseconds, is after now.

@@ -12,7 +12,9 @@ const (
 	AcquireRefused   = 0
 	AcquireCancelled = -1 // a rollback overtook the call: its outcome is unknown
 	AcquireElsewhere = -2 // a slot is not served by the master: nothing changed
-	AcquireUpgrade   = -3 // the owner holds a key shared that it asked for exclusively: nothing changed
+	AcquireUpgrade   = -3 // the owner holds a key shared or in units that it asked for exclusively or in more units: nothing changed
+	AcquireNoUnits   = -4 // a key asked for in units has no capacity set: nothing changed
+	AcquireOverUnits = -5 // more units of a key than its capacity were asked for: nothing changed
 )
 
 // AcquireReply is one reply of acquire.lua, decoded.
@@ -54,7 +56,7 @@ func DecodeAcquire(vals []any) (AcquireReply, error) {
 		if len(vals) != 1 {
 			err = fmt.Errorf("%d elements", len(vals))
 		}
-	case AcquireUpgrade:
+	case AcquireUpgrade, AcquireNoUnits, AcquireOverUnits:
 		if len(vals) == 2 {
 			r.Key, ok = vals[1].(string)
 		}

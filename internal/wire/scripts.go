@@ -28,12 +28,15 @@ var (
 	extendSource string
 	//go:embed scripts/force.lua
 	forceSource string
+	//go:embed scripts/capacity.lua
+	capacitySource string
 
-	AcquireScript = newScript(attemptSource + AcquireSource)
-	TryEachScript = newScript(attemptSource + tryEachSource)
-	ReleaseScript = newScript(ReleaseSource)
-	ExtendScript  = newScript(extendSource)
-	ForceScript   = newScript(forceSource)
+	AcquireScript  = newScript(attemptSource + AcquireSource)
+	TryEachScript  = newScript(attemptSource + tryEachSource)
+	ReleaseScript  = newScript(ReleaseSource)
+	ExtendScript   = newScript(extendSource)
+	ForceScript    = newScript(forceSource)
+	CapacityScript = newScript(capacitySource)
 )
 
 func newScript(body string) *redis.Script {

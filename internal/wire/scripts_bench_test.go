@@ -66,7 +66,7 @@ func BenchmarkScript(b *testing.B) {
 				hold := fmt.Sprintf("h:%016x", i)
 				args := []any{owner, hold, 10000, wire.ModeWait, "cancel:{a}:" + hold, 3000, "fence:{a}", len(keys)}
 				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, append(args, anysOf(keys)...)...))
-				rel := []any{owner, hold, 10000, 0, len(keys)}
+				rel := []any{owner, hold, 10000, 0, len(keys), 0}
 				mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
 			})
 		})

@@ -30,6 +30,7 @@ type scriptCase struct {
 	name   string
 	before map[string]string // lock key -> value; each key expires with its value's last hold
 	script *redis.Script
+	keys   []string
 	args   []any
 	reply  any
 	after  map[string]string // lock key -> value, "" for a key that must be gone
@@ -37,6 +38,9 @@ type scriptCase struct {
 	// whose one hold ends with the key ("<hold>=" with no end).
 	ttl  int64
 	told map[string][]string
+	// plain are keys that are no lock keys (counters, capacities), set
+	// before with no expiry and read after: key -> value, "" for none.
+	plain, plainAfter map[string]string
 }
 
 var (
@@ -91,8 +95,20 @@ func runScriptCases(t *testing.T, cases []scriptCase) {
 				require.NoError(t, rdb.Set(ctx, key, v, 0).Err())
 				require.NoError(t, rdb.PExpireAt(ctx, key, time.UnixMilli(expires)).Err())
 			}
-			reply, err := tc.script.Run(ctx, rdb, nil, tc.args...).Result()
+			for key, v := range tc.plain {
+				require.NoError(t, rdb.Set(ctx, key, v, 0).Err())
+			}
+			reply, err := tc.script.Run(ctx, rdb, tc.keys, tc.args...).Result()
 			require.NoError(t, err)
+			for key, want := range tc.plainAfter {
+				got, err := rdb.Get(ctx, key).Result()
+				if want == "" {
+					assert.ErrorIs(t, err, redis.Nil, "%s is there: %q", key, got)
+					continue
+				}
+				require.NoError(t, err, "reading %s", key)
+				assert.Equal(t, want, got, "%s after", key)
+			}
 			assert.True(t, similar(tc.reply, reply), "reply %v, want %v", reply, tc.reply)
 			for key, want := range tc.after {
 				got, err := rdb.Get(ctx, key).Result()
@@ -194,7 +210,7 @@ func sameValue(t *testing.T, want, got string) {
 			return false
 		}
 		for i := range as {
-			an, bn := strings.TrimRight(as[i], "spg"), strings.TrimRight(bs[i], "spg")
+			an, bn := strings.TrimRight(as[i], "spgn"), strings.TrimRight(bs[i], "spgn")
 			if !near(an, bn) || as[i][len(an):] != bs[i][len(bn):] {
 				return false
 			}
@@ -226,8 +242,20 @@ func acquireArgv(owner, hold string, leaseMs int64, mode, modes, key string) []a
 	return []any{owner, hold, leaseMs, mode + "s", "cancel:{a}:" + hold, 2000, "fence:{a}", 1, modes, key}
 }
 
+// countedArgv is acquire.lua's arguments for units of key, of one slot,
+// whose capacity key is "units:{a}:" .. key.
+func countedArgv(owner, hold string, leaseMs int64, mode string, units int64, key string) []any {
+	return []any{owner, hold, leaseMs, mode + "s", "cancel:{a}:" + hold, 2000, "fence:{a}", 1, "n", key, units, "units:{a}:" + key}
+}
+
+// consumeArgv is release.lua's arguments for one hold on key, whose units
+// it consumes.
+func consumeArgv(owner, hold, key string) []any {
+	return []any{owner, hold, 60000, 0, 1, 1, key, key, "units:{a}:" + key}
+}
+
 func releaseArgv(owner, hold string, keys ...string) []any {
-	args := []any{owner, hold, 60000, 0, len(keys)}
+	args := []any{owner, hold, 60000, 0, len(keys), 0}
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -269,6 +297,16 @@ func TestScriptTryEach(t *testing.T) {
 			script: wire.TryEachScript, args: tryEachArgv("first", [3]string{"alice", "h:b", "k"}),
 			reply: []any{[]any{int64(1), int64(3)}},
 			after: map[string]string{"k": "3 - h:a={now+5000},h:b={now+1000} alice"}},
+		{name: "baskets of units of one key, taken in order while they fit; {-4} for a key with no capacity",
+			plain:  map[string]string{"units:{a}:k": "5"},
+			script: wire.TryEachScript, args: []any{1000, "firsts", "cancel:{a}:h:call",
+				"bob", "h:b", 6, "fence:{a}", 1, "n", "k", 3, "units:{a}:k",
+				"carol", "h:c", 6, "fence:{a}", 1, "n", "k", 3, "units:{a}:k",
+				"dan", "h:d", 6, "fence:{a}", 1, "n", "k", 2, "units:{a}:k",
+				"erin", "h:e", 6, "fence:{a}", 1, "n", "j", 1, "units:{a}:j"},
+			reply: []any{[]any{int64(1), int64(1)}, []any{int64(0), int64(0), int64(1000), []any{"k"}, []any{}, int64(0)},
+				[]any{int64(1), int64(3)}, []any{int64(-4), "j"}},
+			after: map[string]string{"k": "3 - h:b={now+1000}=bob=3,h:d={now+1000}=dan=2 #", "j": ""}},
 	})
 }
 
@@ -459,6 +497,138 @@ func TestScriptRelease(t *testing.T) {
 // A key under the prefix that holds something other than a string is not a
 // lock key: a release, an extension and a forced release leave it alone and
 // go on with the other keys, rather than stop half-way.
+// Counted keys: holds of units of any number of owners while the units
+// fit the capacity, a queue no small request passes, reentrancy with no
+// more units, units freed announced, consume counted once, the capacity
+// never set below the units held.
+func TestScriptCounted(t *testing.T) {
+	const (
+		alice6 = "h:a={now+60000}=alice=6"
+		waiter = "h:w@{now+2000}n=wes=fence:{a}"
+	)
+	capacity := map[string]string{"units:{a}:k": "10"}
+	runScriptCases(t, []scriptCase{
+		{name: "a fresh key taken in units, its hold ending with the key",
+			plain: capacity, before: map[string]string{"fence:{a}": "5"},
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "try", 3, "k"),
+			reply: []any{int64(1), int64(6)},
+			after: map[string]string{"k": "6 - h:b==bob=3 #"}, ttl: 1000},
+		{name: "no capacity set: refused outright, nothing written",
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "try", 3, "k"),
+			reply: []any{int64(-4), "k"},
+			after: map[string]string{"k": ""}},
+		{name: "more units than the capacity: refused outright, nothing written",
+			plain: capacity, script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "wait", 11, "k"),
+			reply: []any{int64(-5), "k"},
+			after: map[string]string{"k": ""}},
+		{name: "more units than the capacity of a key held: refused outright, no place taken",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "wait", 11, "k"),
+			reply: []any{int64(-5), "k"},
+			after: map[string]string{"k": "4 - " + alice6 + " #"}},
+		{name: "another owner joins while the units fit, with a token of its own",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "try", 4, "k"),
+			reply: []any{int64(1), int64(6)},
+			after: map[string]string{"k": "6 - " + alice6 + ",h:b={now+1000}=bob=4 #"}},
+		{name: "units that do not fit are refused, the holders named",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "try", 5, "k"),
+			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}},
+			after: map[string]string{"k": "4 - " + alice6 + " #"}},
+		{name: "a waiting request for units that do not fit gets a place marked n",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "wait", 5, "k"),
+			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}, int64(4)},
+			after: map[string]string{"k": "4 h:b@{now+2000}n=bob=fence:{a} " + alice6 + " #"}},
+		{name: "a small request does not pass a waiter ahead, though its units fit",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 " + waiter + " " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "try", 1, "k"),
+			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}},
+			after: map[string]string{"k": "4 " + waiter + " " + alice6 + " #"}},
+		{name: "the waiter at the head takes its units once they fit, leaving the queue",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 " + waiter + " " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("wes", "h:w", 1000, "wait", 4, "k"),
+			reply: []any{int64(1), int64(6)},
+			after: map[string]string{"k": "6 - " + alice6 + ",h:w={now+1000}=wes=4 #"}},
+		{name: "the head of a key left with no hold takes it, the queue kept",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 " + waiter + ",h:x@{now+2000}n=xi=fence:{a}  #"},
+			script: wire.AcquireScript, args: countedArgv("wes", "h:w", 1000, "wait", 4, "k"),
+			reply: []any{int64(1), int64(6)},
+			after: map[string]string{"k": "6 h:x@{now+2000}n=xi=fence:{a} h:w={now+1000}=wes=4 #"}},
+		{name: "an exclusive request at the head of a key left with no hold takes it, the queue kept",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 " + waiter + ",h:x@{now+2000}n=xi=fence:{a}  #"},
+			script: wire.AcquireScript, args: acquireArgv("wes", "h:w", 1000, "try", "x", "k"),
+			reply: []any{int64(1), int64(6)},
+			after: map[string]string{"k": "6 h:x@{now+2000}n=xi=fence:{a} h:w={now+1000} wes"}},
+		{name: "an owner that holds units joins again with none when it asks for no more",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("alice", "h:c", 1000, "try", 6, "k"),
+			reply: []any{int64(1), int64(6)},
+			after: map[string]string{"k": "6 - " + alice6 + ",h:c={now+1000}=alice=0 #"}},
+		{name: "an owner that holds units and asks for more is refused outright (ErrUpgrade)",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: countedArgv("alice", "h:c", 1000, "try", 7, "k"),
+			reply: []any{int64(-3), "k"},
+			after: map[string]string{"k": "4 - " + alice6 + " #"}},
+		{name: "an owner that holds units and asks for the key exclusively is refused outright",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: acquireArgv("alice", "h:c", 1000, "try", "x", "k"),
+			reply: []any{int64(-3), "k"}},
+		{name: "another owner asking for a counted key shared is refused",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - " + alice6 + " #"},
+			script: wire.AcquireScript, args: acquireArgv("bob", "h:b", 1000, "try", "s", "k"),
+			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}}},
+		{name: "units of a key held exclusively by another owner are refused",
+			plain: capacity, before: map[string]string{"fence:{a}": "5", "k": "4 - h:a={now+60000} alice"},
+			script: wire.AcquireScript, args: countedArgv("bob", "h:b", 1000, "try", 1, "k"),
+			reply: []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0), []any{"alice"}}},
+		{name: "a release that frees units with a waiter announces them",
+			before: map[string]string{"k": "4 " + waiter + " " + alice6 + ",h:b={now+60000}=bob=2 #"},
+			script: wire.ReleaseScript, args: releaseArgv("bob", "h:b", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "4 " + waiter + " " + alice6 + " #"},
+			told:  map[string][]string{"k": {"released"}}},
+		{name: "the last hold released with a waiter for units leaves the key with no hold and the queue",
+			before: map[string]string{"k": "4 " + waiter + " " + alice6 + " #"},
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "4 " + waiter + "  #"}, ttl: 2000,
+			told: map[string][]string{"k": {"released"}}},
+		{name: "consumed: the hold goes and its units leave the capacity",
+			plain: capacity, before: map[string]string{"k": "4 - " + alice6 + ",h:b={now+60000}=bob=2 #"},
+			script: wire.ReleaseScript, args: consumeArgv("bob", "h:b", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "4 - " + alice6 + " #"}, plainAfter: map[string]string{"units:{a}:k": "8"}},
+		{name: "consumed again, the hold gone: nothing more (the key is told held by another, which a resend does not count as lost)",
+			plain: capacity, before: map[string]string{"k": "4 - " + alice6 + " #"},
+			script: wire.ReleaseScript, args: consumeArgv("bob", "h:b", "k"),
+			reply: []any{[]any{"k"}, []any{}},
+			after: map[string]string{"k": "4 - " + alice6 + " #"}, plainAfter: map[string]string{"units:{a}:k": "10"}},
+		{name: "a hold whose lease ended consumes nothing",
+			plain: capacity, before: map[string]string{"k": "4 - " + alice6 + ",h:b={now-10}=bob=2 #"},
+			script: wire.ReleaseScript, args: consumeArgv("bob", "h:b", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "4 - " + alice6 + " #"}, plainAfter: map[string]string{"units:{a}:k": "10"}},
+		{name: "a capacity below the units held is refused, nothing changed",
+			plain: capacity, before: map[string]string{"k": "4 - " + alice6 + " #"},
+			script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"set", 5},
+			reply: []any{int64(0), int64(10), int64(6)}, plainAfter: capacity},
+		{name: "a capacity taken below 0 is refused",
+			plain: capacity, script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"add", -11},
+			reply: []any{int64(0), int64(10), int64(0)}, plainAfter: capacity},
+		{name: "a capacity grown is announced",
+			plain: capacity, before: map[string]string{"k": "4 " + waiter + " " + alice6 + " #"},
+			script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"add", 5},
+			reply: []any{int64(1), int64(15), int64(6)}, plainAfter: map[string]string{"units:{a}:k": "15"},
+			told: map[string][]string{"k": {"released"}}},
+		{name: "a capacity set on a key with none, its holds' ended units not counted",
+			before: map[string]string{"k": "4 - h:a={now-10}=alice=6 #"},
+			script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"set", 3},
+			reply: []any{int64(1), int64(3), int64(0)}, plainAfter: map[string]string{"units:{a}:k": "3"}},
+	})
+}
+
 func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
 	ctx := t.Context()
@@ -512,6 +682,7 @@ func TestScriptConstantsAgree(t *testing.T) {
 	assert.Equal(t, wire.ReleasedMessage, luaConstant(t, wire.LayoutSource, "RELEASED"))
 	assert.Equal(t, wire.AgainMessage, luaConstant(t, wire.LayoutSource, "AGAIN"))
 	assert.Equal(t, wire.SharedOwner, luaConstant(t, wire.LayoutSource, "SHARED"))
+	assert.Equal(t, wire.CountedOwner, luaConstant(t, wire.LayoutSource, "COUNTED"))
 	assert.Equal(t, strconv.FormatInt(wire.GrantTime.Milliseconds(), 10), luaConstant(t, wire.LayoutSource, "GRANT_MS"))
 	for name, source := range map[string]string{"acquire": wire.AcquireSource, "release": wire.ReleaseSource} {
 		assert.Contains(t, source, `"`+wire.HoldPrefix+`" .. hold id`, "%s.lua's header names the hold prefix", name)
@@ -522,7 +693,8 @@ func TestScriptConstantsAgree(t *testing.T) {
 		require.NoError(t, err)
 		statuses = append(statuses, n)
 	}
-	assert.ElementsMatch(t, []int64{wire.AcquireGranted, wire.AcquireRefused, wire.AcquireCancelled, wire.AcquireElsewhere, wire.AcquireUpgrade}, statuses)
+	assert.ElementsMatch(t, []int64{wire.AcquireGranted, wire.AcquireRefused, wire.AcquireCancelled, wire.AcquireElsewhere, wire.AcquireUpgrade,
+		wire.AcquireNoUnits, wire.AcquireOverUnits}, statuses)
 }
 
 // On a master that does not serve a key's slot (moved, or never its), the
@@ -588,7 +760,7 @@ func TestScriptMovedKeys(t *testing.T) {
 	// A cancel mark of a slot not served here is named as elsewhere, to be
 	// set where its slot is; one served here is set.
 	markAway := "cancel:{" + moved + "}:h:a"
-	reply = run(wire.ReleaseScript, "alice", "h:a", 60000, 2, 1, cancelMark, markAway, here)
+	reply = run(wire.ReleaseScript, "alice", "h:a", 60000, 2, 1, 0, cancelMark, markAway, here)
 	assert.True(t, similar([]any{[]any{}, []any{markAway}}, reply), "release with marks: %v", reply)
 	n, err = rdb.Exists(ctx, cancelMark).Result()
 	require.NoError(t, err)

@@ -37,6 +37,8 @@ type demoOptions struct {
 	hot       int
 	promos    int
 	exclusive bool // promotions locked exclusively
+	flash     float64
+	counted   bool // SKUs locked in units
 	think     time.Duration
 	replicas  int
 	seed      uint64
@@ -96,6 +98,15 @@ the key's fencing token (UPDATE ... WHERE fence <= token), and commits only
 while the lock holds. The audit reads the database: nothing oversold, every
 accepted order with all its lines, no row written by a stale token.
 
+--flash S adds the flash sale's SKU (sku-00000) to a share S of the orders
+(0 to 1): one SKU in many baskets, which exclusive locks serve one order at
+a time. --counted locks every SKU in units instead (batchlock.WithUnits):
+each line holds its quantity of its SKU, whose capacity is its stock, so
+that the orders of one SKU run side by side while its stock lasts; an
+order asking more than a SKU has left is rejected at once, and an order
+written consumes its units (Lock.Consume). The audit then also checks that
+every SKU's capacity equals its remaining units.
+
 --no-lock runs the same read, check and write without a lock: orders that
 read a SKU at the same time both sell the same units, and the audit shows
 the oversell. That is the expected demonstration: it exits 0 unless the
@@ -122,6 +133,8 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.IntVar(&o.hot, "hot", 20, "hot SKUs, which a tenth of all lines pick")
 			fs.IntVar(&o.promos, "promos", 3, "hot promotions, one of which half of the orders read: locked shared, with the stock")
 			fs.BoolVar(&o.exclusive, "exclusive-promos", false, "lock the promotions exclusively instead, as a lock without shared keys must (redis store)")
+			fs.Float64Var(&o.flash, "flash", 0, "share of the orders (0 to 1) that also buy the flash sale's SKU, sku-00000")
+			fs.BoolVar(&o.counted, "counted", false, "lock SKUs in units, each order its quantities, within each SKU's stock (redis store, workers)")
 			fs.DurationVar(&o.think, "think", 0, "pause in each order, as a real processor's work: between reading stock and writing it (redis), before the commit (postgres)")
 			fs.IntVar(&o.replicas, "replicas", -1, "replicas that must acknowledge every lock and write (WAIT) (default 0, or 1 with --chaos)")
 			fs.Uint64Var(&o.seed, "seed", 1, "seed of the order stream: same seed, same orders")
@@ -173,6 +186,10 @@ func (o *demoOptions) validate(args []string) error {
 		return cli.Usagef("--promos %d must not be negative", o.promos)
 	case o.exclusive && (o.noLock || o.store != storeRedis):
 		return cli.Usagef("--exclusive-promos compares lock modes: it needs a lock and --store=%s", storeRedis)
+	case o.flash < 0 || o.flash > 1:
+		return cli.Usagef("--flash %v: want 0 to 1", o.flash)
+	case o.counted && (o.noLock || o.store != storeRedis || o.batch > 0 || o.exclusive):
+		return cli.Usagef("--counted locks SKUs in units with Lock: it needs a lock, --store=%s, workers and shared promotions", storeRedis)
 	case o.think < 0:
 		return cli.Usagef("--think %v must not be negative", o.think)
 	case o.replicas < -1:
@@ -213,7 +230,7 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 	}
 	list, err := orders.Generate(orders.GenConfig{
 		SKUs: o.skus, Orders: o.orders, MaxBasket: o.maxBasket, MaxQty: o.maxQty,
-		HotSKUs: o.hot, HotShare: hotShare, Promos: o.promos, PromoShare: promoShare, Seed: o.seed,
+		HotSKUs: o.hot, HotShare: hotShare, Promos: o.promos, PromoShare: promoShare, FlashShare: o.flash, Seed: o.seed,
 	})
 	if err != nil {
 		return cli.Usagef("%v", err)
@@ -242,7 +259,7 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 		}
 	}()
 
-	run, counters, closeProc, err := newProcessor(o, t, stock)
+	run, counters, checkMore, closeProc, err := newProcessor(ctx, o, t, stock)
 	if err != nil {
 		return err
 	}
@@ -269,6 +286,9 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	audit, err := stock.audit(actx, res)
+	if err == nil && checkMore != nil {
+		err = checkMore(actx, &audit)
+	}
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
@@ -283,7 +303,7 @@ func runDemo(ctx context.Context, e *cli.Env, o *demoOptions, args []string) err
 		Seed:        o.seed,
 		Think:       orders.Duration(o.think),
 		Replicas:    o.replicas,
-		Run:         orders.NewReport(mode(o.noLock), cmp.Or(o.batch, o.workers), res, counters, audit),
+		Run:         orders.NewReport(mode(o), cmp.Or(o.batch, o.workers), res, counters, audit),
 		Chaos:       chaosRes,
 	}
 	if len(shares) > 1 {
@@ -323,25 +343,41 @@ func processing(p orders.Processor) runner {
 	}
 }
 
-// newProcessor returns the run --no-lock, --batch and --processors ask for,
-// the counters of its lock events (nil without locks), and what to close
-// after the run.
-func newProcessor(o *demoOptions, t *target, stock stockStore) (runner, *orders.Counters, func(), error) {
+// newProcessor returns the run --no-lock, --counted, --batch and
+// --processors ask for, the counters of its lock events (nil without
+// locks), what the audit checks besides the stock (nil for nothing), and
+// what to close after the run.
+func newProcessor(ctx context.Context, o *demoOptions, t *target, stock stockStore) (runner, *orders.Counters, func(context.Context, *orders.Audit) error, func(), error) {
 	if o.noLock {
 		// validate allows --no-lock on Redis only.
-		return processing(&orders.Unlocked{Stock: stock.(*redisStore).stock, Think: o.think}), nil, func() {}, nil
+		return processing(&orders.Unlocked{Stock: stock.(*redisStore).stock, Think: o.think}), nil, nil, func() {}, nil
 	}
 	counters := &orders.Counters{}
 	opts := []batchlock.Option{batchlock.WithObserver(counters.Observe)}
 	if o.replicas > 0 {
 		opts = append(opts, batchlock.WithReplicas(o.replicas, replicaTimeout))
 	}
+	if o.counted {
+		// validate allows --counted on Redis only.
+		st := stock.(*redisStore).stock
+		st.WriteConcurrently()
+		locker, err := batchlock.New(t.rdb, opts...)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		if err := st.SetCapacities(ctx, locker); err != nil {
+			_ = locker.Close()
+			return nil, nil, nil, nil, err
+		}
+		check := func(ctx context.Context, a *orders.Audit) error { return st.AuditCapacities(ctx, locker, a) }
+		return processing(&orders.Counted{Locker: locker, Stock: st, Think: o.think}), counters, check, func() { _ = locker.Close() }, nil
+	}
 	if o.batch == 0 {
 		locker, err := batchlock.New(t.rdb, opts...)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
-		return processing(stock.locked(locker)), counters, func() { _ = locker.Close() }, nil
+		return processing(stock.locked(locker)), counters, nil, func() { _ = locker.Close() }, nil
 	}
 	// Batch processors, as replicas run them: each with a Client on a
 	// cluster client of its own (the first on the target's), sharing out
@@ -362,7 +398,7 @@ func newProcessor(o *demoOptions, t *target, stock stockStore) (runner, *orders.
 		locker, err := batchlock.New(rdb, opts...)
 		if err != nil {
 			closeAll()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		closers = append(closers, locker.Close)
 		procs[p] = &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch, Space: o.space}
@@ -377,7 +413,7 @@ func newProcessor(o *demoOptions, t *target, stock stockStore) (runner, *orders.
 		wg.Wait()
 		return orders.Merge(shares...), shares
 	}
-	return run, counters, closeAll, nil
+	return run, counters, nil, closeAll, nil
 }
 
 // promotions says how the run's orders read promotions, for the report.
@@ -393,9 +429,12 @@ func promotions(o *demoOptions) string {
 	return fmt.Sprintf("%d hot, in half of the orders, locked shared", o.promos)
 }
 
-func mode(noLock bool) string {
-	if noLock {
+func mode(o *demoOptions) string {
+	switch {
+	case o.noLock:
 		return "no-lock"
+	case o.counted:
+		return "batchlock, SKUs counted"
 	}
 	return "batchlock"
 }

@@ -37,8 +37,12 @@
 -- call; nothing was changed.
 -- Returns {-2}: a slot of the call is not served here, or is in
 -- migration; nothing was changed.
--- Returns {-3, key}: the owner holds key shared and asked for it
--- exclusively; nothing was changed.
+-- Returns {-3, key}: the owner holds key shared or in units and asked for
+-- it exclusively or for more units; nothing was changed.
+-- Returns {-4, key}: key, asked for in units, has no capacity set;
+-- nothing was changed.
+-- Returns {-5, key}: more units of key than its capacity were asked for;
+-- nothing was changed.
 local stop = cancelled(ARGV[5])
 if stop then
   return stop

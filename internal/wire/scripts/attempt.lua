@@ -16,7 +16,8 @@
 -- shared), how long a place in a queue lasts unless renewed (ms), and the
 -- range ARGV[i..last] of its slots: per slot its fencing counter, the number
 -- n of its lock keys, with "s" after the mode their modes (one letter per
--- key: "s" shared, "x" exclusive), then those n lock keys.
+-- key: "s" shared, "x" exclusive, "n" counted), then those n lock keys, then
+-- per counted key in order the units asked for and its capacity key.
 --
 -- The keys of a slot taken afresh share the next token of its slot's
 -- counter; a key the owner already holds (one granted to this hold by a
@@ -29,11 +30,25 @@
 -- that asks again keeps its place in the queue, renewed. An attempt that
 -- cannot finish changes nothing: what it wrote is undone.
 --
+-- A key asked for in units (counted) is held by any number of owners at
+-- once, each hold with its units and a token of its own, while the units of
+-- its live holds fit its capacity (more units than the capacity are
+-- refused outright: only a capacity that grows could fit them); it is refused while another owner holds
+-- it exclusively or shared, or while anyone waits for it ahead of the hold
+-- (a big request at the head of the queue is not passed by small ones). An
+-- owner that holds units of the key joins it again with no more units when
+-- it asks for no more than it holds, and is refused outright ("upgrade")
+-- when it asks for more or for the key exclusively: two owners doing so
+-- would wait for each other. A counted key's holds refuse any exclusive or
+-- shared request; a key held exclusively by the owner is joined in units
+-- too, and stays exclusive.
+--
 -- Returns the reply acquire.lua describes, and, after a reply that holds
 -- keys, a function that undoes what the attempt wrote; an error of a key
 -- (other than one not served here) is returned as the reply, after the
 -- undo.
 local SHARED_BYTE = string.byte('s')
+local COUNTED_BYTE = string.byte('n')
 
 -- cancelled returns the reply of a call whose cancel mark is set ({-1}),
 -- or whose mark's slot is not served here ({-2}), or the error of reading
@@ -99,20 +114,90 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       return false
     end
 
+    -- anyone_ahead reports whether a live waiter for key state s is ahead of
+    -- this hold's place (anywhere, with no place).
+    local function anyone_ahead(s)
+      for _, e in ipairs(s.queue) do
+        if e.hold == hold then
+          return false
+        elseif e.ends > now then
+          return true
+        end
+      end
+      return false
+    end
+
+    -- capacity returns the capacity in capkey of a key asked for units (nil
+    -- for a key asked for otherwise), or nil and why the units cannot be
+    -- had: "none" (no capacity set), "over" (more units than the
+    -- capacity), or the error of reading it (moved).
+    local function capacity(capkey, units)
+      if not units then
+        return nil
+      end
+      local c = redis.pcall('GET', capkey)
+      if L.failed(c) then
+        return nil, c
+      elseif not c then
+        return nil, 'none'
+      elseif units > tonumber(c) then
+        return nil, 'over'
+      end
+      return tonumber(c)
+    end
+
+    -- judge_counted says what the hold may do with counted key state s
+    -- (live holds only) that it asks for, in units (cap the key's capacity)
+    -- or else shared or not: as judge says, or "convert" (nobody holds the
+    -- key and nobody waits ahead: it is taken in the mode asked, its queue
+    -- kept), and with "join" the units the hold takes.
+    local function judge_counted(s, shared, units, cap)
+      if s.holds[hold] then
+        return 'join', s.units[hold] or 0
+      end
+      local mine = L.holder(s, owner)
+      if not units then
+        if mine then
+          return 'upgrade'
+        elseif next(s.holds) == nil and not anyone_ahead(s) then
+          return 'convert'
+        end
+        return 'refuse'
+      end
+      if mine then
+        local own = 0
+        for id, who in pairs(s.owners) do
+          if who == owner and s.holds[id] then
+            own = own + (s.units[id] or 0)
+          end
+        end
+        if units <= own then
+          return 'join', 0
+        end
+        return 'upgrade'
+      elseif anyone_ahead(s) or L.held(s) + units > cap then
+        return 'refuse'
+      end
+      return 'join', units
+    end
+
     -- judge says what the hold may do with a key of state s (live holds
-    -- only) that it asks for, shared or not: "join" it (its owner holds it,
-    -- or readers do and no writer waits ahead), "refuse" (another owner
-    -- holds it), or "upgrade": the owner holds it shared and asks for it
-    -- exclusively, which is refused outright, as two owners doing so would
-    -- wait for each other.
-    local function judge(s, shared)
-      if s.owner == owner then
+    -- only) that it asks for, shared, in units (units and capkey set) or
+    -- exclusively: "join" it (its owner holds it, or readers do and no
+    -- writer waits ahead), "refuse" (another owner holds it), or "upgrade":
+    -- the owner holds it shared and asks for it exclusively or in units,
+    -- which is refused outright, as two owners doing so would wait for each
+    -- other. A counted key is judged as judge_counted says.
+    local function judge(s, shared, units, cap)
+      if s.owner == COUNTED then
+        return judge_counted(s, shared, units, cap)
+      elseif s.owner == owner then
         return 'join'
       elseif s.owner ~= SHARED then
         return 'refuse'
       end
       local mine = L.holder(s, owner)
-      if not shared then
+      if not shared or units then
         return mine and 'upgrade' or 'refuse'
       elseif mine or not writer_ahead(s) then
         return 'join'
@@ -127,7 +212,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     function existing.holders(s)
       if not s then
         return ''
-      elseif s.owner ~= SHARED then
+      elseif s.owner ~= SHARED and s.owner ~= COUNTED then
         return s.owner
       end
       local names, seen = {}, {}
@@ -155,11 +240,24 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       end
     end
 
-    -- take takes key, asked for shared or not, for the hold, with token if it
-    -- is a new ownership, as the loop below says.
-    function existing.take(key, token, shared)
-      if shared then
-        local r = redis.pcall('SET', key, shared_value(token), 'NX', 'PX', lease)
+    -- counted_value is the value of a counted key taken afresh by this hold
+    -- with units and token, its hold ending with the key.
+    local function counted_value(token, units)
+      return string.format('%d', token) .. ' - ' .. hold .. '==' .. owner .. '=' .. string.format('%d', units) .. ' ' .. COUNTED
+    end
+
+    -- take takes key, asked for shared, in units (capkey its capacity key)
+    -- or exclusively, for the hold, with token if it is a new ownership
+    -- (every hold of units is one), as the loop below says.
+    function existing.take(key, token, shared, units, capkey)
+      local cap, why = capacity(capkey, units)
+      if why then
+        return nil, why
+      end
+      -- A key shared or counted taken afresh: its value for this hold.
+      local first = units and counted_value(token, units) or shared and shared_value(token)
+      if first then
+        local r = redis.pcall('SET', key, first, 'NX', 'PX', lease)
         if L.failed(r) then
           return nil, r
         elseif r then
@@ -173,25 +271,41 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         return false, redis.call('PTTL', key)
       end
       local latest = L.live(s, now)
-      if latest == 0 then
+      if latest == 0 and s.owner ~= COUNTED then
         -- Every hold has ended, the key not yet expired (it expires with
         -- its longest hold, to the millisecond): it is free, and its queue
         -- goes with it, as when it expires.
-        joined[#joined + 1] = {key, v, now + 1}
         local fresh = string.format('%d', token) .. rest
         if shared then
           fresh = shared_value(token)
+        elseif units then
+          fresh = counted_value(token, units)
         end
+        joined[#joined + 1] = {key, v, now + 1}
         redis.call('SET', key, fresh, 'PX', lease)
         return token
       end
-      local verdict = judge(s, shared)
+      local verdict, taken = judge(s, shared, units, cap)
       if verdict == 'upgrade' then
         return nil, verdict
       elseif verdict == 'refuse' then
         return false, redis.call('PTTL', key), s
       end
-      joined[#joined + 1] = {key, v, latest}
+      -- A counted key left with no hold and a queue expires with the
+      -- queue's last place.
+      joined[#joined + 1] = {key, v, latest > 0 and latest or now + redis.call('PTTL', key)}
+      if verdict == 'convert' then
+        s.holds, s.granted, s.owner, s.owners, s.units = {}, {}, owner, nil, nil
+        if shared then
+          s.owner, s.owners = SHARED, {}
+        end
+      end
+      if s.units and not s.holds[hold] then
+        s.units[hold] = taken
+      end
+      if s.owner == COUNTED or verdict == 'convert' then
+        s.token = token
+      end
       -- A hold taken again (a retried call, or a grant taken up) keeps the
       -- later of its two ends.
       s.holds[hold], s.granted[hold] = math.max(s.holds[hold] or 0, ends), nil
@@ -204,13 +318,17 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       return s.token
     end
 
-    -- verdict says what the hold could do with key, shared or not, without
-    -- changing it: as take does (with the key's state when refused), 0 for a
-    -- key it could take.
-    function existing.verdict(key, shared)
+    -- verdict says what the hold could do with key, shared, in units or
+    -- exclusively, without changing it: as take does (with the key's state
+    -- when refused), 0 for a key it could take.
+    function existing.verdict(key, shared, units, capkey)
+      local cap, why = capacity(capkey, units)
+      if why then
+        return nil, why
+      end
       local other = L.parse(redis.pcall('GET', key), key, now)
-      if other and L.live(other, now) > 0 then
-        local verdict = judge(other, shared)
+      if other and (L.live(other, now) > 0 or other.owner == COUNTED) then
+        local verdict = judge(other, shared, units, cap)
         if verdict == 'upgrade' then
           return nil, verdict
         elseif verdict == 'refuse' then
@@ -224,7 +342,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     -- it shared or not, or renews the one it has; fence is the counter of
     -- the key's slot, from which a release that grants it the key takes its
     -- token.
-    function existing.queue(key, s, shared, fence)
+    function existing.queue(key, s, shared, counted, fence)
       local mine
       for _, e in ipairs(s.queue) do
         if e.hold == hold then
@@ -232,7 +350,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
       end
       if not mine then
-        mine = {hold = hold, shared = shared, owner = owner, fence = L.escape(fence)}
+        mine = {hold = hold, shared = shared, counted = counted, owner = owner, fence = L.escape(fence)}
         s.queue[#s.queue + 1] = mine
       end
       mine.polls = mode == 'poll'
@@ -267,6 +385,9 @@ local function attempt(owner, hold, lease, mode, place, i, last)
   local clear = true
   while i <= last do
     local fence, n = ARGV[i], tonumber(ARGV[i + 1])
+    -- counted: the counted keys of the slot so far; their units and
+    -- capacity keys follow its lock keys.
+    local counted = 0
     local modes, first = nil, i + 2
     if some then
       modes, first = ARGV[i + 2], i + 3
@@ -292,12 +413,18 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     end
     for j = 0, n - 1 do
       local key = ARGV[first + j]
-      local shared = modes and string.byte(modes, j + 1) == SHARED_BYTE
+      local letter = modes and string.byte(modes, j + 1)
+      local shared = letter == SHARED_BYTE
+      local units, capkey
+      if letter == COUNTED_BYTE then
+        local at = first + n + 2 * counted
+        units, capkey, counted = tonumber(ARGV[at]), ARGV[at + 1], counted + 1
+      end
       local token, left, s
       if not clear then
-        token, left, s = slow().verdict(key, shared)
-      elseif shared then
-        token, left, s = slow().take(key, base, true)
+        token, left, s = slow().verdict(key, shared, units, capkey)
+      elseif shared or units then
+        token, left, s = slow().take(key, base, shared, units, capkey)
       else
         token = base
         local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
@@ -316,6 +443,10 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         undo()
         if left == 'upgrade' then
           return {-3, key}
+        elseif left == 'none' then
+          return {-4, key}
+        elseif left == 'over' then
+          return {-5, key}
         elseif layout().moved(left) then
           return {-2}
         end
@@ -331,7 +462,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         wait = math.max(wait, left)
         if waiting then
           if s then
-            slow().queue(key, s, shared, fence)
+            slow().queue(key, s, shared, units ~= nil, fence)
           end
           table.remove(tokens, 1)
           return {0, held, wait, conflicts, tokens, j, holders, s and s.token or 0}
@@ -344,7 +475,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       held = held + 1
     end
     slot = slot + 1
-    i = first + n
+    i = first + n + 2 * counted
   end
   if not clear then
     undo()

@@ -10,7 +10,8 @@
 --   queue  the waiters, in arrival order, as "<hold>@<ends>=<owner>=<fence>"
 --          comma-separated (each waiting call's hold field; the server time
 --          in milliseconds at which its place lapses unless renewed, with
---          "s" after it for a call that asks for the key shared, then "p"
+--          "s" after it for a call that asks for the key shared, "n" for one
+--          that asks for units of it, then "p"
 --          for one that polls rather than listens; its owner id, and its
 --          slot's fencing counter escaped as owner ids are: what a release
 --          needs to grant it the key), or "-"
@@ -20,8 +21,17 @@
 --          taken afresh, which ends with the key; "g" after <ends> marks a
 --          grant: a hold a release gave a waiter, which no call of the
 --          waiter's has renewed yet; on a shared key
---          "<hold>=<ends>=<owner>", each hold with its owner
---   owner  the owner id, to the end of the value; "*" for a key held shared
+--          "<hold>=<ends>=<owner>", each hold with its owner; on a
+--          counted key "<hold>=<ends>=<owner>=<units>", each hold with its
+--          owner and the units it holds
+--   owner  the owner id, to the end of the value; "*" for a key held shared,
+--          "#" for a counted one
+-- A counted key's capacity, the units that may be held of it at once, is a
+-- key of its own in the key's slot (its name comes from the client, see
+-- keyspace.go), which outlives the holds; the units free are the capacity
+-- less the units of the live holds. A counted key may be left with no hold
+-- and a queue: its first waiter asks for units, which a release does not
+-- grant but announces ("released"), the waiters keeping their places.
 -- Owner ids are escaped by the client (see owner.go): they hold no
 -- whitespace or control byte, comma, "=", "@" or "*", so "*" is no owner's id.
 -- The key expires with its longest hold (PXAT).
@@ -42,8 +52,10 @@ local RELEASED = 'released'
 -- writer ahead of the reader it is left the queue.
 local AGAIN = 'again:'
 
--- SHARED is the owner field of a key held shared.
+-- SHARED is the owner field of a key held shared, COUNTED that of a
+-- counted one.
 local SHARED = '*'
+local COUNTED = '#'
 
 -- layout returns the functions that read and write a lock value, made on
 -- the first call of a script that needs them: most calls (keys taken
@@ -110,11 +122,13 @@ local function layout()
     if not token then
       return nil
     end
-    local h, g, o = {}, {}, nil
+    local h, g, o, u = {}, {}, nil, nil
     if owner == SHARED then
       o = {}
+    elseif owner == COUNTED then
+      o, u = {}, {}
     end
-    for id, ends, grant, who in string.gmatch(holds, '([^,=]+)=(%d*)(g?)=?([^,]*)') do
+    for id, ends, grant, who, units in string.gmatch(holds, '([^,=]+)=(%d*)(g?)=?([^,=]*)=?(%d*)') do
       if ends == '' then
         h[id] = now + math.max(redis.call('PTTL', key), 0)
       else
@@ -126,15 +140,31 @@ local function layout()
       if o then
         o[id] = who
       end
+      if u then
+        u[id] = tonumber(units) or 0
+      end
     end
     local q = {}
-    for id, ends, shared, polls, who, fence in string.gmatch(queue, '([^,@]+)@(%d+)(s?)(p?)=?([^,=]*)=?([^,]*)') do
-      q[#q + 1] = {hold = id, ends = tonumber(ends), shared = shared == 's', polls = polls == 'p',
+    for id, ends, kind, polls, who, fence in string.gmatch(queue, '([^,@]+)@(%d+)([sn]?)(p?)=?([^,=]*)=?([^,]*)') do
+      q[#q + 1] = {hold = id, ends = tonumber(ends), shared = kind == 's', counted = kind == 'n', polls = polls == 'p',
         owner = who, fence = fence}
     end
-    -- owners: of a shared key, the owner of each hold; nil otherwise.
+    -- owners: of a shared or counted key, the owner of each hold; nil
+    -- otherwise. units: of a counted key, the units of each hold.
     -- granted: the holds that are grants.
-    return {token = tonumber(token), queue = q, holds = h, granted = g, owner = owner, owners = o}
+    return {token = tonumber(token), queue = q, holds = h, granted = g, owner = owner, owners = o, units = u}
+  end
+
+  -- held returns the units of the live holds of counted key state s (whose
+  -- ended holds live dropped), but for those of hold skip.
+  local function held(s, skip)
+    local n = 0
+    for id in pairs(s.holds) do
+      if id ~= skip then
+        n = n + (s.units[id] or 0)
+      end
+    end
+    return n
   end
 
   -- holder reports whether owner has a hold on the key of state s.
@@ -174,11 +204,15 @@ local function layout()
       if s.owners then
         e = e .. '=' .. (s.owners[id] or '')
       end
+      if s.units then
+        e = e .. '=' .. string.format('%d', s.units[id] or 0)
+      end
       holds[#holds + 1] = e
     end
     local queue = {}
     for _, e in ipairs(s.queue) do
-      queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '') .. (e.polls and 'p' or '') ..
+      queue[#queue + 1] = e.hold .. '@' .. string.format('%d', e.ends) .. (e.shared and 's' or '') .. (e.counted and 'n' or '') ..
+        (e.polls and 'p' or '') ..
         '=' .. e.owner .. '=' .. e.fence
     end
     if #queue == 0 then
@@ -270,6 +304,18 @@ local function layout()
   -- lapsed or was dropped.
   local function hand(key, s, now)
     local lapsed = drop_lapsed(key, s, now)
+    if s.queue[1] and s.queue[1].counted then
+      -- Units are not granted: the waiters keep their places in a key left
+      -- with no hold, and try again; the first of them is let in first.
+      local until_ms = 0
+      for _, e in ipairs(s.queue) do
+        until_ms = math.max(until_ms, e.ends)
+      end
+      s.holds, s.granted, s.owner, s.owners, s.units = {}, {}, COUNTED, {}, {}
+      redis.call('SPUBLISH', key, RELEASED)
+      redis.call('SET', key, format(s), 'PXAT', until_ms)
+      return
+    end
     local handed = {}
     while #s.queue > 0 do
       local first = s.queue[1]
@@ -334,10 +380,14 @@ local function layout()
   end
 
   -- rewrite stores s as key's value, expiring with its longest live hold, or
-  -- hands the key on when no live hold is left.
-  local function rewrite(key, s, now)
+  -- hands the key on when no live hold is left. freed says units of a
+  -- counted key were let go, which its waiters are told.
+  local function rewrite(key, s, now, freed)
     local latest = live(s, now)
     if latest > 0 then
+      if freed and s.owner == COUNTED and #s.queue > 0 then
+        redis.call('SPUBLISH', key, RELEASED)
+      end
       redis.call('SET', key, format(s), 'PXAT', latest)
     else
       hand(key, s, now)
@@ -358,7 +408,7 @@ local function layout()
   end
 
   cached_layout = {now_ms = now_ms, failed = failed, moved = moved, get = get, elsewhere = elsewhere,
-    parse = parse, holder = holder, live = live, format = format, leave = leave,
+    parse = parse, held = held, holder = holder, live = live, format = format, leave = leave,
     wake = wake, lapse = lapse, hand = hand, rewrite = rewrite, fresh = fresh, escape = escape}
   return cached_layout
 end

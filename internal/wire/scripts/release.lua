@@ -6,7 +6,9 @@
 -- ARGV[1..] per lock: its owner id, escaped (see layout.lua), its hold
 --           field ("h:" .. hold id), how long a cancel mark lives in
 --           milliseconds, the number m of cancel marks to set, the number n
---           of its lock keys, then the m marks and the n lock keys
+--           of its lock keys, the number c of its counted keys whose units
+--           it consumes, then the m marks, the n lock keys, and c pairs of a
+--           lock key (among the n) and its capacity key
 --
 -- A cancel mark tells an acquire of this hold that is still in flight (its
 -- outcome was unknown to the caller, who gave up) that it must not take
@@ -19,12 +21,17 @@
 -- layout.lua), or deleted. Otherwise the key expires with its longest live
 -- hold. The hold also leaves the queue of a key it waits for; when it was a
 -- writer's place on a key held shared, the readers behind it are told.
+-- Units let go of a counted key with waiters are announced ("released").
+-- A consumed key's live hold takes its units from the key's capacity as it
+-- goes: sent again, the release finds the hold gone and consumes nothing
+-- more, and a hold whose lease ended consumes nothing.
 --
 -- Returns 0 when every key was released (or found gone), else {taken, away,
 -- taken, away, ...}: per lock in order, the keys, among those without its
 -- hold, that another owner holds (the lock on them was lost), and the keys
 -- and cancel marks this master does not serve (moved, or in migration),
--- left as they were. A key without the hold that is gone, still the
+-- left as they were (a consumed key too when its capacity key is not
+-- served here). A key without the hold that is gone, still the
 -- owner's, or granted to waiters that have not renewed it yet says nothing: a
 -- release run twice (a client retrying a pipeline) finds its own work done.
 local now
@@ -35,7 +42,7 @@ local locks = 0
 local i = 1
 while i <= #ARGV do
   local owner, hold, remember = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local m, n = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  local m, n, c = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   locks = locks + 1
   local function note(k, key)
     found = found or {}
@@ -43,7 +50,13 @@ while i <= #ARGV do
     local list = found[locks][k]
     list[#list + 1] = key
   end
-  local first = i + 5
+  local first = i + 6
+  -- consumed: the capacity key of each key whose units are consumed.
+  local consumed
+  for j = first + m + n, first + m + n + 2 * c - 1, 2 do
+    consumed = consumed or {}
+    consumed[ARGV[j]] = ARGV[j + 1]
+  end
   for j = first, first + m - 1 do
     -- A mark whose slot is not served here is sent on to where it is, as a
     -- key would be: an acquire buffered there must find it.
@@ -74,12 +87,16 @@ while i <= #ARGV do
       elseif v then
         now = now or L.now_ms()
         local s = L.parse(v, key, now)
-        if s then
+        local capkey = consumed and consumed[key]
+        local units = s and s.units and s.holds[hold] and s.holds[hold] > now and s.units[hold] or 0
+        if capkey and units > 0 and L.elsewhere(redis.pcall('DECRBY', capkey, units)) then
+          note(2, key)
+        elseif s then
           local mine = s.holds[hold] ~= nil
           local queued = L.leave(s, hold)
           if mine or queued then
             s.holds[hold] = nil
-            L.rewrite(key, s, now)
+            L.rewrite(key, s, now, units > 0)
             if queued and not queued.shared and s.owner == SHARED then
               -- Readers that waited behind this writer may join now.
               L.wake(key, s, now)
@@ -98,7 +115,7 @@ while i <= #ARGV do
       end
     end
   end
-  i = first + m + n
+  i = first + m + n + 2 * c
 end
 if not found then
   return 0

@@ -19,7 +19,7 @@
 -- Returns {reply, ...}: per basket in order, acquire.lua's reply for it in
 -- "try" mode ({1, token, ...}; {0, 0, wait, {key}, {}, 0}, naming only the
 -- first key held; {-2} for a basket with a slot not served here, which
--- changed nothing of it; or {-3, key}).
+-- changed nothing of it; or {-3, key}, {-4, key}, {-5, key}).
 -- Returns {-1}: the call was cancelled by a rollback that overtook it;
 -- nothing was changed.
 -- Returns {-2}: the slot of the cancel mark is not served here; nothing was

@@ -48,7 +48,7 @@ func TestScriptFakeAgrees(t *testing.T) {
 			args = append(args, h.owner, h.hold, lease, "try", "cancel:{a}:"+h.hold, int64(2000), "fence:{a}", len(picked))
 		case 1:
 			name, run = "release", wire.ReleaseScript
-			args = append(args, h.owner, h.hold, lease, 0, len(picked))
+			args = append(args, h.owner, h.hold, lease, 0, len(picked), 0)
 		case 2:
 			name, run = "extend", wire.ExtendScript
 			args = append(args, h.hold, lease, len(picked))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/routing"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // How Fake reads the scripts' arguments (see their headers).
@@ -47,7 +48,7 @@ func (f *Fake) firstLockKey(name string, c *routing.Call) string {
 				return r.keys[0]
 			}
 		}
-		return c.Args[5].(string)
+		return c.Args[6].(string)
 	case "extend":
 		return c.Args[3].(string)
 	}
@@ -77,16 +78,16 @@ type releaseLock struct {
 func releaseLocks(c *routing.Call) []releaseLock {
 	var out []releaseLock
 	for i := 0; i < len(c.Args); {
-		m, n := c.Args[i+3].(int), c.Args[i+4].(int)
+		m, n, consumed := c.Args[i+3].(int), c.Args[i+4].(int), c.Args[i+5].(int)
 		r := releaseLock{owner: c.Args[i].(string), hold: c.Args[i+1].(string), remember: ms(c.Args[i+2])}
-		for _, a := range c.Args[i+5 : i+5+m] {
+		for _, a := range c.Args[i+6 : i+6+m] {
 			r.marks = append(r.marks, a.(string))
 		}
-		for _, a := range c.Args[i+5+m : i+5+m+n] {
+		for _, a := range c.Args[i+6+m : i+6+m+n] {
 			r.keys = append(r.keys, a.(string))
 		}
 		out = append(out, r)
-		i += 5 + m + n
+		i += 6 + m + n + 2*consumed
 	}
 	return out
 }
@@ -133,7 +134,11 @@ func acquireSlots(c *routing.Call) []acquireSlot {
 			sl.keys = append(sl.keys, a.(string))
 		}
 		out = append(out, sl)
-		i += 2 + modes + n
+		counted := 0 // units and a capacity key each, after the keys
+		if modes == 1 {
+			counted = strings.Count(c.Args[i+2].(string), string(wire.ModeCounted))
+		}
+		i += 2 + modes + n + 2*counted
 	}
 	return out
 }

@@ -1,0 +1,145 @@
+package cluster_test
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
+)
+
+// units is WithUnits of n units of each key.
+func units(n int64, keys ...string) batchlock.LockOption {
+	m := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		m[k] = n
+	}
+	return batchlock.WithUnits(m)
+}
+
+// setCapacities gives each key capacity units.
+func setCapacities(t *testing.T, c *batchlock.Client, capacity int64, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		require.NoError(t, c.SetCapacity(ctxTimeout(t, 10*time.Second), k, capacity))
+	}
+}
+
+// A basket of counted, exclusive and shared keys on three masters is taken
+// all or nothing: a second owner whose units do not fit on one master holds
+// nothing anywhere, and once they fit holds them beside the first. A
+// Consume takes the units from each key's capacity, on its own master.
+func TestCountedAllOrNothingAcrossMasters(t *testing.T) {
+	c, prefix := newLocker(t, newClient(t))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys, _ := keysOnMasters(t, sharedCluster(t), prefix, "counted", 3, 3)
+	counted := []string{keys[0], keys[3], keys[6]} // one on each master
+	exclusive := []string{keys[1], keys[4], keys[7]}
+	shared := []string{keys[2], keys[5], keys[8]}
+	setCapacities(t, c, 5, counted...)
+	first, err := c.TryLock(ctx, exclusive, batchlock.WithShared(shared...), units(3, counted...), batchlock.WithOwner("a"))
+	require.NoError(t, err)
+
+	peer := peerOf(t, newClient(t), prefix)
+	fits := map[string]int64{counted[0]: 2, counted[1]: 2, counted[2]: 3}
+	_, err = peer.TryLock(ctx, []string{"sku:counted:free"}, batchlock.WithShared(shared...), batchlock.WithUnits(fits), batchlock.WithOwner("b"))
+	var conflict *batchlock.ConflictError
+	require.ErrorAs(t, err, &conflict)
+	assert.Equal(t, []string{counted[2]}, conflict.Keys, "3 more do not fit 5 with 3 held there alone")
+	for _, h := range heldKeys(t, c, append([]string{"sku:counted:free"}, keys...)...) {
+		assert.NotContains(t, h.Holders, "b", "%s kept by a refused TryLock", h.Key)
+	}
+
+	second, err := peer.TryLock(ctx, []string{"sku:counted:free"}, batchlock.WithShared(shared...), units(2, counted...), batchlock.WithOwner("b"))
+	require.NoError(t, err)
+	for _, h := range heldKeys(t, c, counted...) {
+		assert.Equal(t, map[string]int64{"a": 3, "b": 2}, h.Units, h.Key)
+		assert.Zero(t, h.Free(), h.Key)
+		assert.Greater(t, second.Token(h.Key), first.Token(h.Key), "%s: a new hold, a newer token", h.Key)
+	}
+	require.NoError(t, second.Consume(ctx))
+	require.NoError(t, first.Unlock(ctx))
+	for _, h := range heldKeys(t, c, counted...) {
+		assert.Equal(t, int64(3), h.Capacity, "%s: 2 sold", h.Key)
+		assert.Empty(t, h.Holders)
+	}
+	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}
+
+// A Lock that waits for units on one master keeps, in the global order,
+// the units before them on the others, and gets them all once the holder
+// lets go; a waiter whose wait runs out leaves nothing, not a unit nor a
+// place in a queue.
+func TestCountedWaitAcrossMasters(t *testing.T) {
+	c, prefix := newLocker(t, newClient(t))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys, _ := keysOnMasters(t, sharedCluster(t), prefix, "counted-wait", 3, 1)
+	setCapacities(t, c, 4, keys...)
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(hashtag.Slot(prefix+a), hashtag.Slot(prefix+b)) })
+	last := keys[len(keys)-1] // the last in the global order
+	holder, err := c.Lock(ctx, nil, units(4, last), batchlock.WithOwner("holder"))
+	require.NoError(t, err)
+
+	peer := peerOf(t, newClient(t), prefix)
+	_, err = peer.Lock(ctx, nil, units(1, keys...), batchlock.WithOwner("late"), batchlock.WithWait(300*time.Millisecond))
+	require.ErrorIs(t, err, batchlock.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	for _, h := range heldKeys(t, c, keys...) {
+		assert.NotContains(t, h.Holders, "late", "%s kept by a wait that ran out", h.Key)
+		assert.Zero(t, h.Waiting, "%s: the place went with the wait", h.Key)
+	}
+
+	got := make(chan error, 1)
+	var waiter *batchlock.Lock
+	go func() {
+		var err error
+		waiter, err = peer.Lock(ctx, nil, units(1, keys...), batchlock.WithOwner("waiter"))
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return holderOf(t, c, last).Waiting == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the waiter queues for the units of %s", last)
+	for _, k := range keys {
+		if k != last {
+			assert.Equal(t, map[string]int64{"waiter": 1}, holderOf(t, c, k).Units, "%s, before the key waited for, is kept", k)
+		}
+	}
+	require.NoError(t, holder.Unlock(ctx))
+	require.NoError(t, <-got)
+	for _, h := range heldKeys(t, c, keys...) {
+		assert.Equal(t, map[string]int64{"waiter": 1}, h.Units, h.Key)
+	}
+	require.NoError(t, waiter.Unlock(ctx))
+	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}
+
+// A counted lock taken with WithReplicas is acknowledged as any other; one
+// whose key is released behind its back is lost (Done, ErrLockLost), and
+// its Consume then sells nothing.
+func TestCountedLockReplicatedAndLost(t *testing.T) {
+	c, prefix := newLocker(t, newClient(t), batchlock.WithReplicas(1, 2*time.Second))
+	ctx := ctxTimeout(t, 30*time.Second)
+	keys := spread(2, "counted-lost")
+	setCapacities(t, c, 10, keys...)
+	l, err := c.Lock(ctx, nil, units(4, keys...))
+	require.NoError(t, err)
+	_, err = c.ForceUnlock(ctx, keys[1])
+	require.NoError(t, err)
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("the loss was not told")
+	}
+	require.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+	require.ErrorIs(t, l.Consume(ctx), batchlock.ErrNotHeld)
+	for _, h := range heldKeys(t, c, keys...) {
+		assert.Equal(t, int64(10), h.Capacity, "%s: nothing sold by a lost lock", h.Key)
+		assert.Empty(t, h.Holders, h.Key)
+	}
+	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}

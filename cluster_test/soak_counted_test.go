@@ -1,0 +1,231 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/batchlock/batchlock/batchlock"
+)
+
+// The soak's counted keys: soakCountedWorkers take units of one or two of
+// them with Lock or TryLock, on the soak's Clients and under its faults,
+// work a moment and let go with Unlock, or sell the units with Consume one
+// time in three; a restocker tops up a capacity that ran low. The judge
+// (judgeCounted) then checks, per key, that the units of the holds whose
+// holders could count on them never exceeded what the capacity could have
+// been at that moment, and that the capacity left is what the sales and
+// restocks that returned, and those whose outcome is unknown, make.
+const (
+	soakCountedWorkers = 3
+	soakCapacity       = 12 // each counted key's capacity at the start
+)
+
+// soakCountedKeys are the counted keys, spread over the masters.
+var soakCountedKeys = []string{"units-a", "units-b", "units-c"}
+
+// soakCounted is what the counted workers did, for the judge.
+type soakCounted struct {
+	mu      sync.Mutex
+	holds   []countedHold
+	changes []capacityChange
+}
+
+// countedHold is units of key held from to, as far as their holder could
+// count on them (its release, or the end of its validity).
+type countedHold struct {
+	key      string
+	units    int64
+	from, to time.Time
+	replicas bool
+}
+
+// capacityChange is a sale (delta < 0, at when it returned) or a restock
+// (delta > 0, at when it began) of key; known says it went through, else
+// its outcome is unknown.
+type capacityChange struct {
+	key   string
+	delta int64
+	at    time.Time
+	known bool
+}
+
+// setUpCounted gives every counted key its capacity.
+func (s *soak) setUpCounted() {
+	for _, k := range soakCountedKeys {
+		if err := s.admin.SetCapacity(ctxTimeout(s.t, 30*time.Second), k, soakCapacity); err != nil {
+			s.t.Fatalf("capacity of %s: %v", k, err)
+		}
+	}
+}
+
+// countedWorker takes units until the run ends.
+func (s *soak) countedWorker(i int) {
+	rng := rand.New(rand.NewPCG(s.seed, uint64(2000+i)))
+	for s.running() {
+		sc := s.client(rng)
+		units := map[string]int64{}
+		for range 1 + rng.IntN(2) {
+			units[soakCountedKeys[rng.IntN(len(soakCountedKeys))]] = 1 + rng.Int64N(5)
+		}
+		opts, _, replicas := s.options(rng, sc)
+		opts = append(opts, batchlock.WithUnits(units), batchlock.WithOwner(fmt.Sprintf("counted-%016x", rng.Uint64())))
+		ctx, cancel := s.callContext(rng)
+		kind := "Lock in units"
+		var l *batchlock.Lock
+		var err error
+		if rng.IntN(3) == 0 {
+			kind = "TryLock in units"
+			l, err = sc.c.TryLock(ctx, nil, opts...)
+		} else {
+			l, err = sc.c.Lock(ctx, nil, opts...)
+		}
+		from := time.Now()
+		cancel()
+		s.count(s.ops, kind)
+		s.outcome(kind, err)
+		if err != nil {
+			continue
+		}
+		time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond) // the holder's work
+		to := time.Now()
+		if valid := l.ValidUntil(); valid.Before(to) {
+			to = valid
+		}
+		rctx, rcancel := s.releaseContext(rng)
+		consume := rng.IntN(3) == 0
+		if consume {
+			err = l.Consume(rctx)
+			s.count(s.ops, "Consume")
+			s.outcome("Consume", err)
+		} else {
+			err = l.Unlock(rctx)
+			s.count(s.ops, "Unlock of units")
+			s.outcome("Unlock of units", err)
+		}
+		rcancel()
+		returned := time.Now()
+		s.counted.mu.Lock()
+		for k, n := range units {
+			if to.After(from) {
+				s.counted.holds = append(s.counted.holds, countedHold{key: k, units: n, from: from, to: to, replicas: replicas})
+			}
+			if consume {
+				s.counted.changes = append(s.counted.changes, capacityChange{key: k, delta: -n, at: returned, known: err == nil})
+			}
+		}
+		s.counted.mu.Unlock()
+	}
+}
+
+// restock tops up, until the run ends, each counted key whose capacity
+// fell below half of soakCapacity.
+func (s *soak) restock() {
+	for s.running() {
+		time.Sleep(50 * time.Millisecond) // a restocker's rhythm, not a wait for anything
+		ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Second)
+		found, err := s.admin.Inspect(ctx, soakCountedKeys...)
+		if err != nil {
+			cancel()
+			continue
+		}
+		for _, h := range found {
+			if h.Capacity >= soakCapacity/2 {
+				continue
+			}
+			began := time.Now()
+			_, err := s.admin.AddCapacity(ctx, h.Key, soakCapacity/2)
+			s.count(s.ops, "AddCapacity")
+			s.outcome("AddCapacity", err)
+			s.counted.mu.Lock()
+			s.counted.changes = append(s.counted.changes, capacityChange{key: h.Key, delta: soakCapacity / 2, at: began, known: err == nil})
+			s.counted.mu.Unlock()
+		}
+		cancel()
+	}
+}
+
+// judgeCounted checks the counted keys once the run is over (see
+// soakCounted), and returns the violations and how many overlaps it
+// excused (see countedOverlaps).
+func (s *soak) judgeCounted(start time.Time) (violations []string, excused int) {
+	s.counted.mu.Lock()
+	defer s.counted.mu.Unlock()
+	for _, key := range soakCountedKeys {
+		v, e := s.countedOverlaps(key)
+		violations, excused = append(violations, v...), excused+e
+		violations = append(violations, s.judgeCapacity(key, start)...)
+	}
+	return violations, excused
+}
+
+// countedOverlaps checks that the units of key held, at each moment a hold
+// began, fit what its capacity could have been then: every restock begun
+// by then counted, only the sales that had returned taken away. It
+// excuses an excess when one of the holds was of a lock taken without
+// WithReplicas across a failover of the key's master, or the wall clock
+// stepped forward while it was held. Called with s.counted.mu held.
+func (s *soak) countedOverlaps(key string) (violations []string, excused int) {
+	var holds []countedHold
+	for _, h := range s.counted.holds {
+		if h.key == key {
+			holds = append(holds, h)
+		}
+	}
+	slices.SortFunc(holds, func(a, b countedHold) int { return a.from.Compare(b.from) })
+	for i, h := range holds {
+		t := h.from
+		most := int64(soakCapacity)
+		for _, c := range s.counted.changes {
+			if c.key == key && !c.at.After(t) && (c.delta > 0 || c.known) {
+				most += c.delta
+			}
+		}
+		held, forgiven := int64(0), false
+		for _, o := range holds[:i+1] {
+			if o.to.After(t) {
+				held += o.units
+				forgiven = forgiven || s.lostToFailover(o.replicas, o.from, t, key) || s.clock.forwardBetween(o.from, t) > 0
+			}
+		}
+		switch {
+		case held <= most:
+		case forgiven:
+			excused++
+		default:
+			violations = append(violations, fmt.Sprintf("counted key %s: %d units held at %s, its capacity at most %d",
+				key, held, t.Format("15:04:05.000000"), most))
+		}
+	}
+	return violations, excused
+}
+
+// judgeCapacity checks key's capacity at the end against its sales and
+// restocks: those that went through, and at most all those of unknown
+// outcome. A failover of its master during the run may have lost any of
+// them.
+func (s *soak) judgeCapacity(key string, start time.Time) []string {
+	found, err := s.admin.Inspect(ctxTimeout(s.t, 30*time.Second), key)
+	if err != nil {
+		return []string{fmt.Sprintf("counted key %s: reading its capacity: %v", key, err)}
+	}
+	low, high := int64(soakCapacity), int64(soakCapacity)
+	for _, c := range s.counted.changes {
+		switch {
+		case c.key != key:
+		case c.known:
+			low, high = low+c.delta, high+c.delta
+		case c.delta < 0:
+			low += c.delta
+		default:
+			high += c.delta
+		}
+	}
+	if got := found[0].Capacity; (got < low || got > high) && !s.lostToFailover(false, start, time.Now(), key) {
+		return []string{fmt.Sprintf("counted key %s: capacity %d at the end, its sales and restocks make %d to %d", key, got, low, high)}
+	}
+	return nil
+}
