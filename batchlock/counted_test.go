@@ -335,3 +335,14 @@ func TestProcessorCountedBaskets(t *testing.T) {
 	require.NoError(t, tick.Done(ctx))
 	assert.Equal(t, 2, p.Stats().Pending)
 }
+
+// A hold whose lease ran out sells nothing: Consume says so.
+func TestConsumeAfterTheLeaseSellsNothing(t *testing.T) {
+	c := newCounted(t, wiretest.ServerClient(t), map[string]int64{"sku:1": 10})
+	ctx := t.Context()
+	l, err := c.Lock(ctx, nil, WithUnits(map[string]int64{"sku:1": 3}), WithTTL(50*time.Millisecond))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(inspectOne(t, c, "sku:1").Holders) == 0 }, 5*time.Second, time.Millisecond)
+	require.ErrorIs(t, l.Consume(ctx), ErrNotHeld)
+	assert.Equal(t, int64(10), inspectOne(t, c, "sku:1").Capacity)
+}

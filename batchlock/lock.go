@@ -245,9 +245,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // capacity goes down by them. A Consume sent again, after a failure or a
 // lost reply, consumes nothing twice: a hold consumed is gone. A lock
 // already lost (Err) consumes nothing: it is let go as Unlock would, with
-// ErrNotHeld. A hold that runs out while the call is in flight is not
-// consumed, on its master, while the keys still held on the others are:
-// each master sells what it still holds. An Unlock after a Consume does
+// ErrNotHeld. A hold that ran out unnoticed, or runs out while the call is
+// in flight, is not consumed, on its master, while the keys still held on
+// the others are: each master sells what it still holds, and Consume
+// returns ErrNotHeld naming a key it could not sell. An Unlock after a Consume does
 // nothing. The
 // store of record applies the sale with the key's fencing token, once per
 // order (see docs/sql.md).

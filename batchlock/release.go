@@ -109,7 +109,7 @@ func (c *Client) release(ctx context.Context, why releaseReason, shares []releas
 	for n, out := range c.releaseAll(ctx, owed) {
 		l := shares[which[n]].l
 		if ending {
-			errs[which[n]] = l.unlocked(out)
+			errs[which[n]] = l.unlocked(out, why)
 			l.consumed = l.released && why == consuming
 			continue
 		}
@@ -218,9 +218,10 @@ func (l *Lock) alreadyReleased() error {
 	return fmt.Errorf("%w: already released", ErrNotHeld)
 }
 
-// unlocked ends l once its release went as out says, and returns Unlock's
-// error. Called with l.unlocking held.
-func (l *Lock) unlocked(out releaseOutcome) error {
+// unlocked ends l once its release (why unlocking or consuming) went as
+// out says, and returns Unlock's or Consume's error. Called with
+// l.unlocking held.
+func (l *Lock) unlocked(out releaseOutcome, why releaseReason) error {
 	taken, err := l.settle(out)
 	held := time.Since(l.acquiredAt)
 	if err != nil {
@@ -232,6 +233,8 @@ func (l *Lock) unlocked(out releaseOutcome) error {
 	l.finish(ErrNotHeld)
 	l.emit(Event{Kind: EventReleased, Duration: held})
 	switch {
+	case len(taken) > 0 && why == consuming:
+		return fmt.Errorf("%w: %d of %d keys no longer held, their units not sold, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
 	case len(taken) > 0:
 		return fmt.Errorf("%w: %d of %d keys are held by another owner, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
 	case lost != nil:

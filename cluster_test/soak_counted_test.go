@@ -164,10 +164,12 @@ func (s *soak) judgeCounted(start time.Time) (violations []string, excused int) 
 
 // countedOverlaps checks that the units of key held, at each moment a hold
 // began, fit what its capacity could have been then: every restock begun
-// by then counted, only the sales that had returned taken away. It
-// excuses an excess when one of the holds was of a lock taken without
-// WithReplicas across a failover of the key's master, or the wall clock
-// stepped forward while it was held. Called with s.counted.mu held.
+// by then counted, only the sales that had returned taken away, but those
+// that a failover of the key's master since may have undone (a Consume is
+// not acknowledged by replicas). It excuses an excess when one of the
+// holds was of a lock taken without WithReplicas across a failover of the
+// key's master, or the wall clock stepped forward while it was held.
+// Called with s.counted.mu held.
 func (s *soak) countedOverlaps(key string) (violations []string, excused int) {
 	var holds []countedHold
 	for _, h := range s.counted.holds {
@@ -180,7 +182,7 @@ func (s *soak) countedOverlaps(key string) (violations []string, excused int) {
 		t := h.from
 		most := int64(soakCapacity)
 		for _, c := range s.counted.changes {
-			if c.key == key && !c.at.After(t) && (c.delta > 0 || c.known) {
+			if c.key == key && !c.at.After(t) && (c.delta > 0 || c.known && !s.lostToFailover(false, c.at, t, key)) {
 				most += c.delta
 			}
 		}

@@ -336,6 +336,12 @@ func TestSoakCountedJudge(t *testing.T) {
 			faults: []faultEvent{failover}, excused: 1},
 		{name: "beyond after a failover, both WithReplicas", holds: []countedHold{hold(8, 0, 100, true), hold(5, 70, 80, true)},
 			faults: []faultEvent{failover}, violations: []string{"13 units held"}},
+		{name: "a sale a failover may have undone", holds: []countedHold{hold(3, 0, 100, true), hold(4, 70, 80, true)},
+			changes: []capacityChange{{key: key, delta: -6, at: at(10), known: true}}, faults: []faultEvent{failover}},
+		{name: "a sale before a failover of another slot", holds: []countedHold{hold(3, 0, 100, true), hold(4, 70, 80, true)},
+			changes:    []capacityChange{{key: key, delta: -6, at: at(10), known: true}},
+			faults:     []faultEvent{{kind: "failover", at: at(50), until: at(60), slots: [][2]int{{(slot + 1) % 16384, (slot + 1) % 16384}}}},
+			violations: []string{"7 units held"}},
 		{name: "beyond after the wall clock stepped forward", holds: []countedHold{hold(8, 0, 100, true), hold(5, 70, 80, true)},
 			clock: []clockSample{{at: at(50), lead: 20 * time.Millisecond}}, excused: 1},
 	} {

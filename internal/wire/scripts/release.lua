@@ -24,7 +24,9 @@
 -- Units let go of a counted key with waiters are announced ("released").
 -- A consumed key's live hold takes its units from the key's capacity as it
 -- goes: sent again, the release finds the hold gone and consumes nothing
--- more, and a hold whose lease ended consumes nothing.
+-- more, and a hold whose lease ended consumes nothing. A consumed key found
+-- without a live hold of the lock (gone, or held by others only) is listed
+-- among those another owner holds: nothing of it was sold.
 --
 -- Returns 0 when every key was released (or found gone), else {taken, away,
 -- taken, away, ...}: per lock in order, the keys, among those without its
@@ -77,6 +79,8 @@ while i <= #ARGV do
     local v = redis.pcall('GET', key)
     if type(v) == 'string' and string.sub(v, -#fresh) == fresh then
       redis.call('DEL', key)
+    elseif not v and consumed and consumed[key] then
+      note(1, key) -- gone: nothing of it is sold
     elseif v then
       local L = layout()
       if type(v) == 'table' then
@@ -88,10 +92,27 @@ while i <= #ARGV do
         now = now or L.now_ms()
         local s = L.parse(v, key, now)
         local capkey = consumed and consumed[key]
-        local units = s and s.units and s.holds[hold] and s.holds[hold] > now and s.units[hold] or 0
-        if capkey and units > 0 and L.elsewhere(redis.pcall('DECRBY', capkey, units)) then
+        local live = s and s.holds[hold] and s.holds[hold] > now
+        local units = live and s.units and s.units[hold] or 0
+        local away = false
+        if capkey and units > 0 then
+          -- A capacity never expires, so one missing here lives elsewhere:
+          -- a release sent on to a master importing the slot (ASKING)
+          -- would otherwise make one afresh, below zero.
+          local there = redis.pcall('EXISTS', capkey)
+          away = L.elsewhere(there) or there == 0
+          if not away then
+            redis.call('DECRBY', capkey, units)
+          end
+        end
+        if away then
           note(2, key)
         elseif s then
+          -- A key to sell without a live hold: nothing of it is sold.
+          local unsold = capkey and not live
+          if unsold then
+            note(1, key)
+          end
           local mine = s.holds[hold] ~= nil
           local queued = L.leave(s, hold)
           if mine or queued then
@@ -108,7 +129,7 @@ while i <= #ARGV do
           for id in pairs(s.holds) do
             granted = granted and s.granted[id] or false
           end
-          if not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not granted then
+          if not unsold and not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not granted then
             note(1, key)
           end
         end
