@@ -3,7 +3,11 @@ package cluster_test
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,4 +146,79 @@ func TestCountedLockReplicatedAndLost(t *testing.T) {
 		assert.Empty(t, h.Holders, h.Key)
 	}
 	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}
+
+// Three Processor replicas whose baskets ask units of five keys of one
+// space, stock plentiful or running out: every basket ends taken or sold
+// out (Tick.Failed), each tick's units are sold with ConsumeEach, and
+// every capacity ends as its start less what was sold, nothing held.
+func TestProcessorReplicasOnCountedKeys(t *testing.T) {
+	for _, capacity := range []int64{100_000, 200} {
+		t.Run(fmt.Sprintf("capacity %d", capacity), func(t *testing.T) {
+			rdb := newClient(t)
+			c, prefix := newLocker(t, rdb)
+			keys := []string{"{space}a", "{space}b", "{space}c", "{space}d", "{space}e"}
+			setCapacities(t, c, capacity, keys...)
+			ctx := ctxTimeout(t, time.Minute)
+			var mu sync.Mutex
+			sold := map[string]int64{}
+			failed := 0
+			var wg sync.WaitGroup
+			for r := range 3 {
+				replica := peerOf(t, newClient(t), prefix)
+				p, err := batchlock.NewProcessor[map[string]int64](replica)
+				require.NoError(t, err)
+				rng := rand.New(rand.NewPCG(uint64(r), 1))
+				for i := range 300 {
+					units := map[string]int64{}
+					for range 1 + rng.IntN(3) {
+						units[keys[rng.IntN(len(keys))]] = 1 + rng.Int64N(3)
+					}
+					require.NoError(t, p.Add(units, batchlock.Basket{Keys: []string{fmt.Sprintf("{space}order-%d-%d", r, i)}, Units: units}))
+				}
+				wg.Go(func() {
+					defer func() { _, _ = p.Close(ctx) }()
+					for done := 0; done < 300; {
+						tick, err := p.Next(ctx)
+						if err != nil {
+							t.Errorf("replica %d, after %d baskets: %v", r, done, err)
+							return
+						}
+						done += len(tick.Baskets) + len(tick.Failed)
+						locks := make([]*batchlock.Lock, len(tick.Baskets))
+						for i, b := range tick.Baskets {
+							locks[i] = b.Lock
+						}
+						if err := replica.ConsumeEach(ctx, locks); err != nil {
+							t.Errorf("replica %d: ConsumeEach: %v", r, err)
+						}
+						mu.Lock()
+						for _, b := range tick.Baskets {
+							for k, n := range b.Item {
+								sold[k] += n
+							}
+						}
+						for _, f := range tick.Failed {
+							if !errors.Is(f.Err, batchlock.ErrOverCapacity) {
+								t.Errorf("replica %d: a basket failed: %v", r, f.Err)
+							}
+							failed++
+						}
+						mu.Unlock()
+						if err := tick.Done(ctx); err != nil {
+							t.Errorf("replica %d: Done: %v", r, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for _, h := range heldKeys(t, c, keys...) {
+				assert.Equal(t, capacity-sold[h.Key], h.Capacity, "%s: its start less what was sold", h.Key)
+				assert.Empty(t, h.Holders, h.Key)
+			}
+			if capacity == 200 {
+				assert.Positive(t, failed, "the stock ran out")
+			}
+		})
+	}
 }
