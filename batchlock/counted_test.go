@@ -75,6 +75,25 @@ func TestCountedHoldsShareTheCapacity(t *testing.T) {
 	assert.Equal(t, int64(6), h.Free(), "units let go are not sold")
 }
 
+// An owner id is escaped so that no exclusive key's owner field reads as a
+// counted key's ("#<units>/<earliest>"), which units would join.
+func TestOwnerNamedLikeACountedKey(t *testing.T) {
+	c := newCounted(t, wiretest.ServerClient(t), map[string]int64{"sku:1": 10, "sku:2": 10})
+	ctx := t.Context()
+	for i, owner := range []string{"#", "#0"} {
+		key := fmt.Sprintf("sku:%d", i+1)
+		l, err := c.TryLock(ctx, []string{key}, WithOwner(owner))
+		require.NoError(t, err)
+		_, err = c.TryLock(ctx, nil, WithUnits(map[string]int64{key: 1}), WithOwner("b"))
+		var conflict *ConflictError
+		require.ErrorAs(t, err, &conflict, "units of a key held exclusively by %q", owner)
+		h := inspectOne(t, c, key)
+		assert.False(t, h.Counted)
+		assert.Equal(t, []string{owner}, h.Holders)
+		require.NoError(t, l.Unlock(ctx))
+	}
+}
+
 func TestCountedBadInput(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
 	c := newCounted(t, rdb, map[string]int64{"sku:1": 10})

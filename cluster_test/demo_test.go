@@ -80,7 +80,7 @@ func TestFlashSaleCountedNeverOversells(t *testing.T) {
 		FlashShare: 0.3, Promos: 2, PromoShare: 0.5, Seed: 1})
 	locker, _ := newLocker(t, rdb)
 	ctx := ctxTimeout(t, 2*time.Minute)
-	require.NoError(t, stock.SetCapacities(ctx, locker))
+	require.NoError(t, stock.SetCapacities(ctx, locker, ""))
 	p := &orders.Counted{Locker: locker, Stock: stock, Think: time.Millisecond}
 
 	res := orders.Run(ctx, p, list, orders.RunConfig{Workers: 16})
@@ -90,7 +90,7 @@ func TestFlashSaleCountedNeverOversells(t *testing.T) {
 	assert.Positive(t, res.Accepted)
 	audit, err := stock.Audit(ctx, res.SoldBySKU)
 	require.NoError(t, err)
-	require.NoError(t, stock.AuditCapacities(ctx, locker, &audit))
+	require.NoError(t, stock.AuditCapacities(ctx, locker, "", &audit))
 	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
 	assert.Equal(t, audit.AcceptedUnits, audit.Sold, "every accepted order fully applied")
 	state := holderOf(t, locker, stock.Key(orders.SKU(0)))
@@ -133,6 +133,59 @@ func TestBatchProcessorsNeverOversell(t *testing.T) {
 			assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
 			assert.Zero(t, audit.OversoldUnits)
 			assert.Equal(t, audit.AcceptedUnits, audit.Sold)
+			assert.Empty(t, lockKeysUnder(t, rdb, prefix))
+		})
+	}
+}
+
+// A flash sale as batch replicas run it: four Processors, each tick up to
+// 256 orders of up to 200 SKUs (20 hot ones in a tenth of the lines, as the
+// demo has them) held in units in one space. With plenty of
+// stock every basket fits, so that each SKU's key has hundreds of holders
+// at once; with little, the flash SKU and others sell out, and the orders
+// they refuse are rejected (Tick.Failed). Every order ends, nothing is
+// oversold, every capacity ends equal to its remaining units and nothing
+// is held. (Before a hold joined and left a key without reading every
+// other hold, the calls of plenty cost the holders of each of their keys:
+// releases timed out, sales went unconsumed, the audit failed.)
+func TestFlashSaleCountedBatchReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stock int64
+	}{{"plenty", 5000}, {"selling out", 40}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := newClient(t)
+			const skus, space = 2000, "shop"
+			stock := newStock(t, rdb, skus, tc.stock)
+			stock.WriteConcurrently()
+			list := generate(t, orders.GenConfig{SKUs: skus, Orders: 2000, MaxBasket: 200, MaxQty: 3, HotSKUs: 20, HotShare: 0.1, FlashShare: 0.3,
+				Promos: 3, PromoShare: 0.5, Seed: 5})
+			locker, prefix := newLocker(t, rdb)
+			ctx := ctxTimeout(t, 2*time.Minute)
+			require.NoError(t, stock.SetCapacities(ctx, locker, space))
+			const processors = 4
+			results := make([]orders.Result, processors)
+			var wg sync.WaitGroup
+			for p := range processors {
+				b := &orders.Batched{Locker: peerOf(t, rdb, prefix), Stock: stock, Space: space, Counted: true}
+				share := list[p*len(list)/processors : (p+1)*len(list)/processors]
+				wg.Go(func() { results[p] = orders.RunBatched(ctx, b, share, orders.Ticks{}, orders.RunConfig{}) })
+			}
+			wg.Wait()
+			total := orders.Merge(results...)
+			require.Zero(t, total.Errors+total.Unknown, "errors: %v", total.FirstErrors)
+			require.Equal(t, len(list), total.Orders, "every order ended")
+			assert.Positive(t, total.Accepted)
+			if tc.stock < 100 {
+				assert.Positive(t, total.Rejected, "the flash SKU sold out")
+			}
+			t.Logf("%d ticks, %d accepted, %d rejected", total.Ticks, total.Accepted, total.Rejected)
+
+			audit, err := stock.Audit(ctx, total.SoldBySKU)
+			require.NoError(t, err)
+			require.NoError(t, stock.AuditCapacities(ctx, locker, space, &audit))
+			assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
+			assert.Equal(t, audit.AcceptedUnits, audit.Sold, "every accepted order fully applied")
 			assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 		})
 	}

@@ -139,16 +139,16 @@ func Check(states []SKUState, accepted map[string]int64) Audit {
 	return a
 }
 
-// AuditCapacities adds to a the SKUs whose capacity in locker (Counted's)
-// differs from their remaining units.
-func (s *Stock) AuditCapacities(ctx context.Context, locker *batchlock.Client, a *Audit) error {
+// AuditCapacities adds to a the SKUs whose capacity in locker, their lock
+// keys in space (SetCapacities), differs from their remaining units.
+func (s *Stock) AuditCapacities(ctx context.Context, locker *batchlock.Client, space string, a *Audit) error {
 	states, err := s.States(ctx)
 	if err != nil {
 		return err
 	}
 	keys := make([]string, len(states))
 	for i, st := range states {
-		keys[i] = s.Key(st.SKU)
+		keys[i] = InSpace(space, s.Key(st.SKU))
 	}
 	held, err := locker.Inspect(ctx, keys...)
 	if err != nil {

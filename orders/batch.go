@@ -3,6 +3,8 @@ package orders
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
@@ -24,6 +26,13 @@ type Batched struct {
 	// script call (see batchlock.Processor). The stock keys stay where
 	// they are.
 	Space string
+	// Counted takes each line's quantity of its SKU in units
+	// (Basket.Units) instead of the SKU exclusively, as Counted does: the
+	// Stock must write concurrently and its capacities be set
+	// (SetCapacities with the same Space). An order whose lines were
+	// written consumes its units with the tick (ConsumeEach); one asking
+	// more than a SKU has left is rejected (Tick.Failed).
+	Counted bool
 	// Stall, when For is set, holds the first tick taken At after the
 	// run's start For longer before its orders are fulfilled, as a paused
 	// process holds its keys: the bench's stall.
@@ -56,7 +65,19 @@ func (b *Batched) basket(o Order) batchlock.Basket {
 	for i, k := range promos {
 		promos[i] = b.lockKey(k)
 	}
+	if b.Counted {
+		return batchlock.Basket{Shared: promos, Units: unitsOf(o, keys)}
+	}
 	return batchlock.Basket{Keys: keys, Shared: promos}
+}
+
+// unitsOf are the units of o's lines by lock key, keys[i] line i's.
+func unitsOf(o Order, keys []string) map[string]int64 {
+	units := make(map[string]int64, len(keys))
+	for i, l := range o.Lines {
+		units[keys[i]] += l.Qty
+	}
+	return units
 }
 
 // RunBatched processes orders with b until all are done, cfg.Stop is
@@ -159,12 +180,32 @@ func (b *Batched) fulfil(ctx context.Context, tick *batchlock.Tick[int], orders 
 	}
 	fctx, cancel := context.WithTimeout(ctx, cfg.OrderTimeout)
 	out := b.Stock.FulfilTaken(fctx, batch, all, 0, func(n, line int) int64 {
+		if b.Counted {
+			return 0 // the holders of a SKU's units write it at once
+		}
 		return tick.Baskets[n].Lock.Token(b.lockKey(b.Stock.Key(batch[n].Lines[line].SKU)))
 	}, b.Think)
 	cancel()
 	// The unlock's error changes nothing the orders did: their keys are
 	// left to their lease.
 	uctx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	if b.Counted {
+		var sold []*batchlock.Lock
+		for n, t := range tick.Baskets {
+			if out[n].Accepted && out[n].Err == nil {
+				sold = append(sold, t.Lock)
+			}
+		}
+		if err := b.Locker.ConsumeEach(uctx, sold); err != nil {
+			// The tick's sales are written; which of them left a capacity
+			// above its stock the audit says.
+			for n := range tick.Baskets {
+				if out[n].Accepted && out[n].Err == nil {
+					out[n].Err = fmt.Errorf("consuming the tick's units: %w", err)
+				}
+			}
+		}
+	}
 	_ = tick.Done(uctx)
 	cancelUnlock()
 	for n, o := range batch {
@@ -174,7 +215,18 @@ func (b *Batched) fulfil(ctx context.Context, tick *batchlock.Tick[int], orders 
 			cfg.Done()
 		}
 	}
-	return len(batch)
+	for _, f := range tick.Failed {
+		// Sold out: rejected, nothing written; any other error is the order's.
+		var err error
+		if !errors.Is(f.Err, batchlock.ErrOverCapacity) {
+			err = f.Err
+		}
+		r.record(orders[f.Item], Outcome{}, err, nil)
+		if cfg.Done != nil {
+			cfg.Done()
+		}
+	}
+	return len(batch) + len(tick.Failed)
 }
 
 // Ticker locks the baskets of a tick's orders that are free, fulfils those

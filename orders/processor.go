@@ -137,14 +137,15 @@ func (p *Counted) Process(ctx context.Context, o Order) (Outcome, error) {
 	return out, err
 }
 
-// SetCapacities makes each SKU's capacity its units, for Counted.
-func (s *Stock) SetCapacities(ctx context.Context, locker *batchlock.Client) error {
+// SetCapacities makes each SKU's capacity its units, for Counted and a
+// counted Batched, whose lock keys are in space (InSpace).
+func (s *Stock) SetCapacities(ctx context.Context, locker *batchlock.Client, space string) error {
 	states, err := s.States(ctx)
 	if err != nil {
 		return err
 	}
 	for _, st := range states {
-		if err := locker.SetCapacity(ctx, s.Key(st.SKU), st.Remaining); err != nil {
+		if err := locker.SetCapacity(ctx, InSpace(space, s.Key(st.SKU)), st.Remaining); err != nil {
 			return err
 		}
 	}

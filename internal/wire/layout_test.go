@@ -9,13 +9,14 @@ import (
 )
 
 func TestOwnerEscaping(t *testing.T) {
-	for _, owner := range []string{"plain-id_1.x:y/z", "a b", "a,b=c@d*e%f", "*", "%41", "ü", "a\tb", "a\nb\r", "\x00\x7f", "ü x"} {
+	for _, owner := range []string{"plain-id_1.x:y/z", "a b", "a,b=c@d*e%f", "*", "#", "#12", "%41", "ü", "a\tb", "a\nb\r", "\x00\x7f", "ü x"} {
 		field := EscapeOwner(owner)
 		assert.NotRegexp(t, `[\x00-\x20\x7f]`, field)
 		assert.NotContains(t, field, ",")
 		assert.NotContains(t, field, "=")
 		assert.NotContains(t, field, "@")
 		assert.NotEqual(t, SharedOwner, field)
+		assert.NotContains(t, field, CountedOwner, "no owner field reads as a counted key's")
 		assert.Equal(t, owner, UnescapeOwner(field), "round trip of %q", owner)
 	}
 	assert.Equal(t, "plain", EscapeOwner("plain"), "ordinary ids are stored as they are")

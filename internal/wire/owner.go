@@ -17,8 +17,9 @@ func RandomID(n int) string {
 
 // EscapeOwner is the form of an owner id in the values of lock keys: the
 // bytes the layout uses as separators (any whitespace or control byte,
-// comma, "=", "@", "*") and "%" are written %XX, so that an id cannot be
-// taken for a separator, or for the owner field of a key held shared ("*").
+// comma, "=", "@", "*", "#") and "%" are written %XX, so that an id cannot
+// be taken for a separator, or for the owner field of a key held shared
+// ("*") or counted ("#...").
 func EscapeOwner(owner string) string {
 	i := 0
 	for i < len(owner) && !special(owner[i]) {
@@ -41,7 +42,7 @@ func EscapeOwner(owner string) string {
 
 // special reports whether c is written %XX in a stored owner id.
 func special(c byte) bool {
-	return c <= ' ' || c == 0x7f || strings.IndexByte(",=@*%", c) >= 0
+	return c <= ' ' || c == 0x7f || strings.IndexByte(",=@*#%", c) >= 0
 }
 
 // UnescapeOwner reads an owner id as EscapeOwner wrote it; a value it cannot

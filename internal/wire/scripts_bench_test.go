@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -82,6 +83,26 @@ func BenchmarkScript(b *testing.B) {
 			args := append([]any{"bob", "h:b", 10000, wire.ModeTry, "cancel:{a}:h:b", 3000, "fence:{a}", n}, held...)
 			srv.measure(b, n, func(int, []string) {
 				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, args...))
+			})
+		})
+	}
+	// A hold of units of a counted key that others hold already, taken and
+	// released (one call each way): its cost should not grow with theirs.
+	for _, holders := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("counted-join/holders=%d", holders), func(b *testing.B) {
+			const key, capacity = "{a}hot", "units:{a}hot"
+			mustRun(b, rdb.Do(b.Context(), "SET", capacity, 1<<40))
+			b.Cleanup(func() { rdb.Del(context.Background(), key, capacity) })
+			take := func(owner, hold string) []any {
+				return []any{owner, hold, 600000, wire.ModeTry + "s", "cancel:{a}:" + hold, 3000, "fence:{a}", 1, "n", key, 1, capacity}
+			}
+			for j := range holders {
+				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, take(fmt.Sprintf("%s:%d", owner, j), fmt.Sprintf("h:%016x", j))...))
+			}
+			srv.measure(b, 1, func(i int, _ []string) {
+				who, hold := fmt.Sprintf("%s:joins:%d", owner, i), fmt.Sprintf("h:j%015x", i)
+				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, take(who, hold)...))
+				mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, who, hold, 60000, 0, 1, 0, key))
 			})
 		})
 	}

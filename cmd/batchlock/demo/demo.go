@@ -104,8 +104,9 @@ a time. --counted locks every SKU in units instead (batchlock.WithUnits):
 each line holds its quantity of its SKU, whose capacity is its stock, so
 that the orders of one SKU run side by side while its stock lasts; an
 order asking more than a SKU has left is rejected at once, and an order
-written consumes its units (Lock.Consume). The audit then also checks that
-every SKU's capacity equals its remaining units.
+written consumes its units (Lock.Consume; with --batch, Basket.Units and
+one ConsumeEach a tick). The audit then also checks that every SKU's
+capacity equals its remaining units.
 
 --no-lock runs the same read, check and write without a lock: orders that
 read a SKU at the same time both sell the same units, and the audit shows
@@ -188,8 +189,8 @@ func (o *demoOptions) validate(args []string) error {
 		return cli.Usagef("--exclusive-promos compares lock modes: it needs a lock and --store=%s", storeRedis)
 	case o.flash < 0 || o.flash > 1:
 		return cli.Usagef("--flash %v: want 0 to 1", o.flash)
-	case o.counted && (o.noLock || o.store != storeRedis || o.batch > 0 || o.exclusive):
-		return cli.Usagef("--counted locks SKUs in units with Lock: it needs a lock, --store=%s, workers and shared promotions", storeRedis)
+	case o.counted && (o.noLock || o.store != storeRedis || o.exclusive):
+		return cli.Usagef("--counted locks SKUs in units: it needs a lock, --store=%s and shared promotions", storeRedis)
 	case o.think < 0:
 		return cli.Usagef("--think %v must not be negative", o.think)
 	case o.replicas < -1:
@@ -357,7 +358,7 @@ func newProcessor(ctx context.Context, o *demoOptions, t *target, stock stockSto
 	if o.replicas > 0 {
 		opts = append(opts, batchlock.WithReplicas(o.replicas, replicaTimeout))
 	}
-	if o.counted {
+	if o.counted && o.batch == 0 {
 		// validate allows --counted on Redis only.
 		st := stock.(*redisStore).stock
 		st.WriteConcurrently()
@@ -365,11 +366,11 @@ func newProcessor(ctx context.Context, o *demoOptions, t *target, stock stockSto
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
-		if err := st.SetCapacities(ctx, locker); err != nil {
+		if err := st.SetCapacities(ctx, locker, ""); err != nil {
 			_ = locker.Close()
 			return nil, nil, nil, nil, err
 		}
-		check := func(ctx context.Context, a *orders.Audit) error { return st.AuditCapacities(ctx, locker, a) }
+		check := func(ctx context.Context, a *orders.Audit) error { return st.AuditCapacities(ctx, locker, "", a) }
 		return processing(&orders.Counted{Locker: locker, Stock: st, Think: o.think}), counters, check, func() { _ = locker.Close() }, nil
 	}
 	if o.batch == 0 {
@@ -401,7 +402,17 @@ func newProcessor(ctx context.Context, o *demoOptions, t *target, stock stockSto
 			return nil, nil, nil, nil, err
 		}
 		closers = append(closers, locker.Close)
-		procs[p] = &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch, Space: o.space}
+		procs[p] = &orders.Batched{Locker: locker, Stock: stock.(*redisStore).stock, Think: o.think, Size: o.batch, Space: o.space, Counted: o.counted}
+	}
+	var check func(context.Context, *orders.Audit) error
+	if o.counted {
+		st, locker := procs[0].Stock, procs[0].Locker
+		st.WriteConcurrently()
+		if err := st.SetCapacities(ctx, locker, o.space); err != nil {
+			closeAll()
+			return nil, nil, nil, nil, err
+		}
+		check = func(ctx context.Context, a *orders.Audit) error { return st.AuditCapacities(ctx, locker, o.space, a) }
 	}
 	run := func(ctx context.Context, list []orders.Order, cfg orders.RunConfig) (orders.Result, []orders.Result) {
 		shares := make([]orders.Result, len(procs))
@@ -413,7 +424,7 @@ func newProcessor(ctx context.Context, o *demoOptions, t *target, stock stockSto
 		wg.Wait()
 		return orders.Merge(shares...), shares
 	}
-	return run, counters, nil, closeAll, nil
+	return run, counters, check, closeAll, nil
 }
 
 // promotions says how the run's orders read promotions, for the report.

@@ -240,10 +240,34 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       end
     end
 
+    -- counted_hold is this hold's entry in a counted key's holds, with
+    -- units, ending with its lease.
+    local function counted_hold(units)
+      return hold .. '=' .. string.format('%d', ends) .. '=' .. owner .. '=' .. string.format('%d', units)
+    end
+
     -- counted_value is the value of a counted key taken afresh by this hold
-    -- with units and token, its hold ending with the key.
+    -- with units and token.
     local function counted_value(token, units)
-      return string.format('%d', token) .. ' - ' .. hold .. '==' .. owner .. '=' .. string.format('%d', units) .. ' ' .. COUNTED
+      return string.format('%d', token) .. ' - ' .. counted_hold(units) .. ' ' .. COUNTED .. string.format('%d', units)
+    end
+
+    -- join_counted returns counted key value v with this hold joined, for
+    -- units (of capacity cap), and the key's new token, or nil when it
+    -- cannot join without every hold being read: somebody waits, the
+    -- units do not fit beside those of every hold listed, or the hold or
+    -- its owner may be there already (an owner id that reads like
+    -- another field only sends the call the long way). judge_counted would
+    -- let such a hold join: nobody ahead, no hold of its owner, the
+    -- units free.
+    local function join_counted(v, units, cap, token)
+      local gap, at, listed = split_counted(v)
+      if not gap or listed + units > cap or
+        string.find(v, hold .. '=', gap, true) or string.find(v, '=' .. owner .. '=', gap, true) then
+        return nil
+      end
+      return string.format('%d', token) .. string.sub(v, gap, at - 1) .. ',' .. counted_hold(units) .. ' ' .. COUNTED ..
+        string.format('%d', listed + units)
     end
 
     -- take takes key, asked for shared, in units (capkey its capacity key)
@@ -266,6 +290,13 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
       end
       local v = redis.pcall('GET', key)
+      local joined_value = units and type(v) == 'string' and join_counted(v, units, cap, token)
+      if joined_value then
+        local expires = now + redis.call('PTTL', key)
+        joined[#joined + 1] = {key, v, expires}
+        redis.call('SET', key, joined_value, 'PXAT', math.max(expires, ends))
+        return token
+      end
       local s = L.parse(v, key, now)
       if not s then
         return false, redis.call('PTTL', key)

@@ -24,8 +24,13 @@
 --          "<hold>=<ends>=<owner>", each hold with its owner; on a
 --          counted key "<hold>=<ends>=<owner>=<units>", each hold with its
 --          owner and the units it holds
---   owner  the owner id, to the end of the value; "*" for a key held shared,
---          "#" for a counted one
+--   owner  the owner id, to the end of the value; "*" for a key held shared;
+--          for a counted one "#<units>", the units of the holds it lists,
+--          ended or not: never fewer than the live holds', so that a hold
+--          whose units fit them joins a key of many holders, nobody
+--          waiting, without the others being read, and one leaves it so
+--          (attempt.lua, release.lua); a hold whose lease ended counts
+--          there until a script that reads every hold drops it
 -- A counted key's capacity, the units that may be held of it at once, is a
 -- key of its own in the key's slot (its name comes from the client, see
 -- keyspace.go), which outlives the holds; the units free are the capacity
@@ -33,7 +38,8 @@
 -- and a queue: its first waiter asks for units, which a release does not
 -- grant but announces ("released"), the waiters keeping their places.
 -- Owner ids are escaped by the client (see owner.go): they hold no
--- whitespace or control byte, comma, "=", "@" or "*", so "*" is no owner's id.
+-- whitespace or control byte, comma, "=", "@", "*" or "#", so "*" is no
+-- owner's id and none starts with "#".
 -- The key expires with its longest hold (PXAT).
 
 -- A key granted to a waiter is its for this long unless the waiter renews it
@@ -52,10 +58,29 @@ local RELEASED = 'released'
 -- writer ahead of the reader it is left the queue.
 local AGAIN = 'again:'
 
--- SHARED is the owner field of a key held shared, COUNTED that of a
--- counted one.
+-- SHARED is the owner field of a key held shared, COUNTED the start of a
+-- counted one's.
 local SHARED = '*'
 local COUNTED = '#'
+
+-- split_counted reads v, the value of a counted key with a hold and
+-- nobody waiting: it returns where its token ends (the space after it),
+-- where its owner field starts (the space before it) and that field's
+-- units; nil for any other value. Its holds lie between, after " - ". It
+-- finds them without a pattern or a copy, which would cost as much as
+-- reading every hold: only the owner field has " #" (see above).
+local function split_counted(v)
+  local gap = string.find(v, ' ', 1, true)
+  if not gap or string.sub(v, gap, gap + 2) ~= ' - ' then
+    return nil
+  end
+  local at = string.find(v, ' #', gap + 3, true)
+  local units = at and at > gap + 3 and tonumber(string.sub(v, at + 2))
+  if not units then
+    return nil
+  end
+  return gap, at, units
+end
 
 -- layout returns the functions that read and write a lock value, made on
 -- the first call of a script that needs them: most calls (keys taken
@@ -125,8 +150,8 @@ local function layout()
     local h, g, o, u = {}, {}, nil, nil
     if owner == SHARED then
       o = {}
-    elseif owner == COUNTED then
-      o, u = {}, {}
+    elseif string.sub(owner, 1, 1) == COUNTED then
+      owner, o, u = COUNTED, {}, {}
     end
     for id, ends, grant, who, units in string.gmatch(holds, '([^,=]+)=(%d*)(g?)=?([^,=]*)=?(%d*)') do
       if ends == '' then
@@ -196,6 +221,7 @@ local function layout()
 
   local function format(s)
     local holds = {}
+    local units = 0
     for id, ends in pairs(s.holds) do
       local e = id .. '=' .. string.format('%d', ends)
       if s.granted[id] then
@@ -206,8 +232,13 @@ local function layout()
       end
       if s.units then
         e = e .. '=' .. string.format('%d', s.units[id] or 0)
+        units = units + (s.units[id] or 0)
       end
       holds[#holds + 1] = e
+    end
+    local owner = s.owner
+    if owner == COUNTED then
+      owner = COUNTED .. string.format('%d', units)
     end
     local queue = {}
     for _, e in ipairs(s.queue) do
@@ -218,7 +249,7 @@ local function layout()
     if #queue == 0 then
       queue[1] = '-'
     end
-    return string.format('%d', s.token) .. ' ' .. table.concat(queue, ',') .. ' ' .. table.concat(holds, ',') .. ' ' .. s.owner
+    return string.format('%d', s.token) .. ' ' .. table.concat(queue, ',') .. ' ' .. table.concat(holds, ',') .. ' ' .. owner
   end
 
   -- leave takes hold's place in the queue of s out, and returns it (nil when
@@ -279,7 +310,7 @@ local function layout()
   -- escape writes a name as owner ids are written (see owner.go), so that
   -- a fencing counter fits in a place in a queue; unescape reads it back.
   local function escape(name)
-    return (string.gsub(name, '[%z\1-\32\127,=@*%%]', function(c)
+    return (string.gsub(name, '[%z\1-\32\127,=@*#%%]', function(c)
       return string.format('%%%02X', string.byte(c))
     end))
   end

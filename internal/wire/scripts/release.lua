@@ -40,6 +40,56 @@ local now
 -- found: per lock (by its number) that found some key taken or elsewhere,
 -- its {taken, away}; nil while none did.
 local found
+
+-- sell takes units from the capacity in capkey, and reports whether that
+-- is away instead. A capacity never expires, so one missing here lives
+-- elsewhere: a release sent on to a master importing the slot (ASKING)
+-- would otherwise make one afresh, below zero.
+local function sell(capkey, units)
+  local there = redis.pcall('EXISTS', capkey)
+  local away = layout().elsewhere(there) or there == 0
+  if not away then
+    redis.call('DECRBY', capkey, units)
+  end
+  return away
+end
+
+-- leave_counted returns counted key value v without hold's live hold of
+-- owner, "" when it was the last, and the hold's units; nil when the value
+-- is not one nobody waits for, or the hold is not there, not owner's or
+-- not live: such a value is read the long way. The others' holds are not
+-- read (see layout.lua).
+local function leave_counted(v, owner, hold)
+  local gap, at, listed = split_counted(v)
+  if not gap then
+    return nil
+  end
+  -- The hold's entry runs from first to last: the first of the holds, or
+  -- one after a comma.
+  local holds = gap + 3
+  local first = string.find(v, ',' .. hold .. '=', holds, true)
+  if first then
+    first = first + 1
+  elseif string.sub(v, holds, holds + #hold) == hold .. '=' then
+    first = holds
+  else
+    return nil
+  end
+  local last = (string.find(v, ',', first, true) or at) - 1
+  local ends, who, units = string.match(string.sub(v, first, last), '^[^=]*=(%d+)=([^=]*)=(%d+)$')
+  now = now or layout().now_ms()
+  if not ends or who ~= owner or tonumber(ends) <= now then
+    return nil
+  end
+  units = tonumber(units)
+  local field = ' ' .. COUNTED .. string.format('%d', listed - units)
+  if first == holds and last + 1 == at then
+    return '', units
+  elseif first == holds then
+    return string.sub(v, 1, holds - 1) .. string.sub(v, last + 2, at - 1) .. field, units
+  end
+  return string.sub(v, 1, first - 2) .. string.sub(v, last + 1, at - 1) .. field, units
+end
 local locks = 0
 local i = 1
 while i <= #ARGV do
@@ -77,9 +127,21 @@ while i <= #ARGV do
     -- Read before writing: in a slot being migrated a key this script
     -- deleted is no longer local, and writing it again would fail half-way.
     local v = redis.pcall('GET', key)
-    if type(v) == 'string' and string.sub(v, -#fresh) == fresh then
+    local capkey = consumed and consumed[key]
+    local alone = type(v) == 'string' and string.sub(v, -#fresh) == fresh
+    local rest, units
+    if type(v) == 'string' and not alone then
+      rest, units = leave_counted(v, owner, hold)
+    end
+    if alone then
       redis.call('DEL', key)
-    elseif not v and consumed and consumed[key] then
+    elseif rest and capkey and units > 0 and sell(capkey, units) then
+      note(2, key)
+    elseif rest == '' then
+      redis.call('DEL', key)
+    elseif rest then
+      redis.call('SET', key, rest, 'KEEPTTL')
+    elseif not v and capkey then
       note(1, key) -- gone: nothing of it is sold
     elseif v then
       local L = layout()
@@ -91,21 +153,9 @@ while i <= #ARGV do
       elseif v then
         now = now or L.now_ms()
         local s = L.parse(v, key, now)
-        local capkey = consumed and consumed[key]
         local live = s and s.holds[hold] and s.holds[hold] > now
-        local units = live and s.units and s.units[hold] or 0
-        local away = false
-        if capkey and units > 0 then
-          -- A capacity never expires, so one missing here lives elsewhere:
-          -- a release sent on to a master importing the slot (ASKING)
-          -- would otherwise make one afresh, below zero.
-          local there = redis.pcall('EXISTS', capkey)
-          away = L.elsewhere(there) or there == 0
-          if not away then
-            redis.call('DECRBY', capkey, units)
-          end
-        end
-        if away then
+        units = live and s.units and s.units[hold] or 0
+        if capkey and units > 0 and sell(capkey, units) then
           note(2, key)
         elseif s then
           -- A key to sell without a live hold: nothing of it is sold.
