@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/orders"
 )
 
@@ -22,7 +23,8 @@ const StaleToken orders.ProblemKind = "stale-token"
 // lines), then the orders (as many recorded as accepted, each with all its
 // lines), then every row's writes (numbered 1 to n, with tokens that only
 // grow, the last one's token in the row's fence: no row written by a stale
-// token).
+// token; a counted sale's lines, sold side by side under holds of units,
+// are numbered but not fenced).
 func (s *Store) Audit(ctx context.Context, res orders.Result) (orders.Audit, error) {
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -100,7 +102,7 @@ func checkOrders(ctx context.Context, tx pgx.Tx, accepted int, a *orders.Audit) 
 
 // checkWrites follows each stock row's writes in the order they were made.
 func checkWrites(ctx context.Context, tx pgx.Tx, rows map[string]row, a *orders.Audit) error {
-	q, err := tx.Query(ctx, `SELECT sku, write_seq, token, order_id FROM order_lines ORDER BY sku, write_seq`)
+	q, err := tx.Query(ctx, `SELECT sku, write_seq, token, order_id, counted FROM order_lines ORDER BY sku, write_seq`)
 	if err != nil {
 		return fmt.Errorf("pgorders: audit: reading order lines: %w", err)
 	}
@@ -108,15 +110,22 @@ func checkWrites(ctx context.Context, tx pgx.Tx, rows map[string]row, a *orders.
 		seq, token int64
 		order      string
 	}
+	// seen: per row its last write's number, and the last fenced write's
+	// token and order.
 	seen := make(map[string]last)
 	var sku, order string
 	var seq, token int64
-	if _, err := pgx.ForEachRow(q, []any{&sku, &seq, &token, &order}, func() error {
+	var counted bool
+	if _, err := pgx.ForEachRow(q, []any{&sku, &seq, &token, &order, &counted}, func() error {
 		prev := seen[sku]
 		if seq != prev.seq+1 {
 			a.Add(orders.Inconsistent, sku, "write %d of the row follows write %d", seq, prev.seq)
 		}
-		if prev.seq > 0 && token <= prev.token {
+		if counted {
+			seen[sku] = last{seq: seq, token: prev.token, order: prev.order}
+			return nil
+		}
+		if prev.token > 0 && token <= prev.token {
 			a.Add(StaleToken, sku, "order %s wrote with token %d after order %s wrote with %d", order, token, prev.order, prev.token)
 		}
 		seen[sku] = last{seq: seq, token: token, order: order}
@@ -127,7 +136,32 @@ func checkWrites(ctx context.Context, tx pgx.Tx, rows map[string]row, a *orders.
 	for _, sku := range slices.Sorted(maps.Keys(rows)) {
 		r, l := rows[sku], seen[sku]
 		if r.writes != l.seq || r.fence != l.token {
-			a.Add(orders.Inconsistent, sku, "the row counts %d writes, fence %d; its lines %d writes, last token %d", r.writes, r.fence, l.seq, l.token)
+			a.Add(orders.Inconsistent, sku, "the row counts %d writes, fence %d; its lines %d writes, last fenced token %d", r.writes, r.fence, l.seq, l.token)
+		}
+	}
+	return nil
+}
+
+// AuditCapacities adds to a the SKUs whose capacity in locker differs from
+// their row's units (Processor.Counted keeps them equal; SetCapacities sets
+// them so).
+func (s *Store) AuditCapacities(ctx context.Context, locker *batchlock.Client, a *orders.Audit) error {
+	units, err := s.units(ctx)
+	if err != nil {
+		return err
+	}
+	skus := slices.Sorted(maps.Keys(units))
+	keys := make([]string, len(skus))
+	for i, sku := range skus {
+		keys[i] = s.Key(sku)
+	}
+	held, err := locker.Inspect(ctx, keys...)
+	if err != nil {
+		return fmt.Errorf("pgorders: audit: %w", err)
+	}
+	for i, h := range held {
+		if h.Capacity != units[skus[i]] {
+			a.Add(orders.Capacity, skus[i], "capacity %d, %d units in its row", h.Capacity, units[skus[i]])
 		}
 	}
 	return nil

@@ -19,6 +19,11 @@
 //     pause, a stalled VM) and whose write reaches the database after the
 //     next owner's changes no row, and its transaction is rolled back.
 //
+// With Processor.Counted, orders hold units of their SKUs instead
+// (batchlock.WithUnits), side by side: each row is then guarded by its own
+// stock (UPDATE … WHERE units >= qty), each order recorded once, and a
+// committed sale consumed (SellOrder, docs/sql.md).
+//
 // # Data in PostgreSQL
 //
 // stock has one row per SKU: initial and remaining units, fence (the largest

@@ -34,6 +34,15 @@ type Processor struct {
 	// rest of a real processor's work (pricing, payment). An error rolls
 	// the order back.
 	Work func(ctx context.Context, l *batchlock.Lock, o orders.Order) error
+	// Counted locks each line's quantity of its SKU in units
+	// (batchlock.WithUnits; Store.SetCapacities first) instead of the SKU
+	// exclusively, so that orders of one SKU run side by side while its
+	// stock lasts: an order asking more than a SKU has left is rejected at
+	// once (batchlock.ErrOverCapacity). The transaction sells each line
+	// where its row has the units (SellOrder: the database's own check, the
+	// order recorded once), and a committed sale is consumed
+	// (Lock.Consume), keeping each capacity equal to its row's units.
+	Counted bool
 }
 
 // Process implements orders.Processor: lock the basket, and the order's
@@ -51,6 +60,13 @@ func (p *Processor) Process(ctx context.Context, o orders.Order) (orders.Outcome
 		batchlock.WithOwner("order-" + o.ID + "/" + hex.EncodeToString(suffix)),
 		batchlock.WithShared(p.Store.PromoKeys(o)...),
 	}, p.LockOptions...)
+	if p.Counted {
+		units := make(map[string]int64, len(keys))
+		for i, l := range o.Lines {
+			units[keys[i]] += l.Qty
+		}
+		opts, keys = append(opts, batchlock.WithUnits(units)), nil
+	}
 
 	// The wait has its own deadline and ends before BEGIN: no transaction
 	// is open, and no connection taken, while the order waits for others.
@@ -62,8 +78,11 @@ func (p *Processor) Process(ctx context.Context, o orders.Order) (orders.Outcome
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	l, err := p.Locker.Lock(wctx, keys, opts...)
 	cancel()
-	if err != nil {
-		return orders.Outcome{}, fmt.Errorf("locking %d SKUs: %w", len(keys), err)
+	switch {
+	case errors.Is(err, batchlock.ErrOverCapacity):
+		return orders.Outcome{}, nil // sold out: rejected, nothing written
+	case err != nil:
+		return orders.Outcome{}, fmt.Errorf("locking %d SKUs: %w", len(o.Lines), err)
 	}
 	out := orders.Outcome{Locked: true, LockWait: time.Since(asked)}
 	// Once lost, Unlock fails with ErrNotHeld: the order's error says so.
@@ -74,9 +93,17 @@ func (p *Processor) Process(ctx context.Context, o orders.Order) (orders.Outcome
 	defer stop()
 	out.Accepted, out.Written, err = p.transact(tctx, l, o)
 	if err != nil {
-		err = errors.Join(err, context.Cause(tctx))
+		return out, errors.Join(err, context.Cause(tctx))
 	}
-	return out, err
+	if p.Counted && out.Accepted {
+		// The sale is committed. A consume that fails (the lock lost since)
+		// leaves the capacity above the row's units, which SellOrder's own
+		// check keeps from overselling until SetCapacities sets it again.
+		if err := l.Consume(ctx); err != nil {
+			return out, fmt.Errorf("consuming the units of %d SKUs: %w", len(o.Lines), err)
+		}
+	}
+	return out, nil
 }
 
 // boundBy returns a child of l's context that also ends with ctx.
@@ -121,11 +148,18 @@ func (p *Processor) transact(ctx context.Context, l *batchlock.Lock, o orders.Or
 	for i, line := range o.Lines {
 		tokens[i] = l.Token(p.Store.Key(line.SKU))
 	}
-	inStock, err := check(ctx, tx, o, tokens)
-	if err != nil || !inStock {
+	if p.Counted {
+		// A sale sent again, its first commit's outcome unknown (that
+		// attempt failed, its hold let go unsold), writes nothing new: it
+		// is accepted, and its units are consumed now, once.
+		if _, err := SellOrder(ctx, tx, o, tokens); errors.Is(err, ErrShort) {
+			return false, false, nil
+		} else if err != nil {
+			return false, false, err
+		}
+	} else if inStock, err := check(ctx, tx, o, tokens); err != nil || !inStock {
 		return false, false, err
-	}
-	if err := WriteOrder(ctx, tx, o, tokens); err != nil {
+	} else if err := WriteOrder(ctx, tx, o, tokens); err != nil {
 		return false, false, err
 	}
 	if p.Work != nil {

@@ -264,3 +264,68 @@ func problems(a orders.Audit) []string {
 	}
 	return out
 }
+
+// A flash sale under holds of units: orders of one SKU commit side by side
+// while its stock lasts, the sold-out ones are rejected at once, nothing is
+// oversold, and every capacity ends equal to its row's units.
+func TestCountedSaleNeverOversells(t *testing.T) {
+	const skus = 20
+	f := newFixture(t, skus, 15)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, f.store.SetCapacities(ctx, f.locker))
+	list, err := orders.Generate(orders.GenConfig{SKUs: skus, Orders: 300, MaxBasket: 6, MaxQty: 3, HotSKUs: 4, HotShare: 0.3,
+		FlashShare: 0.3, Seed: 4})
+	require.NoError(t, err)
+	p := &pgorders.Processor{Locker: f.locker, Store: f.store, Counted: true}
+	res := orders.Run(ctx, p, list, orders.RunConfig{Workers: 12})
+	require.Equal(t, len(list), res.Orders)
+	require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
+	assert.Positive(t, res.Accepted)
+	assert.Positive(t, res.Rejected, "the flash SKU sold out")
+
+	audit, err := f.store.Audit(ctx, res)
+	require.NoError(t, err)
+	require.NoError(t, f.store.AuditCapacities(ctx, f.locker, &audit))
+	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
+	assert.Equal(t, audit.AcceptedUnits, audit.Sold, "every accepted order fully applied")
+	assert.Zero(t, f.row(t, orders.SKU(0)).fence, "counted sales fence no row")
+}
+
+// A counted sale sent again after its commit's outcome was lost (the sale
+// committed, its hold let go unsold) is recorded once: the second attempt
+// writes nothing, and consumes its units, so the capacity matches the row.
+// An order asking for more than a SKU's capacity is rejected without a
+// transaction.
+func TestCountedSaleSentAgainCountsOnce(t *testing.T) {
+	f := newFixture(t, 2, 10)
+	ctx := t.Context()
+	require.NoError(t, f.store.SetCapacities(ctx, f.locker))
+	o := orders.Order{ID: "again", Lines: []orders.Line{line(0, 3), line(1, 2)}}
+	tx, err := f.db.Begin(ctx)
+	require.NoError(t, err)
+	sold, err := pgorders.SellOrder(ctx, tx, o, []int64{1, 1})
+	require.NoError(t, err)
+	require.True(t, sold)
+	require.NoError(t, tx.Commit(ctx))
+
+	p := &pgorders.Processor{Locker: f.locker, Store: f.store, Counted: true}
+	out, err := p.Process(ctx, o)
+	require.NoError(t, err)
+	assert.True(t, out.Accepted)
+	assert.Equal(t, int64(7), f.row(t, orders.SKU(0)).units, "sold once")
+	assert.Equal(t, int64(8), f.row(t, orders.SKU(1)).units, "sold once")
+	assert.Equal(t, 1, f.count(t, "orders"))
+	assert.Equal(t, 2, f.count(t, "order_lines"))
+	audit, err := f.store.Audit(ctx, resultOf(o))
+	require.NoError(t, err)
+	require.NoError(t, f.store.AuditCapacities(ctx, f.locker, &audit))
+	assert.True(t, audit.Passed(), "audit problems: %v", audit.Problems)
+
+	big := orders.Order{ID: "big", Lines: []orders.Line{line(0, 8)}}
+	out, err = p.Process(ctx, big)
+	require.NoError(t, err)
+	assert.False(t, out.Accepted, "8 of a SKU with 7 left: sold out")
+	assert.False(t, out.Locked)
+	assert.Equal(t, 1, f.count(t, "orders"))
+}

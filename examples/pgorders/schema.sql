@@ -17,12 +17,15 @@ CREATE TABLE orders (
 );
 
 -- One row per line of an accepted order, written with its stock row.
+-- counted: sold under a hold of units (Processor.Counted), whose token is
+-- its hold's own, not ordered with the row's other writes.
 CREATE TABLE order_lines (
 	order_id  text NOT NULL REFERENCES orders (id),
 	sku       text NOT NULL REFERENCES stock (sku),
 	qty       bigint NOT NULL,
 	token     bigint NOT NULL,
 	write_seq bigint NOT NULL,
+	counted   boolean NOT NULL DEFAULT false,
 	PRIMARY KEY (order_id, sku),
 	UNIQUE (sku, write_seq)
 );

@@ -3,11 +3,15 @@ package pgorders
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/orders"
 )
 
@@ -66,4 +70,40 @@ func (s *Store) Setup(ctx context.Context, skus []string, initial int64) error {
 		return fmt.Errorf("pgorders: setup: %w", err)
 	}
 	return nil
+}
+
+// SetCapacities makes the capacity of each SKU's key its row's units, for
+// a Processor.Counted: at the start, and to set right a capacity left above
+// its row by a sale whose consume failed. A key whose holds hold more units
+// than its row has is left as it is (batchlock.ErrUnitsHeld), in the error.
+func (s *Store) SetCapacities(ctx context.Context, locker *batchlock.Client) error {
+	units, err := s.units(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sku := range slices.Sorted(maps.Keys(units)) {
+		if err := locker.SetCapacity(ctx, s.Key(sku), units[sku]); err != nil {
+			errs = append(errs, fmt.Errorf("pgorders: capacity of %s: %w", sku, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// units reads every SKU's units.
+func (s *Store) units(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.db.Query(ctx, `SELECT sku, units FROM stock`)
+	if err != nil {
+		return nil, fmt.Errorf("pgorders: reading stock: %w", err)
+	}
+	units := map[string]int64{}
+	var sku string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&sku, &n}, func() error {
+		units[sku] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("pgorders: reading stock: %w", err)
+	}
+	return units, nil
 }
