@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
@@ -186,26 +187,12 @@ func (b *Batched) fulfil(ctx context.Context, tick *batchlock.Tick[int], orders 
 		return tick.Baskets[n].Lock.Token(b.lockKey(b.Stock.Key(batch[n].Lines[line].SKU)))
 	}, b.Think)
 	cancel()
+	if b.Counted {
+		b.consume(ctx, tick, out)
+	}
 	// The unlock's error changes nothing the orders did: their keys are
 	// left to their lease.
 	uctx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	if b.Counted {
-		var sold []*batchlock.Lock
-		for n, t := range tick.Baskets {
-			if out[n].Accepted && out[n].Err == nil {
-				sold = append(sold, t.Lock)
-			}
-		}
-		if err := b.Locker.ConsumeEach(uctx, sold); err != nil {
-			// The tick's sales are written; which of them left a capacity
-			// above its stock the audit says.
-			for n := range tick.Baskets {
-				if out[n].Accepted && out[n].Err == nil {
-					out[n].Err = fmt.Errorf("consuming the tick's units: %w", err)
-				}
-			}
-		}
-	}
 	_ = tick.Done(uctx)
 	cancelUnlock()
 	for n, o := range batch {
@@ -227,6 +214,39 @@ func (b *Batched) fulfil(ctx context.Context, tick *batchlock.Tick[int], orders 
 		}
 	}
 	return len(batch) + len(tick.Failed)
+}
+
+// consumeTries bounds the ConsumeEach calls of a tick's sales, each of at
+// most 2 s: a master busy past one call's timeout may well serve the next.
+const consumeTries = 5
+
+// consume sells the units of the orders of tick that out says were written
+// (accepted), one ConsumeEach for all of them, made again for those it did
+// not end while it fails (a consume sent again sells nothing twice); an
+// order whose units were not sold is given the error.
+func (b *Batched) consume(ctx context.Context, tick *batchlock.Tick[int], out []Fulfilled) {
+	var left []*batchlock.Lock
+	for n, t := range tick.Baskets {
+		if out[n].Accepted && out[n].Err == nil {
+			left = append(left, t.Lock)
+		}
+	}
+	var err error
+	for try := 0; try < consumeTries && len(left) > 0; try++ {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		err = b.Locker.ConsumeEach(cctx, left)
+		cancel()
+		left = slices.DeleteFunc(left, func(l *batchlock.Lock) bool { return l.Err() != nil })
+	}
+	for n, t := range tick.Baskets {
+		switch {
+		case !out[n].Accepted || out[n].Err != nil:
+		case slices.Contains(left, t.Lock):
+			out[n].Err = fmt.Errorf("consuming the tick's units, %d tries: %w", consumeTries, err)
+		case errors.Is(t.Lock.Err(), batchlock.ErrLockLost):
+			out[n].Err = fmt.Errorf("consuming the units of %d SKUs: %w", len(t.Lock.Keys()), t.Lock.Err())
+		}
+	}
 }
 
 // Ticker locks the baskets of a tick's orders that are free, fulfils those
