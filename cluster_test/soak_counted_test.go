@@ -187,10 +187,12 @@ func (s *soak) countedOverlaps(key string) (violations []string, excused int) {
 			}
 		}
 		held, forgiven := int64(0), false
+		var during []string // the holds at t, for the record
 		for _, o := range holds[:i+1] {
 			if o.to.After(t) {
 				held += o.units
 				forgiven = forgiven || s.lostToFailover(o.replicas, o.from, t, key) || s.clock.forwardBetween(o.from, t) > 0
+				during = append(during, fmt.Sprintf("%d from %s to %s", o.units, o.from.Format("05.000000"), o.to.Format("05.000000")))
 			}
 		}
 		switch {
@@ -198,8 +200,14 @@ func (s *soak) countedOverlaps(key string) (violations []string, excused int) {
 		case forgiven:
 			excused++
 		default:
-			violations = append(violations, fmt.Sprintf("counted key %s: %d units held at %s, its capacity at most %d",
-				key, held, t.Format("15:04:05.000000"), most))
+			var recent []string
+			for _, c := range s.counted.changes {
+				if c.key == key && !c.at.After(t) && c.at.After(t.Add(-2*time.Second)) {
+					recent = append(recent, fmt.Sprintf("%+d at %s (known %v)", c.delta, c.at.Format("05.000000"), c.known))
+				}
+			}
+			violations = append(violations, fmt.Sprintf("counted key %s: %d units held at %s, its capacity at most %d; holds %v; changes in the 2 s before %v",
+				key, held, t.Format("15:04:05.000000"), most, during, recent))
 		}
 	}
 	return violations, excused

@@ -32,8 +32,8 @@ type LockState struct {
 	Waiting int // waiters whose place has not lapsed at now
 }
 
-// SharedOwner is the owner field of a key held shared, CountedOwner the
-// start of a counted key's (see layout.lua).
+// SharedOwner starts the owner field of a key held shared, CountedOwner a
+// counted key's (see layout.lua).
 const (
 	SharedOwner  = "*"
 	CountedOwner = "#"
@@ -49,7 +49,7 @@ func ParseLock(value string, now time.Time) (s LockState, ok bool) {
 	if s.Token, err = strconv.ParseInt(token, 10, 64); err != nil || !ok1 || !ok2 || !ok3 {
 		return LockState{}, false
 	}
-	s.Shared, s.Counted = owner == SharedOwner, strings.HasPrefix(owner, CountedOwner)
+	s.Shared, s.Counted = strings.HasPrefix(owner, SharedOwner), strings.HasPrefix(owner, CountedOwner)
 	switch {
 	case s.Counted:
 		s.Units = map[string]int64{}

@@ -86,26 +86,42 @@ func BenchmarkScript(b *testing.B) {
 			})
 		})
 	}
-	// A hold of units of a counted key that others hold already, taken and
-	// released (one call each way): its cost should not grow with theirs.
-	for _, holders := range []int{1, 100, 1000} {
-		b.Run(fmt.Sprintf("counted-join/holders=%d", holders), func(b *testing.B) {
-			const key, capacity = "{a}hot", "units:{a}hot"
-			mustRun(b, rdb.Do(b.Context(), "SET", capacity, 1<<40))
-			b.Cleanup(func() { rdb.Del(context.Background(), key, capacity) })
-			take := func(owner, hold string) []any {
-				return []any{owner, hold, 600000, wire.ModeTry + "s", "cancel:{a}:" + hold, 3000, "fence:{a}", 1, "n", key, 1, capacity}
-			}
-			for j := range holders {
-				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, take(fmt.Sprintf("%s:%d", owner, j), fmt.Sprintf("h:%016x", j))...))
-			}
-			srv.measure(b, 1, func(i int, _ []string) {
-				who, hold := fmt.Sprintf("%s:joins:%d", owner, i), fmt.Sprintf("h:j%015x", i)
-				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, take(who, hold)...))
-				mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, who, hold, 60000, 0, 1, 0, key))
-			})
-		})
+	// A hold of a key that others hold already, in units of a counted key
+	// or shared, taken and released (one call each way): its cost should
+	// not grow with theirs.
+	for _, mode := range []string{"counted", "shared"} {
+		for _, holders := range []int{1, 100, 1000} {
+			benchJoin(b, srv, owner, mode, holders)
+		}
 	}
+}
+
+// benchJoin measures a hold of a key taken and released, in mode (counted
+// or shared), the key held by holders others whose leases end later (the
+// hold that ends last leaves the long way, reading every hold for the
+// key's next expiry).
+func benchJoin(b *testing.B, srv *benchTarget, owner, mode string, holders int) {
+	rdb := srv.rdb
+	b.Run(fmt.Sprintf("%s-join/holders=%d", mode, holders), func(b *testing.B) {
+		const key, capacity = "{a}hot", "units:{a}hot"
+		mustRun(b, rdb.Do(b.Context(), "SET", capacity, 1<<40))
+		b.Cleanup(func() { rdb.Del(context.Background(), key, capacity) })
+		take := func(owner, hold string, lease int) []any {
+			args := []any{owner, hold, lease, wire.ModeTry + "s", "cancel:{a}:" + hold, 3000, "fence:{a}", 1}
+			if mode == "shared" {
+				return append(args, "s", key)
+			}
+			return append(args, "n", key, 1, capacity)
+		}
+		for j := range holders {
+			mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, take(fmt.Sprintf("%s:%d", owner, j), fmt.Sprintf("h:%016x", j), 600000)...))
+		}
+		srv.measure(b, 1, func(i int, _ []string) {
+			who, hold := fmt.Sprintf("%s:joins:%d", owner, i), fmt.Sprintf("h:j%015x", i)
+			mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, take(who, hold, 10000)...))
+			mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, who, hold, 60000, 0, 1, 0, key))
+		})
+	})
 }
 
 // floorScript is one of the bench's floor scripts (bench/floor), read from

@@ -86,9 +86,9 @@ func runScriptCases(t *testing.T, cases []scriptCase) {
 			now := serverNow(t, rdb)
 			for key, v := range tc.before {
 				v = atTime(v, now)
-				if fields := strings.Split(v, " "); len(fields) == 4 && fields[3] == wire.CountedOwner {
-					// A counted key's owner field as scripts write it.
-					v = strings.Join(fields[:3], " ") + " " + countedOwner(fields[2])
+				if fields := strings.Split(v, " "); len(fields) == 4 && (fields[3] == wire.CountedOwner || fields[3] == wire.SharedOwner) {
+					// The owner field as scripts write it.
+					v = strings.Join(fields[:3], " ") + " " + ownerField(fields[3], fields[2])
 				}
 				expires := int64(0)
 				for _, e := range holdEnds(v) {
@@ -235,25 +235,45 @@ func sameValue(t *testing.T, want, got string) {
 		}
 	}
 	assert.True(t, matched, "holds of %q, want %q", got, want)
-	// A counted key's owner field says its holds' units: the want's bare
-	// "#" asks only that it does.
+	// A counted key's owner field says its holds' units, a shared key's
+	// their earliest end: the want's bare "#" or "*" asks only that it
+	// does.
 	wo := w[3]
-	if wo == wire.CountedOwner {
-		wo = countedOwner(g[2])
+	if wo == wire.CountedOwner || wo == wire.SharedOwner {
+		wo = ownerField(wo, g[2])
 	}
-	assert.Equal(t, wo, g[3], "owner of %q", got)
+	assert.True(t, wo[:1] == g[3][:1] && near(wo[1:], g[3][1:]), "owner of %q, want %q", got, wo)
 }
 
-// countedOwner is the owner field of a counted key whose holds are holds.
-func countedOwner(holds string) string {
-	var units int64
+// ownerField is the owner field of a key held in mode (wire.CountedOwner or
+// wire.SharedOwner) by holds as scripts write it: a counted key's with the
+// units of its holds, a shared key's with the earliest end of its holds
+// when each has its end written.
+func ownerField(mode, holds string) string {
+	var units, earliest int64
 	for e := range strings.SplitSeq(holds, ",") {
-		if parts := strings.Split(e, "="); len(parts) == 4 {
+		parts := strings.Split(e, "=")
+		if len(parts) < 3 {
+			continue
+		}
+		ends, err := strconv.ParseInt(strings.TrimSuffix(parts[1], "g"), 10, 64)
+		if err != nil {
+			return mode // a hold that ends with the key
+		}
+		if earliest == 0 || ends < earliest {
+			earliest = ends
+		}
+		if len(parts) == 4 {
 			n, _ := strconv.ParseInt(parts[3], 10, 64)
 			units += n
 		}
 	}
-	return fmt.Sprintf("%s%d", wire.CountedOwner, units)
+	if mode == wire.CountedOwner {
+		return fmt.Sprintf("%s%d", mode, units)
+	} else if earliest == 0 {
+		return mode
+	}
+	return fmt.Sprintf("%s%d", mode, earliest)
 }
 
 // acquireArgv is acquire.lua's arguments for one key of one slot, asked for
@@ -406,6 +426,41 @@ func TestScriptAcquire(t *testing.T) {
 			before: map[string]string{"k": "3 - h:a={now+60000}=alice *"},
 			script: wire.AcquireScript, args: acquireArgv("alice", "h:b", 1000, "wait", "", "k"),
 			reply: []any{int64(-3), "k"},
+			after: map[string]string{"k": "3 - h:a={now+60000}=alice *"}},
+		{name: "a reader joins readers whose ends are written, nobody waiting, their token shared",
+			before: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now+30000}=bob *"},
+			script: wire.AcquireScript, args: acquireArgv("cid", "h:c", 1000, "try", "s", "k"),
+			reply: []any{int64(1), int64(3)},
+			after: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now+30000}=bob,h:c={now+1000}=cid *"}},
+		{name: "a reader that ends after the others joins them, the key expiring with it",
+			before: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now+30000}=bob *"},
+			script: wire.AcquireScript, args: acquireArgv("cid", "h:c", 90000, "try", "s", "k"),
+			reply: []any{int64(1), int64(3)},
+			after: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now+30000}=bob,h:c={now+90000}=cid *"}},
+		{name: "the reader that ends first leaves, the others as they were, its end kept as the earliest (the next join reads them all)",
+			before: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now+30000}=bob *"},
+			script: wire.ReleaseScript, args: releaseArgv("bob", "h:b", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "3 - h:a={now+60000}=alice *{now+30000}"}},
+		{name: "the reader that ends last leaves the long way, the key expiring with the next",
+			before: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now+30000}=bob *"},
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "3 - h:b={now+30000}=bob *"}},
+		{name: "a reader joins readers whose earliest end has passed: all are read, the ended dropped",
+			before: map[string]string{"k": "3 - h:a={now+60000}=alice *{now-10}"},
+			script: wire.AcquireScript, args: acquireArgv("cid", "h:c", 1000, "try", "s", "k"),
+			reply: []any{int64(1), int64(3)},
+			after: map[string]string{"k": "3 - h:a={now+60000}=alice,h:c={now+1000}=cid *{now+1000}"}},
+		{name: "the last reader leaves: the key goes",
+			before: map[string]string{"k": "3 - h:b={now+30000}=bob *"},
+			script: wire.ReleaseScript, args: releaseArgv("bob", "h:b", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": ""}},
+		{name: "a reader whose lease ended leaves the long way, the others staying",
+			before: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now-10}=bob *"},
+			script: wire.ReleaseScript, args: releaseArgv("bob", "h:b", "k"),
+			reply: int64(0),
 			after: map[string]string{"k": "3 - h:a={now+60000}=alice *"}},
 		{name: "a hold cancelled by a rollback that overtook it takes nothing",
 			before: map[string]string{"cancel:{a}:h:b": "1"},

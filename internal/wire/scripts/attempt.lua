@@ -270,6 +270,20 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         string.format('%d', listed + units)
     end
 
+    -- join_shared returns shared key value v with this hold joined, and
+    -- the key's token, which readers share, or nil when it cannot join
+    -- without every hold being read: somebody waits, some hold may have
+    -- ended, or the hold may be there already. judge would let such a
+    -- hold join readers that are live, no writer ahead.
+    local function join_shared(v)
+      local gap, at, earliest = split_shared(v)
+      if not gap or earliest <= now or string.find(v, hold .. '=', gap, true) then
+        return nil
+      end
+      return string.sub(v, 1, at - 1) .. ',' .. hold .. '=' .. string.format('%d', ends) .. '=' .. owner .. ' ' .. SHARED ..
+        string.format('%d', math.min(earliest, ends)), tonumber(string.sub(v, 1, gap - 1))
+    end
+
     -- take takes key, asked for shared, in units (capkey its capacity key)
     -- or exclusively, for the hold, with token if it is a new ownership
     -- (every hold of units is one), as the loop below says.
@@ -290,12 +304,17 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
       end
       local v = redis.pcall('GET', key)
-      local joined_value = units and type(v) == 'string' and join_counted(v, units, cap, token)
+      local joined_value, joined_token
+      if type(v) == 'string' and units then
+        joined_value, joined_token = join_counted(v, units, cap, token), token
+      elseif type(v) == 'string' and shared then
+        joined_value, joined_token = join_shared(v)
+      end
       if joined_value then
         local expires = now + redis.call('PTTL', key)
         joined[#joined + 1] = {key, v, expires}
         redis.call('SET', key, joined_value, 'PXAT', math.max(expires, ends))
-        return token
+        return joined_token
       end
       local s = L.parse(v, key, now)
       if not s then

@@ -24,7 +24,11 @@
 --          "<hold>=<ends>=<owner>", each hold with its owner; on a
 --          counted key "<hold>=<ends>=<owner>=<units>", each hold with its
 --          owner and the units it holds
---   owner  the owner id, to the end of the value; "*" for a key held shared;
+--   owner  the owner id, to the end of the value; for a key held shared "*"
+--          and, once every hold's end is written, the earliest of them or
+--          less (a hold that leaves it as it is), so that a hold joins
+--          readers that are live without the others being read, and one
+--          leaves them so (attempt.lua, release.lua);
 --          for a counted one "#<units>", the units of the holds it lists,
 --          ended or not: never fewer than the live holds', so that a hold
 --          whose units fit them joins a key of many holders, nobody
@@ -80,6 +84,23 @@ local function split_counted(v)
     return nil
   end
   return gap, at, units
+end
+
+-- split_shared reads v as split_counted does, for a key held shared whose
+-- owner field says when its first hold ends at the earliest, nobody
+-- waiting: it returns where its token ends, where its owner field starts,
+-- and that end; nil for any other value.
+local function split_shared(v)
+  local gap = string.find(v, ' ', 1, true)
+  if not gap or string.sub(v, gap, gap + 2) ~= ' - ' then
+    return nil
+  end
+  local at = string.find(v, ' ' .. SHARED, gap + 3, true)
+  local earliest = at and at > gap + 3 and tonumber(string.sub(v, at + 2))
+  if not earliest then
+    return nil
+  end
+  return gap, at, earliest
 end
 
 -- layout returns the functions that read and write a lock value, made on
@@ -148,8 +169,8 @@ local function layout()
       return nil
     end
     local h, g, o, u = {}, {}, nil, nil
-    if owner == SHARED then
-      o = {}
+    if string.sub(owner, 1, 1) == SHARED then
+      owner, o = SHARED, {}
     elseif string.sub(owner, 1, 1) == COUNTED then
       owner, o, u = COUNTED, {}, {}
     end
@@ -221,8 +242,9 @@ local function layout()
 
   local function format(s)
     local holds = {}
-    local units = 0
+    local units, earliest = 0, nil
     for id, ends in pairs(s.holds) do
+      earliest = math.min(earliest or ends, ends)
       local e = id .. '=' .. string.format('%d', ends)
       if s.granted[id] then
         e = e .. 'g'
@@ -239,6 +261,8 @@ local function layout()
     local owner = s.owner
     if owner == COUNTED then
       owner = COUNTED .. string.format('%d', units)
+    elseif owner == SHARED and earliest then
+      owner = SHARED .. string.format('%d', earliest)
     end
     local queue = {}
     for _, e in ipairs(s.queue) do

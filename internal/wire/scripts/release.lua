@@ -54,15 +54,21 @@ local function sell(capkey, units)
   return away
 end
 
--- leave_counted returns counted key value v without hold's live hold of
--- owner, "" when it was the last, and the hold's units; nil when the value
--- is not one nobody waits for, or the hold is not there, not owner's or
--- not live: such a value is read the long way. The others' holds are not
--- read (see layout.lua).
-local function leave_counted(v, owner, hold)
+-- leave_quickly returns value v of key without hold's live hold of owner,
+-- "" when it was the last, and the hold's units (0 on a key held shared);
+-- nil when v is not a counted or shared value that split_counted or
+-- split_shared reads, or the hold is not there, not owner's or not live,
+-- or it is the one that ends last, with which the key expires: such a
+-- value is read the long way, which finds the key's next expiry. The
+-- others' holds are not read (see layout.lua).
+local function leave_quickly(key, v, owner, hold)
   local gap, at, listed = split_counted(v)
-  if not gap then
-    return nil
+  local counted = gap ~= nil
+  if not counted then
+    gap, at = split_shared(v)
+    if not gap then
+      return nil
+    end
   end
   -- The hold's entry runs from first to last: the first of the holds, or
   -- one after a comma.
@@ -76,16 +82,29 @@ local function leave_counted(v, owner, hold)
     return nil
   end
   local last = (string.find(v, ',', first, true) or at) - 1
-  local ends, who, units = string.match(string.sub(v, first, last), '^[^=]*=(%d+)=([^=]*)=(%d+)$')
+  local entry = string.sub(v, first, last)
+  local ends, who, units
+  if counted then
+    ends, who, units = string.match(entry, '^[^=]*=(%d+)=([^=]*)=(%d+)$')
+  else
+    ends, who = string.match(entry, '^[^=]*=(%d+)=([^=]*)$')
+    units = 0
+  end
   now = now or layout().now_ms()
   if not ends or who ~= owner or tonumber(ends) <= now then
     return nil
   end
   units = tonumber(units)
-  local field = ' ' .. COUNTED .. string.format('%d', listed - units)
   if first == holds and last + 1 == at then
     return '', units
-  elseif first == holds then
+  elseif tonumber(ends) >= now + redis.call('PTTL', key) then
+    return nil
+  end
+  local field = string.sub(v, at)
+  if counted then
+    field = ' ' .. COUNTED .. string.format('%d', listed - units)
+  end
+  if first == holds then
     return string.sub(v, 1, holds - 1) .. string.sub(v, last + 2, at - 1) .. field, units
   end
   return string.sub(v, 1, first - 2) .. string.sub(v, last + 1, at - 1) .. field, units
@@ -131,7 +150,7 @@ while i <= #ARGV do
     local alone = type(v) == 'string' and string.sub(v, -#fresh) == fresh
     local rest, units
     if type(v) == 'string' and not alone then
-      rest, units = leave_counted(v, owner, hold)
+      rest, units = leave_quickly(key, v, owner, hold)
     end
     if alone then
       redis.call('DEL', key)
