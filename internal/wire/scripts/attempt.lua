@@ -261,7 +261,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     -- let such a hold join: nobody ahead, no hold of its owner, the
     -- units free.
     local function join_counted(v, units, cap, token)
-      local gap, at, listed = split_counted(v)
+      local gap, at, listed = split(v, COUNTED)
       if not gap or listed + units > cap or
         string.find(v, hold .. '=', gap, true) or string.find(v, '=' .. owner .. '=', gap, true) then
         return nil
@@ -276,7 +276,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     -- ended, or the hold may be there already. judge would let such a
     -- hold join readers that are live, no writer ahead.
     local function join_shared(v)
-      local gap, at, earliest = split_shared(v)
+      local gap, at, earliest = split(v, SHARED)
       if not gap or earliest <= now or string.find(v, hold .. '=', gap, true) then
         return nil
       end

@@ -67,40 +67,25 @@ local AGAIN = 'again:'
 local SHARED = '*'
 local COUNTED = '#'
 
--- split_counted reads v, the value of a counted key with a hold and
--- nobody waiting: it returns where its token ends (the space after it),
--- where its owner field starts (the space before it) and that field's
--- units; nil for any other value. Its holds lie between, after " - ". It
--- finds them without a pattern or a copy, which would cost as much as
--- reading every hold: only the owner field has " #" (see above).
-local function split_counted(v)
+-- split reads v, the value of a key with a hold and nobody waiting whose
+-- owner field is mark (COUNTED or SHARED) and a number: a counted key's
+-- units, a shared key's earliest end (see above). It returns where its
+-- token ends (the space after it), where its owner field starts (the
+-- space before it) and that number; nil for any other value. Its holds
+-- lie between, after " - ". It finds them without a pattern or a copy,
+-- which would cost as much as reading every hold: only the owner field
+-- has a space and mark.
+local function split(v, mark)
   local gap = string.find(v, ' ', 1, true)
   if not gap or string.sub(v, gap, gap + 2) ~= ' - ' then
     return nil
   end
-  local at = string.find(v, ' #', gap + 3, true)
-  local units = at and at > gap + 3 and tonumber(string.sub(v, at + 2))
-  if not units then
+  local at = string.find(v, ' ' .. mark, gap + 3, true)
+  local n = at and at > gap + 3 and tonumber(string.sub(v, at + 2))
+  if not n then
     return nil
   end
-  return gap, at, units
-end
-
--- split_shared reads v as split_counted does, for a key held shared whose
--- owner field says when its first hold ends at the earliest, nobody
--- waiting: it returns where its token ends, where its owner field starts,
--- and that end; nil for any other value.
-local function split_shared(v)
-  local gap = string.find(v, ' ', 1, true)
-  if not gap or string.sub(v, gap, gap + 2) ~= ' - ' then
-    return nil
-  end
-  local at = string.find(v, ' ' .. SHARED, gap + 3, true)
-  local earliest = at and at > gap + 3 and tonumber(string.sub(v, at + 2))
-  if not earliest then
-    return nil
-  end
-  return gap, at, earliest
+  return gap, at, n
 end
 
 -- layout returns the functions that read and write a lock value, made on

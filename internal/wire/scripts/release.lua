@@ -56,16 +56,16 @@ end
 
 -- leave_quickly returns value v of key without hold's live hold of owner,
 -- "" when it was the last, and the hold's units (0 on a key held shared);
--- nil when v is not a counted or shared value that split_counted or
--- split_shared reads, or the hold is not there, not owner's or not live,
+-- nil when v is not a counted or shared value that split reads, or the
+-- hold is not there, not owner's or not live,
 -- or it is the one that ends last, with which the key expires: such a
 -- value is read the long way, which finds the key's next expiry. The
 -- others' holds are not read (see layout.lua).
 local function leave_quickly(key, v, owner, hold)
-  local gap, at, listed = split_counted(v)
+  local gap, at, listed = split(v, COUNTED)
   local counted = gap ~= nil
   if not counted then
-    gap, at = split_shared(v)
+    gap, at = split(v, SHARED)
     if not gap then
       return nil
     end
