@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
@@ -25,9 +26,9 @@ func (c *Client) SetCapacity(ctx context.Context, key string, units int64) error
 // AddCapacity adds delta to key's capacity (a key with none has 0), taking
 // away when delta is negative, and returns the capacity after. It is
 // refused with ErrUnitsHeld, changing nothing, when the capacity would fall
-// below the units held of key. Unlike SetCapacity, a call whose reply was
-// lost may have changed the capacity: read it with Inspect before sending
-// it again.
+// below the units held of key. The library sends one call's change once,
+// however often it sends the call; a call that fails may still have made
+// it: read the capacity with Inspect before calling again.
 func (c *Client) AddCapacity(ctx context.Context, key string, delta int64) (int64, error) {
 	return c.changeCapacity(ctx, key, "add", delta)
 }
@@ -47,7 +48,11 @@ func (c *Client) changeCapacity(ctx context.Context, key, op string, units int64
 	}
 	defer end()
 	lockKey := c.names.LockKey(key)
-	reply, err := wire.CapacityScript.Run(ctx, c.rdb, []string{c.capacityKey(lockKey), lockKey}, op, units).Int64Slice()
+	// The cluster client sends the call again after a read timeout: the
+	// change's mark, which its resends share, makes it once.
+	mark := c.names.ChangeMark(c.deployment.slot(lockKey), wire.RandomID(8))
+	reply, err := wire.CapacityScript.Run(ctx, c.rdb, []string{c.capacityKey(lockKey), lockKey, mark}, op, units,
+		lease.Millis(wire.ChangeMarkLife)).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("batchlock: capacity of %q: %w", key, err)
 	}

@@ -222,3 +222,23 @@ func TestProcessorReplicasOnCountedKeys(t *testing.T) {
 		})
 	}
 }
+
+// A capacity change whose reply comes late (its master asleep past the
+// client's read timeout) is made once: AddCapacity reports the capacity
+// it made, and Inspect finds that one, whatever the client sent again.
+func TestCapacityChangedOnceAcrossALateReply(t *testing.T) {
+	cl := sharedCluster(t)
+	c, prefix := newLocker(t, newClient(t))
+	keys, masters := keysOnMasters(t, cl, prefix, "late-restock", 1, 1)
+	setCapacities(t, c, 10, keys[0])
+	slept := sleepNode(t, cl, masters[0].Addr, 1800*time.Millisecond) // past the read timeout, 1 s
+	got, err := c.AddCapacity(ctxTimeout(t, 20*time.Second), keys[0], 5)
+	require.NoError(t, <-slept)
+	h := holderOf(t, c, keys[0])
+	if err != nil {
+		assert.Contains(t, []int64{10, 15}, h.Capacity, "a change that failed was made once or not at all: %v", err)
+		return
+	}
+	assert.Equal(t, int64(15), got, "the capacity AddCapacity made")
+	assert.Equal(t, int64(15), h.Capacity, "the capacity Redis has")
+}

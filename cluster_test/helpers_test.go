@@ -204,11 +204,13 @@ type commander interface {
 func sleepNode(t *testing.T, cl commander, addr string, d time.Duration) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
+	// A connection of its own, whose reads wait for the sleep to end.
+	node := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: d + 10*time.Second, DisableIdentity: true})
 	go func() {
+		defer node.Close()
 		ctx, cancel := context.WithTimeout(t.Context(), d+10*time.Second)
 		defer cancel()
-		_, err := cl.Do(ctx, addr, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64))
-		done <- err
+		done <- node.Do(ctx, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
 	}()
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)

@@ -432,12 +432,25 @@ func (s *soak) bookkeeping() []string {
 	require.NoError(s.t, s.rdbs[0].ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
 		iter := node.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
-			// Fencing counters and capacities are meant to stay.
-			if k := iter.Val(); !strings.HasPrefix(k[len(s.prefix):], "fence:{") && !strings.HasPrefix(k[len(s.prefix):], "units:{") {
-				mu.Lock()
-				found = append(found, k)
-				mu.Unlock()
+			k := iter.Val()
+			rest := k[len(s.prefix):]
+			switch {
+			case strings.HasPrefix(rest, "fence:{"), strings.HasPrefix(rest, "units:{"):
+				continue // fencing counters and capacities are meant to stay
+			case strings.HasPrefix(rest, "cancel:{") && strings.Contains(rest, "}:c:"):
+				// A capacity change's mark goes on its own, a minute after
+				// the change (its resends' window): one with no such expiry
+				// is left over.
+				if ttl, err := node.PTTL(ctx, k).Result(); err == nil && (ttl == -1 || ttl > time.Minute) {
+					mu.Lock()
+					found = append(found, k)
+					mu.Unlock()
+				}
+				continue
 			}
+			mu.Lock()
+			found = append(found, k)
+			mu.Unlock()
 		}
 		return iter.Err()
 	}))

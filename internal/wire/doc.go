@@ -18,6 +18,9 @@
 //   - prefix+"cancel:{"+tag+"}:"+hold (Keyspace.CancelMark): a hold cancelled
 //     by a rollback, for one lease, so that a late acquire of that hold (a
 //     frozen master) cannot take its key.
+//   - prefix+"cancel:{"+tag+"}:c:"+change (Keyspace.ChangeMark): a change
+//     of a capacity made, with its reply, for a minute, so that the call
+//     sent again does not make it twice.
 //   - prefix+"units:{"+tag+"}:"+key (Keyspace.Capacity): a counted key's
 //     capacity, in its slot. It never expires.
 //

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"strings"
+	"time"
 
 	"github.com/batchlock/batchlock/hashtag"
 )
@@ -42,6 +43,17 @@ func (p Keyspace) Fence(slot int) string {
 func (p Keyspace) CancelMark(slot int, hold string) string {
 	return string(p) + CancelName + hashtag.ForSlot(slot) + "}:" + hold
 }
+
+// ChangeMark is the key that marks a capacity change made in slot, named
+// by change: a random id of the call, which its resends share.
+func (p Keyspace) ChangeMark(slot int, change string) string {
+	return string(p) + CancelName + hashtag.ForSlot(slot) + "}:c:" + change
+}
+
+// ChangeMarkLife is how long a ChangeMark lives: longer than a call and
+// its resends take (the cluster client's retries after a read timeout
+// and redirections, a few seconds each at most).
+const ChangeMarkLife = time.Minute
 
 // Capacity is the capacity key of the counted user key key of slot: in
 // its slot, outliving its holds.

@@ -585,6 +585,7 @@ func TestScriptCounted(t *testing.T) {
 		waiter = "h:w@{now+2000}n=wes=fence:{a}"
 	)
 	capacity := map[string]string{"units:{a}:k": "10"}
+	capacityKeys := []string{"units:{a}:k", "k", "cancel:{a}:c:1"} // capacity, lock key, the change's mark
 	runScriptCases(t, []scriptCase{
 		{name: "a fresh key taken in units, its hold ending with its lease",
 			plain: capacity, before: map[string]string{"fence:{a}": "5"},
@@ -718,20 +719,24 @@ func TestScriptCounted(t *testing.T) {
 			reply: []any{[]any{"k"}, []any{}}, plainAfter: capacity},
 		{name: "a capacity below the units held is refused, nothing changed",
 			plain: capacity, before: map[string]string{"k": "4 - " + alice6 + " #"},
-			script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"set", 5},
-			reply: []any{int64(0), int64(10), int64(6)}, plainAfter: capacity},
+			script: wire.CapacityScript, keys: capacityKeys, args: []any{"set", 5, 60000},
+			reply: []any{int64(0), int64(10), int64(6)}, plainAfter: map[string]string{"units:{a}:k": "10", "cancel:{a}:c:1": ""}},
 		{name: "a capacity taken below 0 is refused",
-			plain: capacity, script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"add", -11},
+			plain: capacity, script: wire.CapacityScript, keys: capacityKeys, args: []any{"add", -11, 60000},
 			reply: []any{int64(0), int64(10), int64(0)}, plainAfter: capacity},
 		{name: "a capacity grown is announced",
 			plain: capacity, before: map[string]string{"k": "4 " + waiter + " " + alice6 + " #"},
-			script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"add", 5},
-			reply: []any{int64(1), int64(15), int64(6)}, plainAfter: map[string]string{"units:{a}:k": "15"},
+			script: wire.CapacityScript, keys: capacityKeys, args: []any{"add", 5, 60000},
+			reply: []any{int64(1), int64(15), int64(6)}, plainAfter: map[string]string{"units:{a}:k": "15", "cancel:{a}:c:1": "15 6"},
 			told: map[string][]string{"k": {"released"}}},
 		{name: "a capacity set on a key with none, its holds' ended units not counted",
 			before: map[string]string{"k": "4 - h:a={now-10}=alice=6 #"},
-			script: wire.CapacityScript, keys: []string{"units:{a}:k", "k"}, args: []any{"set", 3},
+			script: wire.CapacityScript, keys: capacityKeys, args: []any{"set", 3, 60000},
 			reply: []any{int64(1), int64(3), int64(0)}, plainAfter: map[string]string{"units:{a}:k": "3"}},
+		{name: "a change sent again, its mark there, is not made twice and replies as it did",
+			plain:  map[string]string{"units:{a}:k": "15", "cancel:{a}:c:1": "15 6"},
+			script: wire.CapacityScript, keys: capacityKeys, args: []any{"add", 5, 60000},
+			reply: []any{int64(1), int64(15), int64(6)}, plainAfter: map[string]string{"units:{a}:k": "15"}},
 	})
 }
 
