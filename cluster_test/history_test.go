@@ -14,7 +14,8 @@ import (
 )
 
 // A second judge, from the field: the soak's history of each key checked by
-// porcupine, a linearizability checker, against two models.
+// porcupine, a linearizability checker, against two models, and a third
+// for counted keys (history_units_test.go).
 //
 //   - A reentrant fenced mutex: an acquire that returned is a step from free
 //     to held by its owner with a token larger than any before; another
@@ -61,6 +62,9 @@ type historyOp struct {
 	Replicas bool     `json:"replicas,omitempty"`
 	Believed bool     `json:"believed,omitempty"` // write, read: within the holder's validity
 	Accepted bool     `json:"accepted,omitempty"` // write, read
+	Units    []int64  `json:"units,omitempty"`    // units: by key
+	Delta    int64    `json:"delta,omitempty"`    // restock
+	Known    bool     `json:"known,omitempty"`    // consume, restock: it returned nil
 	Call     int64    `json:"call"`               // nanoseconds since the history began
 	Return   int64    `json:"return"`
 	Client   int      `json:"client"` // the worker (for the visualization)
@@ -68,9 +72,12 @@ type historyOp struct {
 
 // history is what a soak records for the checker.
 type history struct {
-	Seed  uint64      `json:"seed"`
-	Began time.Time   `json:"began"`
-	Ops   []historyOp `json:"ops"`
+	Seed  uint64    `json:"seed"`
+	Began time.Time `json:"began"`
+	// Capacity is the capacity of every counted key when the history
+	// began (see history_units_test.go).
+	Capacity int64       `json:"capacity,omitempty"`
+	Ops      []historyOp `json:"ops"`
 }
 
 func (h *history) at(t time.Time) int64 { return t.Sub(h.Began).Nanoseconds() }
@@ -257,13 +264,16 @@ func (h *history) check(groups [][]string, dir string) verdict {
 	var v verdict
 	byKey := map[string][]porcupine.Operation{}
 	registers := map[string][]porcupine.Operation{}
+	counted, units := h.countedKeys(), map[string][]porcupine.Operation{}
 	for _, op := range h.Ops {
 		for _, key := range op.Keys {
 			one := op.onKey(key)
-			switch op.Kind {
-			case opWrite, opRead:
+			switch {
+			case counted[key]:
+				units[key] = append(units[key], one.porcupine())
+			case op.Kind == opWrite, op.Kind == opRead:
 				registers[key] = append(registers[key], one.porcupine())
-			case opFailover:
+			case op.Kind == opFailover:
 				registers[key] = append(registers[key], one.porcupine())
 				byKey[key] = append(byKey[key], one.porcupine())
 			default:
@@ -304,6 +314,10 @@ func (h *history) check(groups [][]string, dir string) verdict {
 	for _, key := range slices.Sorted(maps.Keys(registers)) {
 		run("register", []string{key}, registerModel, registers[key])
 	}
+	for _, key := range slices.Sorted(maps.Keys(units)) {
+		v.keys++
+		run("units", []string{key}, unitsModel(h.Capacity), units[key])
+	}
 	for _, keys := range groups {
 		var ops []porcupine.Operation
 		for _, op := range h.Ops {
@@ -324,8 +338,11 @@ func (op historyOp) onKey(key string) historyOp {
 	i := slices.Index(op.Keys, key)
 	out := op
 	out.Keys = []string{key}
-	if op.Kind == opAcquire {
+	switch op.Kind {
+	case opAcquire:
 		out.Tokens, out.Shared = []int64{op.Tokens[i]}, []bool{op.Shared[i]}
+	case opUnits:
+		out.Tokens, out.Units = []int64{op.Tokens[i]}, []int64{op.Units[i]}
 	}
 	return out
 }

@@ -2,7 +2,9 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -71,9 +73,10 @@ func (s *soak) countedWorker(i int) {
 		for range 1 + rng.IntN(2) {
 			units[soakCountedKeys[rng.IntN(len(soakCountedKeys))]] = 1 + rng.Int64N(5)
 		}
-		opts, _, replicas := s.options(rng, sc)
+		opts, lease, replicas := s.options(rng, sc)
 		opts = append(opts, batchlock.WithUnits(units), batchlock.WithOwner(fmt.Sprintf("counted-%016x", rng.Uint64())))
 		ctx, cancel := s.callContext(rng)
+		called := time.Now()
 		kind := "Lock in units"
 		var l *batchlock.Lock
 		var err error
@@ -90,6 +93,7 @@ func (s *soak) countedWorker(i int) {
 		if err != nil {
 			continue
 		}
+		lock := s.recordUnits(l, units, replicas, called, from)
 		time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond) // the holder's work
 		to := time.Now()
 		if valid := l.ValidUntil(); valid.Before(to) {
@@ -108,6 +112,11 @@ func (s *soak) countedWorker(i int) {
 		}
 		rcancel()
 		returned := time.Now()
+		ended := to
+		if ended.Before(from) {
+			ended = from
+		}
+		s.recordLetGo(l, lock, consume, err, ended, returned, lease)
 		s.counted.mu.Lock()
 		for k, n := range units {
 			if to.After(from) {
@@ -119,6 +128,41 @@ func (s *soak) countedWorker(i int) {
 		}
 		s.counted.mu.Unlock()
 	}
+}
+
+// recordUnits adds to the history the take of units by l, called at
+// called and returned at returned, and returns its lock's number there.
+func (s *soak) recordUnits(l *batchlock.Lock, units map[string]int64, replicas bool, called, returned time.Time) int {
+	op := historyOp{Kind: opUnits, Owner: l.Owner(), Keys: slices.Sorted(maps.Keys(units)), Replicas: replicas,
+		Call: s.hist.at(called), Return: s.hist.at(returned)}
+	for _, k := range op.Keys {
+		op.Tokens, op.Units = append(op.Tokens, l.Token(k)), append(op.Units, units[k])
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hist.Ops = append(s.hist.Ops, op)
+	id := len(s.hist.Ops)
+	s.hist.Ops[id-1].Lock, s.hist.Ops[id-1].Client = id, id
+	return id
+}
+
+// recordLetGo adds to the history the end of lock (its number there) l:
+// from to, when its holder stopped counting on it (not before its take
+// returned), to returned, when its
+// Unlock or Consume returned err; a call that failed may have left its
+// keys to their lease. A Consume that returned ErrNotHeld sold nothing.
+func (s *soak) recordLetGo(l *batchlock.Lock, lock int, consume bool, err error, to, returned time.Time, lease time.Duration) {
+	op := historyOp{Kind: opRelease, Lock: lock, Owner: l.Owner(), Keys: l.Keys(), Call: s.hist.at(to), Client: lock}
+	if consume && !errors.Is(err, batchlock.ErrNotHeld) {
+		op.Kind, op.Known = opConsume, err == nil
+	}
+	if err != nil {
+		returned = returned.Add(lease + 3*time.Second)
+	}
+	op.Return = s.hist.at(returned)
+	s.mu.Lock()
+	s.hist.Ops = append(s.hist.Ops, op)
+	s.mu.Unlock()
 }
 
 // restock tops up, until the run ends, each counted key whose capacity
@@ -140,6 +184,14 @@ func (s *soak) restock() {
 			_, err := s.admin.AddCapacity(ctx, h.Key, soakCapacity/2)
 			s.count(s.ops, "AddCapacity")
 			s.outcome("AddCapacity", err)
+			returned := time.Now()
+			if err != nil {
+				returned = returned.Add(time.Minute) // it may yet be made, late (the change's mark lives a minute)
+			}
+			s.mu.Lock()
+			s.hist.Ops = append(s.hist.Ops, historyOp{Kind: opRestock, Keys: []string{h.Key}, Delta: soakCapacity / 2, Known: err == nil,
+				Call: s.hist.at(began), Return: s.hist.at(returned), Client: -1})
+			s.mu.Unlock()
 			s.counted.mu.Lock()
 			s.counted.changes = append(s.counted.changes, capacityChange{key: h.Key, delta: soakCapacity / 2, at: began, known: err == nil})
 			s.counted.mu.Unlock()

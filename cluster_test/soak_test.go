@@ -178,7 +178,7 @@ var soakGroups = [][]string{
 // the history and visualizations of the first are written out for a replay.
 func (s *soak) checkHistory() []string {
 	s.mu.Lock()
-	h := &history{Seed: s.hist.Seed, Began: s.hist.Began, Ops: slices.Clone(s.hist.Ops)}
+	h := &history{Seed: s.hist.Seed, Began: s.hist.Began, Capacity: s.hist.Capacity, Ops: slices.Clone(s.hist.Ops)}
 	h.addFailovers(s.prefix, s.faults)
 	s.mu.Unlock()
 	dir := ""
@@ -270,7 +270,7 @@ func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.
 		outcomes:     map[string]int{},
 		injected:     map[string]int{},
 		register:     &fencedStore{last: map[string]storeWrite{}},
-		hist:         &history{Seed: seed, Began: time.Now()},
+		hist:         &history{Seed: seed, Began: time.Now(), Capacity: soakCapacity},
 		clock:        newWallClock(),
 		clockExcused: map[string][]string{}, clockCut: map[string]bool{},
 		cancelAt: map[string]context.CancelFunc{},
