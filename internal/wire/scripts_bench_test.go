@@ -71,6 +71,36 @@ func BenchmarkScript(b *testing.B) {
 				mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
 			})
 		})
+		// Units of n fresh counted keys taken and sold (Consume), against
+		// the decrement floor's check and decrement of n counts.
+		b.Run(fmt.Sprintf("counted/keys=%d", n), func(b *testing.B) {
+			for j := range n {
+				mustRun(b, rdb.Do(b.Context(), "SET", fmt.Sprintf("units:{a}%d", j), 1<<40))
+			}
+			srv.measure(b, n, func(i int, keys []string) {
+				hold := fmt.Sprintf("h:%016x", i)
+				args := []any{owner, hold, 10000, wire.ModeWait + "s", "cancel:{a}:" + hold, 3000, "fence:{a}", len(keys), strings.Repeat("n", len(keys))}
+				args = append(args, anysOf(keys)...)
+				rel := append([]any{owner, hold, 10000, 0, len(keys), len(keys)}, anysOf(keys)...)
+				for j, k := range keys {
+					args = append(args, 1, fmt.Sprintf("units:{a}%d", j))
+					rel = append(rel, k, fmt.Sprintf("units:{a}%d", j))
+				}
+				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, args...))
+				mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, rel...))
+			})
+		})
+		b.Run(fmt.Sprintf("decrement-floor/keys=%d", n), func(b *testing.B) {
+			decrement := floorScript(b, "decrement.lua")
+			args := []any{0, n}
+			for j := range n {
+				mustRun(b, rdb.Do(b.Context(), "SET", fmt.Sprintf("{a}count:%d", j), 1<<40))
+				args = append(args, fmt.Sprintf("{a}count:%d", j), 1)
+			}
+			srv.measure(b, n, func(int, []string) {
+				mustRun(b, decrement.Run(b.Context(), rdb, []string{"{a}count:0"}, args...))
+			})
+		})
 		// A refused call: every key held by another owner, as a "try"
 		// finds them (it lists each conflict and who holds it); it leaves
 		// the keys as they were, so every iteration meets the same ones.
@@ -97,9 +127,7 @@ func BenchmarkScript(b *testing.B) {
 }
 
 // benchJoin measures a hold of a key taken and released, in mode (counted
-// or shared), the key held by holders others whose leases end later (the
-// hold that ends last leaves the long way, reading every hold for the
-// key's next expiry).
+// or shared), the key held by holders others whose leases end later.
 func benchJoin(b *testing.B, srv *benchTarget, owner, mode string, holders int) {
 	rdb := srv.rdb
 	b.Run(fmt.Sprintf("%s-join/holders=%d", mode, holders), func(b *testing.B) {

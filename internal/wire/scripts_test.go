@@ -37,8 +37,11 @@ type scriptCase struct {
 	after  map[string]string // lock key -> value, "" for a key that must be gone
 	// ttl is what is left of the lease, in milliseconds, of the keys after
 	// whose one hold ends with the key ("<hold>=" with no end).
-	ttl  int64
-	told map[string][]string
+	ttl int64
+	// expires, when set, is when the keys after expire, in milliseconds
+	// from now, rather than with their last hold.
+	expires int64
+	told    map[string][]string
 	// plain are keys that are no lock keys (counters, capacities), set
 	// before with no expiry and read after: key -> value, "" for none.
 	plain, plainAfter map[string]string
@@ -129,9 +132,12 @@ func runScriptCases(t *testing.T, cases []scriptCase) {
 				for _, e := range holdEnds(got) {
 					last = max(last, e)
 				}
-				if last == 0 {
+				switch {
+				case tc.expires != 0:
+					assert.InDelta(t, tc.expires, pttl.Milliseconds(), 1000, "%s keeps its expiry", key)
+				case last == 0:
 					assert.InDelta(t, tc.ttl, pttl.Milliseconds(), 1000, "%s expires with its hold", key)
-				} else {
+				default:
 					assert.InDelta(t, last-now, pttl.Milliseconds(), 1000, "%s expires with its last hold", key)
 				}
 			}
@@ -442,11 +448,11 @@ func TestScriptAcquire(t *testing.T) {
 			script: wire.ReleaseScript, args: releaseArgv("bob", "h:b", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "3 - h:a={now+60000}=alice *{now+30000}"}},
-		{name: "the reader that ends last leaves the long way, the key expiring with the next",
+		{name: "the reader that ends last leaves so too, the key keeping its expiry (the next would be read from every reader)",
 			before: map[string]string{"k": "3 - h:a={now+60000}=alice,h:b={now+30000}=bob *"},
 			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
-			after: map[string]string{"k": "3 - h:b={now+30000}=bob *"}},
+			after: map[string]string{"k": "3 - h:b={now+30000}=bob *{now+30000}"}, expires: 60000},
 		{name: "a reader joins readers whose earliest end has passed: all are read, the ended dropped",
 			before: map[string]string{"k": "3 - h:a={now+60000}=alice *{now-10}"},
 			script: wire.AcquireScript, args: acquireArgv("cid", "h:c", 1000, "try", "s", "k"),
@@ -704,6 +710,11 @@ func TestScriptCounted(t *testing.T) {
 			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
 			reply: int64(0),
 			after: map[string]string{"k": "4 - h:b={now+60000}=bob=2,h:c={now+30000}=carol=1 #3"}},
+		{name: "the hold that ends last released, nobody waiting: the others kept, the key keeping its expiry",
+			before: map[string]string{"k": "4 - " + alice6 + ",h:b={now+30000}=bob=2 #"},
+			script: wire.ReleaseScript, args: releaseArgv("alice", "h:a", "k"),
+			reply: int64(0),
+			after: map[string]string{"k": "4 - h:b={now+30000}=bob=2 #2"}, expires: 60000},
 		{name: "the middle one of three holds released, nobody waiting",
 			before: map[string]string{"k": "4 - " + alice6 + ",h:b={now+60000}=bob=2,h:c={now+30000}=carol=1 #"},
 			script: wire.ReleaseScript, args: releaseArgv("bob", "h:b", "k"),

@@ -44,7 +44,9 @@
 -- Owner ids are escaped by the client (see owner.go): they hold no
 -- whitespace or control byte, comma, "=", "@", "*" or "#", so "*" is no
 -- owner's id and none starts with "#".
--- The key expires with its longest hold (PXAT).
+-- The key expires with its longest hold (PXAT), or later: a hold that
+-- leaves without the others being read (release.lua) leaves the key's
+-- expiry as it was, the end of the longest hold it listed at most.
 
 -- A key granted to a waiter is its for this long unless the waiter renews it
 -- (a waiter that polls gets as long as its place would have lasted): time

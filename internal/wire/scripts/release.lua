@@ -54,14 +54,15 @@ local function sell(capkey, units)
   return away
 end
 
--- leave_quickly returns value v of key without hold's live hold of owner,
--- "" when it was the last, and the hold's units (0 on a key held shared);
+-- leave_quickly returns value v without hold's live hold of owner, ""
+-- when it was the last, and the hold's units (0 on a key held shared);
 -- nil when v is not a counted or shared value that split reads, or the
--- hold is not there, not owner's or not live,
--- or it is the one that ends last, with which the key expires: such a
--- value is read the long way, which finds the key's next expiry. The
--- others' holds are not read (see layout.lua).
-local function leave_quickly(key, v, owner, hold)
+-- hold is not there, not owner's or not live: such a value is read the
+-- long way. The others' holds are not read (see layout.lua), and the key
+-- keeps its expiry, which may be this hold's end: finding the next one
+-- would read them all, and the holds of one call end together, so that a
+-- tick's consume read every hold once per hold.
+local function leave_quickly(v, owner, hold)
   local gap, at, listed = split(v, COUNTED)
   local counted = gap ~= nil
   if not counted then
@@ -97,8 +98,6 @@ local function leave_quickly(key, v, owner, hold)
   units = tonumber(units)
   if first == holds and last + 1 == at then
     return '', units
-  elseif tonumber(ends) >= now + redis.call('PTTL', key) then
-    return nil
   end
   local field = string.sub(v, at)
   if counted then
@@ -150,7 +149,7 @@ while i <= #ARGV do
     local alone = type(v) == 'string' and string.sub(v, -#fresh) == fresh
     local rest, units
     if type(v) == 'string' and not alone then
-      rest, units = leave_quickly(key, v, owner, hold)
+      rest, units = leave_quickly(v, owner, hold)
     end
     if alone then
       redis.call('DEL', key)
