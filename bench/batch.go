@@ -52,6 +52,9 @@ type BatchMix struct {
 	Uniform bool
 	// ZipfS and ZipfV, when set, draw SKUs by Zipf's law (orders.GenConfig).
 	ZipfS, ZipfV float64
+	// Flash is the share of orders with a line of the flash sale's SKU
+	// besides their basket (orders.GenConfig.FlashShare).
+	Flash float64
 	// Rate is the open loop's arrivals per second that this mix runs at
 	// when asked for an open loop without a rate: well below what one
 	// processor sustains on this machine.
@@ -76,6 +79,9 @@ func (m BatchMix) String() string {
 	skus := "SKUs alike"
 	if m.ZipfS != 0 {
 		skus = fmt.Sprintf("SKUs by Zipf's law (s = %v, v = %v)", m.ZipfS, m.ZipfV)
+	}
+	if m.Flash != 0 {
+		skus += fmt.Sprintf(", one SKU besides the basket in %.0f%% of the orders", 100*m.Flash)
 	}
 	return fmt.Sprintf("%s: baskets of 1–%d SKUs, %s, %s", m.Name, m.MaxBasket, sizes, skus)
 }
@@ -170,6 +176,11 @@ type BatchKind struct {
 	// Processor (orders.RunBatched).
 	New     func(i int, stock *orders.Stock) orders.Ticker
 	Batched func(i int, stock *orders.Stock) *orders.Batched
+	// Prepare, when set, readies the kind's stock once it is set up
+	// (capacities from the stock), and Finish audits what the kind keeps
+	// beside the stock before it is cleaned up.
+	Prepare func(ctx context.Context, stock *orders.Stock) error
+	Finish  func(ctx context.Context, stock *orders.Stock, a *orders.Audit) error
 }
 
 // sent is what the kind's Clients sent so far.
@@ -404,6 +415,11 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 		if err := stocks[k].Setup(ctx); err != nil {
 			return nil, err
 		}
+		if kind.Prepare != nil {
+			if err := kind.Prepare(ctx, stocks[k]); err != nil {
+				return nil, fmt.Errorf("%s: %w", kind.Name, err)
+			}
+		}
 		sold[k] = map[string]int64{}
 	}
 	var out []BatchResult
@@ -438,6 +454,11 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 		if err != nil {
 			return nil, err
 		}
+		if kind.Finish != nil {
+			if err := kind.Finish(ctx, stocks[k], &audit); err != nil {
+				return nil, err
+			}
+		}
 		if !audit.OnlyOversell() {
 			return nil, fmt.Errorf("%s: the audit found %v", kind.Name, audit.Problems)
 		}
@@ -460,7 +481,7 @@ func batchOrders(cfg BatchConfig, processors, seed int) ([][]orders.Order, error
 	lists := make([][]orders.Order, processors)
 	for p := range lists {
 		list, err := orders.Generate(orders.GenConfig{SKUs: cfg.SKUs, Orders: 60_000, MaxBasket: cfg.Mix.MaxBasket, MaxQty: 1,
-			UniformBaskets: cfg.Mix.Uniform, ZipfS: cfg.Mix.ZipfS, ZipfV: cfg.Mix.ZipfV, Seed: uint64(seed*processors + p)})
+			UniformBaskets: cfg.Mix.Uniform, ZipfS: cfg.Mix.ZipfS, ZipfV: cfg.Mix.ZipfV, FlashShare: cfg.Mix.Flash, Seed: uint64(seed*processors + p)})
 		if err != nil {
 			return nil, err
 		}

@@ -63,7 +63,7 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 		}
 	}
 	admitted := (&admission{held: map[string]bool{}}).admit(baskets)
-	masters, err := f.partsByMaster(ctx, baskets, admitted)
+	masters, err := partsByMaster(ctx, f.floor.rdb, baskets, admitted)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,33 +137,6 @@ func (f *crossFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.F
 	// left to their lease, as orders.Batched leaves them.
 	_ = f.release(context.WithoutCancel(ctx), masters, owner, func(_, b int) bool { return !refused[b] })
 	return out, refusedOf(len(batch), taken), nil
-}
-
-// partsByMaster splits the admitted baskets by master, and each basket's
-// keys there by slot.
-func (f *crossFloor) partsByMaster(ctx context.Context, baskets [][]string, admitted []int) ([][]basketPart, error) {
-	var masters [][]basketPart
-	index := newMasterIndex(f.floor.rdb)
-	for _, b := range admitted {
-		parts := map[int]int{} // by master: the basket's part's index there
-		for _, g := range bySlot(baskets[b]) {
-			m, err := index.of(ctx, g)
-			if err != nil {
-				return nil, err
-			}
-			if m == len(masters) {
-				masters = append(masters, nil)
-			}
-			p, ok := parts[m]
-			if !ok {
-				p = len(masters[m])
-				parts[m] = p
-				masters[m] = append(masters[m], basketPart{basket: b})
-			}
-			masters[m][p].groups = append(masters[m][p].groups, g)
-		}
-	}
-	return masters, nil
 }
 
 // release deletes, one owner-checked call per master, the keys of the

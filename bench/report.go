@@ -29,6 +29,8 @@ type Report struct {
 	// shape.
 	Batches []BatchRun
 	Batch   BatchConfig
+	// Sales are the sale workload's runs (SaleLoads), of Batch's shape.
+	Sales []BatchRun
 }
 
 // handoffLabels say how each waiter waits.
@@ -473,7 +475,7 @@ func (r Report) Targets() []Target {
 		t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.1fx", ob.PerSecond(), or.PerSecond(), x)
 	}
 	ts = append(ts, t)
-	return append(append(ts, r.batchTargets()...), r.oversoldTarget())
+	return append(append(append(ts, r.batchTargets()...), r.saleTargets()...), r.oversoldTarget())
 }
 
 // ordersComparison is how a processor's orders compare with the
@@ -510,7 +512,7 @@ func (c ordersComparison) String() string {
 // stock of its own, and an audit of its own), so those results all carry
 // the same count.
 func (r Report) oversoldTarget() Target {
-	t := Target{Goal: "zero oversold units, every processor of the contention, shared-keys and batch workloads", Found: "not measured"}
+	t := Target{Goal: "zero oversold units, every processor of the contention, shared-keys, batch and sale workloads", Found: "not measured"}
 	var audited, oversold []string
 	audit := func(res OrderResult, where string) {
 		name := Label(res.Library) + where
@@ -525,7 +527,7 @@ func (r Report) oversoldTarget() Target {
 	for _, res := range slices.Concat(r.Orders, r.Promotions) {
 		audit(res, "")
 	}
-	for _, run := range r.Batches {
+	for _, run := range slices.Concat(r.Batches, r.Sales) {
 		for _, b := range run.Results {
 			audit(b.OrderResult, " ("+run.Title()+")")
 		}
@@ -666,6 +668,7 @@ func (r Report) Markdown(svgName string) string {
 	r.contention(p)
 	r.promotions(p)
 	r.batches(p)
+	r.sales(p)
 
 	p("\n## Cost in Redis\n\n")
 	p("Each library alone (not interleaved): `CONFIG RESETSTAT` on every master, lock and unlock N keys many times, then `INFO commandstats` and `INFO cpu` from every master. ")
@@ -981,18 +984,35 @@ func (r Report) batches(p func(string, ...any)) {
 	p("With %s processors at once (a Client each, as processes), each kind gets %d turns of %v under each load, alternating. ", joinInts(b.Processors), b.Rounds, b.Slice)
 	p("*Script calls per order* are the masters' script calls over the turns (`INFO commandstats`) less the orders' own stock writes, per order processed; *refusals per order* count a basket each time a tick refused it; the *backlog* is the orders arrived and not done when a turn ended, summed over the kind's turns and processors: those *overdue*, having waited a second or more (in a closed loop, all of them), and all those *waiting*, which in an open loop include the orders that arrived as the turn ended; a backlog in the targets is an overdue one. Big baskets are those of more than half the mix's largest.\n")
 	for _, run := range r.Batches {
-		run.section(p)
+		run.section(p, NameBatchFloorProcessor, NameCrossFloorProcessor)
 	}
+}
+
+// refHeads name the references of a run's table (section) in its heads.
+var refHeads = map[string]string{
+	NameBatchFloorProcessor: "the batch floor's",
+	NameCrossFloorProcessor: "the cross-process floor's",
+	NameDecrementFloor:      "the decrement floor's",
+	NameDecrementFloorLoop:  "its per-basket form's",
+	NameTryEachProcessor:    "the exclusive Processor's",
 }
 
 // section is the run's table, and for a closed loop where the masters' CPU
 // per order goes.
-func (b BatchRun) section(p func(string, ...any)) {
+func (b BatchRun) section(p func(string, ...any), refNames ...string) {
 	p("\n### %s\n\n%s.\n\n", b.Title(), b.Config.Mix)
-	p("| processors | processor | orders | orders/s | of the batch floor's / the cross-process floor's | masters' CPU per order | vs the batch floor's / the cross-process floor's | script calls per order | by kind: acquires / releases per order | orders per tick | refusals per order | wait p50 / p99 / max ms | p99 small / big ms | backlog: overdue / waiting | oversold units |\n")
+	of := make([]string, len(refNames))
+	for i, name := range refNames {
+		of[i] = refHeads[name]
+	}
+	p("| processors | processor | orders | orders/s | of %s | masters' CPU per order | vs %s | script calls per order | by kind: acquires / releases per order | orders per tick | refusals per order | wait p50 / p99 / max ms | p99 small / big ms | backlog: overdue / waiting | oversold units |\n",
+		strings.Join(of, " / "), strings.Join(of, " / "))
 	p("|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|---:|---:|\n")
 	for _, n := range b.Config.Processors {
-		refs := []BatchResult{b.result(NameBatchFloorProcessor, n), b.result(NameCrossFloorProcessor, n)}
+		refs := make([]BatchResult, len(refNames))
+		for i, name := range refNames {
+			refs[i] = b.result(name, n)
+		}
 		for _, res := range b.Results {
 			if res.Workers != n {
 				continue

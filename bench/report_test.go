@@ -152,7 +152,7 @@ const (
 	oneClientGoal  = "contention, one Client, 16 workers: at least 85% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.25x its, p99 lock wait at most 1.5x its"
 	clients16Goal  = "contention, 16 Clients of one worker each: at least 65% of the fenced-floor processor's orders/s, masters' CPU per order at most 1.6x its"
 	redsyncGoal    = "contention, one Client, 16 workers: at least 5x the redsync-based processor's orders/s"
-	noOversellGoal = "zero oversold units, every processor of the contention, shared-keys and batch workloads"
+	noOversellGoal = "zero oversold units, every processor of the contention, shared-keys, batch and sale workloads"
 	batch1Goal     = "batch, closed loop, 1 processor(s): TryEach at least 0.90x the batch-floor processor's orders/s, masters' CPU per order at most 1.15x its"
 	batch4Goal     = "batch, closed loop, 4 processor(s): TryEach at least 0.60x the batch-floor processor's orders/s, masters' CPU per order at most 1.60x its"
 	batchCrossGoal = "batch, closed loop, 4 processor(s): TryEach at least 1.30x the cross-process floor's orders/s, masters' CPU per order at most 1.00x its"
@@ -229,6 +229,12 @@ func TestTargets(t *testing.T) {
 		oneSlotBigGoal:    {false, "not measured"},
 		spread400Goal:     {true, "p99 30.0 ms; backlog 0 overdue, 2 waiting"},
 		stallGoal:         {true, "backlog 0 overdue, 2 waiting, p99 15.0 ms, max 40.0 ms; spread: backlog 9 overdue, 11 waiting, p99 30.0 ms, max 40.0 ms"},
+	}
+	for _, st := range (Report{}).saleTargets() {
+		want[st.Goal] = struct {
+			reached bool
+			found   string
+		}{false, "not measured"} // no sale run (TestSaleTargets)
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d targets, want %d", len(got), len(want))
@@ -490,5 +496,63 @@ func TestBatchSectionHasATablePerLoad(t *testing.T) {
 	closed := md[strings.Index(md, "### uniform mix, closed loop"):strings.Index(md, "### uniform mix, open loop")]
 	if !strings.Contains(closed, "Where the masters' CPU per order goes") {
 		t.Errorf("the CPU split is not in the closed loop's table:\n%s", closed)
+	}
+}
+
+// The sale workload's targets, on the flash mix with one processor: in
+// units against the decrement floor (orders/s and CPU per order), against
+// the exclusive Processor, and per basket against the floor's per-basket
+// form; a mix not run is not measured.
+func TestSaleTargets(t *testing.T) {
+	result := func(name string, orders int64, cpu time.Duration) BatchResult {
+		return BatchResult{OrderResult: OrderResult{Library: name, Workers: 1, Orders: orders, MastersCPU: time.Duration(orders) * cpu,
+			Elapsed: time.Second, SendsScripts: true}}
+	}
+	const (
+		floorGoal     = "sale, flash mix, 1 processor(s): in units at least 0.8x the decrement floor's orders/s, masters' CPU per order at most 1.25x its"
+		exclusiveGoal = "sale, flash mix, 1 processor(s): in units at least 10x the exclusive Processor's orders/s"
+		basketGoal    = "sale, flash mix, 1 processor(s) of 16 workers: Lock in units per basket at least 0.8x the decrement floor's per-basket orders/s"
+		zipfGoal      = "sale, zipf-sale mix, 1 processor(s): in units at least 10x the exclusive Processor's orders/s"
+	)
+	for _, tc := range []struct {
+		name          string
+		counted, loop BatchResult
+		goal          string
+		reached       bool
+		found         string
+	}{
+		{"0.9x the floor at 1.2x its CPU", result(NameCountedProcessor, 900, 120*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, true,
+			"900 orders/s against 1000: 0.90x; masters' CPU per order 120 µs against 100 µs: 1.20x"},
+		{"0.9x the floor at 1.3x its CPU", result(NameCountedProcessor, 900, 130*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, false, ""},
+		{"0.7x the floor", result(NameCountedProcessor, 700, 100*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, false, ""},
+		{"10x the exclusive Processor", result(NameCountedProcessor, 1000, 100*time.Microsecond), result(NameCountedLoop, 900, 0), exclusiveGoal, true,
+			"1000 orders/s against 100: 10.0x"},
+		{"5x the exclusive Processor", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 900, 0), exclusiveGoal, false, ""},
+		{"per basket 0.8x the floor's", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 640, 150*time.Microsecond), basketGoal, true,
+			"640 orders/s against 800: 0.80x; masters' CPU per order 150 µs against 100 µs: 1.50x"},
+		{"per basket 0.5x the floor's", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 400, 100*time.Microsecond), basketGoal, false, ""},
+		{"a mix not run", result(NameCountedProcessor, 1000, 100*time.Microsecond), result(NameCountedLoop, 900, 0), zipfGoal, false, "not measured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Report{Batch: DefaultBatch, Sales: []BatchRun{{Config: BatchLoad{Mix: MixFlash}.On(DefaultBatch), Results: []BatchResult{
+				result(NameDecrementFloor, 1000, 100*time.Microsecond), tc.counted, result(NameTryEachProcessor, 100, 300*time.Microsecond),
+				result(NameDecrementFloorLoop, 800, 100*time.Microsecond), tc.loop,
+			}}}}
+			var got *Target
+			for _, st := range r.saleTargets() {
+				if st.Goal == tc.goal {
+					got = &st
+				}
+			}
+			if got == nil {
+				t.Fatalf("no target %q", tc.goal)
+			}
+			if got.Reached != tc.reached {
+				t.Errorf("reached = %v, want %v (%s)", got.Reached, tc.reached, got.Found)
+			}
+			if tc.found != "" && got.Found != tc.found {
+				t.Errorf("found %q, want %q", got.Found, tc.found)
+			}
+		})
 	}
 }

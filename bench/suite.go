@@ -48,6 +48,12 @@ const (
 	// processors' locks co-located, the stock still spread.
 	NameCrossFloorOneSlot = NameCrossFloorProcessor + OneSlotSuffix
 	NameTryEachOneSlot    = NameTryEachProcessor + OneSlotSuffix
+	// The sale workload's: the reference, and the Processor taking units.
+	NameDecrementFloor     = "decrement-floor"
+	NameCountedProcessor   = "batchlock-counted"
+	NameCountedOneSlot     = NameCountedProcessor + OneSlotSuffix
+	NameDecrementFloorLoop = "decrement-floor-per-basket"
+	NameCountedLoop        = "batchlock-counted-per-basket"
 )
 
 var labels = map[string]string{
@@ -79,6 +85,12 @@ var labels = map[string]string{
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 	NameCrossFloorOneSlot:    "cross-process floor, every lock key in one slot (the co-located floor)",
 	NameTryEachOneSlot:       "batchlock Processor, every lock key in one slot (one space)",
+	// The sale workload's own.
+	NameDecrementFloor:     "decrement floor: per master one call that checks and decrements each basket's counts there, all or none, and one giving back the parts of baskets refused elsewhere",
+	NameCountedProcessor:   "batchlock Processor, each line in units of its SKU (counted holds), sold with the tick (ConsumeEach)",
+	NameCountedOneSlot:     "batchlock Processor in units, every lock key in one slot (one space)",
+	NameDecrementFloorLoop: "decrement floor per basket: each basket sold alone (a call per master it touches) on 16 goroutines",
+	NameCountedLoop:        "batchlock per basket: Lock in units on 16 goroutines, then Consume each",
 }
 
 // Label is the name a reader of the report sees.
@@ -109,6 +121,10 @@ type Suite struct {
 	// processors, each with as
 	// many processors (Clients) as DefaultBatch runs at most.
 	Batches []BatchKind
+	// Sales: the decrement floor, batchlock's Processor taking units and
+	// taking the SKUs exclusively, then the per-basket forms of the floor
+	// and of batchlock in units; as many processors as Batches.
+	Sales []BatchKind
 
 	closers []func() error
 }
@@ -203,11 +219,12 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	}
 	// A batchlock kind's processors each have a Client on a cluster client
 	// of its own.
-	var each, eachOneSlot, loop []*batchlock.Client
+	var each, eachOneSlot, loop, counted, countedLoop []*batchlock.Client
 	for _, k := range []struct {
 		name    string
 		clients *[]*batchlock.Client
-	}{{NameTryEachProcessor, &each}, {NameTryEachOneSlot, &eachOneSlot}, {NameTryLockLoopProcessor, &loop}} {
+	}{{NameTryEachProcessor, &each}, {NameTryEachOneSlot, &eachOneSlot}, {NameTryLockLoopProcessor, &loop}, {NameCountedProcessor, &counted},
+		{NameCountedLoop, &countedLoop}} {
 		for range processors {
 			b, err := newBatchlock(k.name)
 			if err != nil {
@@ -218,6 +235,13 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	}
 	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors, ""), NewProcessorKind(each, DefaultBatch.Tick, ""),
 		NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers), NewCrossFloorKind(crossOneSlot, OneSlotSpace), NewProcessorKind(eachOneSlot, DefaultBatch.Tick, OneSlotSpace)}
+	decrementFloors, decrementLoops := make([]*redis.ClusterClient, processors), make([]*redis.ClusterClient, processors)
+	for i := range decrementFloors {
+		decrementFloors[i], decrementLoops[i] = client(), client()
+	}
+	s.Sales = []BatchKind{NewDecrementFloorKind(decrementFloors, 0), NewCountedProcessorKind(counted, DefaultBatch.Tick, ""),
+		NewProcessorKind(each, DefaultBatch.Tick, ""), NewDecrementFloorKind(decrementLoops, DefaultBatch.LoopWorkers),
+		NewCountedLoopKind(countedLoop, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
 	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {

@@ -116,6 +116,50 @@ func BenchmarkScript(b *testing.B) {
 			})
 		})
 	}
+	// A tick on one master: 32 baskets of 8 fresh keys each, every key in
+	// a slot of its own (spread), taken by one TryEach call and let go by
+	// one release call, exclusively or in units (sold): what a tick costs
+	// per key beyond acquire's one basket.
+	for _, mode := range []byte{wire.ModeExclusive, wire.ModeCounted} {
+		b.Run(fmt.Sprintf("tryeach-%c/baskets=32,keys=8", mode), func(b *testing.B) {
+			const baskets, perBasket = 32, 8
+			pipe := rdb.Pipeline()
+			for i := range 64 { // measure's key sets
+				for j := range baskets * perBasket {
+					pipe.Set(b.Context(), fmt.Sprintf("units:{a}k:%d:%d", i, j), 1<<40, 0)
+				}
+			}
+			if _, err := pipe.Exec(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			srv.measure(b, baskets*perBasket, func(i int, keys []string) {
+				args := wire.AppendTryEach(nil, 10000, wire.ModeFresh+"s", fmt.Sprintf("cancel:{k%d}:t", i))
+				var rel []any
+				for j := range baskets {
+					hold := fmt.Sprintf("h:%08x%08x", i, j)
+					mine := keys[j*perBasket : (j+1)*perBasket]
+					args = wire.AppendBasket(args, owner, hold, func(args []any) []any {
+						for _, k := range mine {
+							args = wire.AppendSlot(args, "fence:"+k, []string{k}, []byte{mode}, true)
+							args = wire.AppendCounted(args, []string{k}, []byte{mode}, func(string) (int64, string) { return 1, "units:" + k })
+						}
+						return args
+					})
+					consumed := 0
+					if mode == wire.ModeCounted {
+						consumed = perBasket
+					}
+					rel = wire.AppendRelease(rel, owner, hold, 10000, 0, perBasket, consumed)
+					rel = append(rel, anysOf(mine)...)
+					for _, k := range mine[:consumed] {
+						rel = append(rel, k, "units:"+k)
+					}
+				}
+				mustRun(b, wire.TryEachScript.Run(b.Context(), rdb, nil, args...))
+				mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, rel...))
+			})
+		})
+	}
 	// A hold of a key that others hold already, in units of a counted key
 	// or shared, taken and released (one call each way): its cost should
 	// not grow with theirs.

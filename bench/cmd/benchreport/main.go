@@ -5,13 +5,15 @@
 // Usage, from bench/:
 //
 //	go run ./cmd/benchreport [--addrs host:port,...] [--backend process] [--out ../docs] [--quick]
-//	    [--only batch [--mix uniform,stream,zipf,big|all] [--open | --rate N] | --only floors | --only orders [--uniform]]
+//	    [--only batch [--mix uniform,stream,zipf,big|all] [--open | --rate N] | --only sale | --only floors | --only orders [--uniform]]
 //
 // --only batch runs the batch workload alone and prints its section and
 // targets, writing nothing: to measure a change to TryEach quickly; --mix
 // names the mixes to run it on, one after the other (default uniform, the
 // targets' mix), --open runs it as an open loop at each mix's own arrival
-// rate and --rate N at N orders a second in all. --only
+// rate and --rate N at N orders a second in all. --only sale does the
+// same for the sale workload (a flash sale and Zipf-drawn SKUs, counted
+// holds beside the decrement floor and the exclusive Processor). --only
 // floors does the same for batchlock and the three floors' latency and cost
 // at the sizes of the floor targets (keys spread), and times the lock and the
 // unlock of batchlock and the lock floor apart; --only orders for the
@@ -52,7 +54,7 @@ func main() {
 	out := flag.String("out", filepath.Join("..", "docs"), "directory to write bench.md and bench-latency.svg to")
 	backend := flag.String("backend", "", "docker or process: how to run the throwaway cluster (default: localcluster's choice, docker when a daemon answers)")
 	quick := flag.Bool("quick", false, "a tenth of the samples and short contention turns: to try the program, not for numbers")
-	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing; floors: batchlock and the floors at the floor targets' sizes; orders: the hand-off and the contention workload")
+	only := flag.String("only", "", "batch: run the batch workload alone and print its section, writing nothing; sale: the same for the sale workload (counted holds); floors: batchlock and the floors at the floor targets' sizes; orders: the hand-off and the contention workload")
 	uniform := flag.Bool("uniform", false, "with --only orders: basket sizes alike in 1..40 rather than small baskets most likely")
 	mixNames := flag.String("mix", "", "with --only batch: the mixes to run, comma-separated, of uniform, stream, zipf and big, or all (default uniform)")
 	open := flag.Bool("open", false, "with --only batch: an open loop, orders arriving at each mix's own rate")
@@ -76,8 +78,8 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	if *only != "" && *only != "batch" && *only != "floors" && *only != "orders" {
-		log.Printf("benchreport: --only %q: the sections that run alone are batch, floors and orders", *only)
+	if *only != "" && *only != "batch" && *only != "sale" && *only != "floors" && *only != "orders" {
+		log.Printf("benchreport: --only %q: the sections that run alone are batch, sale, floors and orders", *only)
 		os.Exit(2)
 	}
 	if *uniform && *only != "orders" {
@@ -136,16 +138,18 @@ func batchLoads(names string, open bool, rate float64) ([]bench.BatchLoad, error
 	return loads, nil
 }
 
-// runBatches runs the batch workload under each load into r.
-func runBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, suite *bench.Suite, r *bench.Report, loads []bench.BatchLoad) error {
+// runBatches runs kinds, the batch or the sale workload's, under each
+// load into runs.
+func runBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.UniversalClient, kinds []bench.BatchKind, r *bench.Report,
+	runs *[]bench.BatchRun, loads []bench.BatchLoad) error {
 	for _, l := range loads {
 		step := time.Now()
 		run := bench.BatchRun{Config: l.On(r.Batch)}
 		var err error
-		if run.Results, err = bench.RunBatches(ctx, cl, rdb, suite.Batches, run.Config); err != nil {
+		if run.Results, err = bench.RunBatches(ctx, cl, rdb, kinds, run.Config); err != nil {
 			return err
 		}
-		r.Batches = append(r.Batches, run)
+		*runs = append(*runs, run)
 		log.Printf("batches, %s: %v", run.Title(), time.Since(step).Round(time.Millisecond))
 	}
 	return nil
@@ -211,9 +215,16 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	}
 	if only == "batch" {
 		// The loads that ran are printed even when a later one failed.
-		err := runBatches(ctx, cl, rdb, suite, &r, loads)
+		err := runBatches(ctx, cl, rdb, suite.Batches, &r, &r.Batches, loads)
 		if len(r.Batches) > 0 {
 			fmt.Println(r.BatchMarkdown())
+		}
+		return err
+	}
+	if only == "sale" {
+		err := runBatches(ctx, cl, rdb, suite.Sales, &r, &r.Sales, bench.SaleLoads)
+		if len(r.Sales) > 0 {
+			fmt.Println(r.SaleMarkdown())
 		}
 		return err
 	}
@@ -255,7 +266,10 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	}
 	log.Printf("promotions: %v", time.Since(step).Round(time.Millisecond))
 
-	if err := runBatches(ctx, cl, rdb, suite, &r, bench.FullBatchLoads); err != nil {
+	if err := runBatches(ctx, cl, rdb, suite.Batches, &r, &r.Batches, bench.FullBatchLoads); err != nil {
+		return err
+	}
+	if err := runBatches(ctx, cl, rdb, suite.Sales, &r, &r.Sales, bench.SaleLoads); err != nil {
 		return err
 	}
 

@@ -1,0 +1,413 @@
+package bench
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/orders"
+)
+
+// The sale workload: the batch workload's ticks on mixes where one SKU is
+// in most orders, each order's lines taken in units of their SKUs (counted
+// holds) beside the same Processor taking them exclusively, against the
+// decrement floor.
+
+var (
+	//go:embed floor/decrement.lua
+	decrementSource string
+
+	decrement = redis.NewScript(decrementSource)
+)
+
+// The sale workload's mixes: a flash sale, one SKU in 30% of the orders
+// besides their baskets; and SKUs drawn by Zipf's law with v = 1, where
+// the first SKU is in nearly every basket.
+var (
+	MixFlash    = BatchMix{Name: "flash", MaxBasket: 40, Uniform: true, Flash: 0.3, Rate: 400}
+	MixZipfSale = BatchMix{Name: "zipf-sale", MaxBasket: 40, Uniform: true, ZipfS: 1.1, ZipfV: 1, Rate: 400}
+	SaleLoads   = []BatchLoad{{Mix: MixFlash}, {Mix: MixZipfSale}}
+)
+
+// NewCountedProcessorKind is batchlock's Processor with each order's lines
+// taken in units of their SKUs (orders.Batched.Counted), sold with each
+// tick (ConsumeEach). clients as NewProcessorKind's.
+func NewCountedProcessorKind(clients []*batchlock.Client, tick int, space string) BatchKind {
+	k := NewProcessorKind(clients, tick, space)
+	k.Name = NameCountedProcessor
+	if space != "" {
+		k.Name = NameCountedOneSlot
+	}
+	exclusive := k.Batched
+	k.Batched = func(i int, stock *orders.Stock) *orders.Batched {
+		b := exclusive(i, stock)
+		b.Counted = true
+		return b
+	}
+	k.Prepare, k.Finish = countedStock(clients[0], space)
+	return k
+}
+
+// NewCountedLoopKind is the per-basket form of the counted Processor:
+// each basket of a tick taken in units with Lock on one of workers
+// goroutines, its stock written with the tick's, then sold with Consume
+// (or let go with Unlock when not accepted) on the same goroutines.
+func NewCountedLoopKind(clients []*batchlock.Client, workers int) BatchKind {
+	k := BatchKind{Name: NameCountedLoop, Clients: clients, New: func(i int, stock *orders.Stock) orders.Ticker {
+		return &countedLoop{c: clients[i], stock: stock, workers: workers}
+	}}
+	k.Prepare, k.Finish = countedStock(clients[0], "")
+	return k
+}
+
+// countedStock are a counted kind's Prepare, which has its stock written
+// by every holder of a SKU at once and sets the SKUs' capacities from it
+// (in space), and Finish, which audits the capacities against the stock
+// left.
+func countedStock(c *batchlock.Client, space string) (prepare func(context.Context, *orders.Stock) error,
+	finish func(context.Context, *orders.Stock, *orders.Audit) error) {
+	return func(ctx context.Context, stock *orders.Stock) error {
+			stock.WriteConcurrently()
+			return stock.SetCapacities(ctx, c, space)
+		}, func(ctx context.Context, stock *orders.Stock, a *orders.Audit) error {
+			return stock.AuditCapacities(ctx, c, space, a)
+		}
+}
+
+type countedLoop struct {
+	c       *batchlock.Client
+	stock   *orders.Stock
+	workers int
+}
+
+func (p *countedLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
+	locks := make([]*batchlock.Lock, len(batch))
+	errs := make([]error, len(batch))
+	asked := time.Now()
+	each(p.workers, len(batch), func(i int) {
+		l, err := p.c.Lock(ctx, nil, batchlock.WithUnits(lineUnits(batch[i], p.stock.Key)))
+		if err != nil && !errors.Is(err, batchlock.ErrOverCapacity) { // sold out: rejected
+			errs[i] = err
+		}
+		locks[i] = l
+	})
+	wait := time.Since(asked)
+	var taken []int
+	for i, l := range locks {
+		if l != nil {
+			taken = append(taken, i)
+		}
+	}
+	var out []orders.Fulfilled
+	if err := errors.Join(errs...); err == nil {
+		out = p.stock.FulfilTaken(ctx, batch, taken, wait, func(int, int) int64 { return 0 }, 0)
+	}
+	each(p.workers, len(taken), func(n int) {
+		i := taken[n]
+		switch {
+		case out == nil || !out[i].Accepted || out[i].Err != nil:
+			_ = locks[i].Unlock(context.WithoutCancel(ctx))
+		default:
+			out[i].Err = locks[i].Consume(context.WithoutCancel(ctx))
+		}
+	})
+	if out == nil {
+		return nil, nil, errors.Join(errs...)
+	}
+	return out, nil, nil
+}
+
+// lineUnits are the units of o's lines by the key of their SKU.
+func lineUnits(o orders.Order, key func(sku string) string) map[string]int64 {
+	units := make(map[string]int64, len(o.Lines))
+	for _, l := range o.Lines {
+		units[key(l.SKU)] += l.Qty
+	}
+	return units
+}
+
+// NewDecrementFloorKind is the decrement floor, the least that reserving
+// counts across shards costs: each SKU's units in a count of its own
+// (spread as lock keys are), and per tick one script call per master that,
+// for each basket's part there, checks every count and decrements them
+// all, or none when one is short; the parts of a basket refused on
+// another master are given back with one more call per master. A basket
+// refused is sold out: rejected, as the counted Processor rejects it.
+// rdbs are the processors' cluster clients, one each.
+// With workers above 0 it is the per-basket form: each basket of a tick
+// sold alone (a call per master it touches, a give-back when refused) on
+// one of workers goroutines.
+func NewDecrementFloorKind(rdbs []*redis.ClusterClient, workers int) BatchKind {
+	name := NameDecrementFloor
+	if workers > 0 {
+		name = NameDecrementFloorLoop
+	}
+	return BatchKind{Name: name,
+		New: func(i int, stock *orders.Stock) orders.Ticker {
+			return &decrementFloor{rdb: rdbs[i], stock: stock, workers: workers}
+		},
+		Prepare: func(ctx context.Context, stock *orders.Stock) error {
+			stock.WriteConcurrently()
+			states, err := stock.States(ctx)
+			if err != nil {
+				return err
+			}
+			pipe := rdbs[0].Pipeline()
+			for _, st := range states {
+				pipe.Set(ctx, countKey(stock.Key(st.SKU)), st.Remaining, 0)
+			}
+			_, err = pipe.Exec(ctx)
+			return err
+		},
+		Finish: func(ctx context.Context, stock *orders.Stock, a *orders.Audit) error {
+			states, err := stock.States(ctx)
+			if err != nil {
+				return err
+			}
+			pipe := rdbs[0].Pipeline()
+			counts := make([]*redis.StringCmd, len(states))
+			for i, st := range states {
+				counts[i] = pipe.GetDel(ctx, countKey(stock.Key(st.SKU)))
+			}
+			_, _ = pipe.Exec(ctx)
+			for i, st := range states {
+				n, err := counts[i].Int64()
+				if err != nil {
+					return fmt.Errorf("%s: the count of %s: %w", NameDecrementFloor, st.SKU, err)
+				}
+				if n != st.Remaining {
+					a.Add(orders.Capacity, st.SKU, "count %d, %d units remaining", n, st.Remaining)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// countKey is the decrement floor's count of the SKU whose stock is in
+// stockKey.
+func countKey(stockKey string) string { return "count:" + stockKey }
+
+type decrementFloor struct {
+	rdb     *redis.ClusterClient
+	stock   *orders.Stock
+	workers int // 0: the whole tick at once
+}
+
+func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
+	units := make([]map[string]int64, len(batch)) // by basket: units by count key
+	baskets := make([][]string, len(batch))       // by basket: its count keys
+	all := make([]int, len(batch))
+	for i, o := range batch {
+		units[i] = lineUnits(o, func(sku string) string { return countKey(f.stock.Key(sku)) })
+		baskets[i] = slices.Sorted(maps.Keys(units[i]))
+		all[i] = i
+	}
+	asked := time.Now()
+	refused := make([]bool, len(batch))
+	var err error
+	if f.workers == 0 {
+		err = f.sell(ctx, baskets, units, all, refused)
+	} else {
+		errs := make([]error, len(batch))
+		each(f.workers, len(batch), func(i int) { errs[i] = f.sell(ctx, baskets, units, []int{i}, refused) })
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		return nil, nil, err // a bench run stops at its first error
+	}
+	var taken []int
+	for i := range batch {
+		if !refused[i] {
+			taken = append(taken, i)
+		}
+	}
+	return f.stock.FulfilTaken(ctx, batch, taken, time.Since(asked), func(int, int) int64 { return 0 }, 0), nil, nil
+}
+
+// sell sells the baskets at which (indices into baskets), one call per
+// master, and gives back the parts of those refused on another master;
+// it marks the refused in refused, which calls on other baskets share.
+func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []map[string]int64, which []int, refused []bool) error {
+	masters, err := partsByMaster(ctx, f.rdb, baskets, which)
+	if err != nil {
+		return err
+	}
+	call := func(m int, sold func(b int) bool, sign int64) *floorCall {
+		var args []any
+		for _, part := range masters[m] {
+			if !sold(part.basket) {
+				continue
+			}
+			n := 0
+			for _, g := range part.groups {
+				n += len(g.Keys)
+			}
+			args = append(args, part.basket, n)
+			for _, g := range part.groups {
+				for _, k := range g.Keys {
+					args = append(args, k, sign*units[part.basket][k])
+				}
+			}
+		}
+		if args == nil {
+			return nil
+		}
+		return masterCall(masters[m][0].groups, args)
+	}
+	calls := make([]*floorCall, len(masters))
+	for m := range masters {
+		calls[m] = call(m, func(int) bool { return true }, 1)
+	}
+	sendCalls(ctx, f.rdb, decrement, calls)
+	short := map[int]bool{}                       // anywhere
+	refusedOn := make([]map[int]bool, len(calls)) // by master
+	var errs []error
+	for m, c := range calls {
+		list, err := c.Reply.Int64Slice()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: slot %d: %w", NameDecrementFloor, c.Slot, err))
+			continue
+		}
+		refusedOn[m] = map[int]bool{}
+		for _, b := range list {
+			short[int(b)], refusedOn[m][int(b)] = true, true
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if len(short) == 0 {
+		return nil
+	}
+	var back []*floorCall
+	for m := range masters {
+		if c := call(m, func(b int) bool { return short[b] && !refusedOn[m][b] }, -1); c != nil {
+			back = append(back, c)
+		}
+	}
+	sendCalls(ctx, f.rdb, decrement, back)
+	for _, c := range back {
+		if err := c.Reply.Err(); err != nil {
+			return fmt.Errorf("%s: giving back on slot %d: %w", NameDecrementFloor, c.Slot, err)
+		}
+	}
+	for b := range short {
+		refused[b] = true
+	}
+	return nil
+}
+
+// partsByMaster splits the baskets at admitted (indices into baskets) by
+// master, and each basket's keys there by slot.
+func partsByMaster(ctx context.Context, rdb *redis.ClusterClient, baskets [][]string, admitted []int) ([][]basketPart, error) {
+	var masters [][]basketPart
+	index := newMasterIndex(rdb)
+	for _, b := range admitted {
+		parts := map[int]int{} // by master: the basket's part's index there
+		for _, g := range bySlot(baskets[b]) {
+			m, err := index.of(ctx, g)
+			if err != nil {
+				return nil, err
+			}
+			if m == len(masters) {
+				masters = append(masters, nil)
+			}
+			p, ok := parts[m]
+			if !ok {
+				p = len(masters[m])
+				parts[m] = p
+				masters[m] = append(masters[m], basketPart{basket: b})
+			}
+			masters[m][p].groups = append(masters[m][p].groups, g)
+		}
+	}
+	return masters, nil
+}
+
+// The sale workload's targets: the counted Processor's orders/s and
+// masters' CPU per order beside the decrement floor's, and its orders/s
+// beside the exclusive Processor's.
+const (
+	saleShare     = 0.8
+	saleCPU       = 1.25
+	saleExclusive = 10.0
+)
+
+// sales is the sale workload's section.
+func (r Report) sales(p func(string, ...any)) {
+	if len(r.Sales) == 0 {
+		return
+	}
+	p("\n## Counted holds: a flash sale\n\n")
+	p("The batch workload's ticks of %d orders (of %d SKUs, one unit a line) on mixes where one SKU is in most orders. ", r.Batch.Tick, r.Batch.SKUs)
+	p("The **decrement floor** is the least that reserving counts across shards costs: each SKU's units in a count of its own, spread as lock keys are, and per tick one script call per master that checks and decrements, all or none, each basket's counts there, then one call per master giving back the parts of the baskets refused on another master; the sale is the decrement. ")
+	p("batchlock's **Processor in units** takes each order's lines in units of their SKUs (`Basket.Units`: counted holds), writes the stock of the orders taken with every holder of a SKU at once, and sells the tick's units with one `ConsumeEach`; the **exclusive Processor** is the batch workload's, each SKU locked by one order at a time. ")
+	p("The **per-basket** forms take each basket alone on %d goroutines a processor: the decrement floor's calls for one basket, and batchlock's `Lock` in units, then `Consume`. ", r.Batch.LoopWorkers)
+	p("Each kind's stock is audited at the end; the counted kinds' capacities (or counts) must equal the stock left. ")
+	p("With %s processors at once, each kind gets %d turns of %v under each load, alternating.\n", joinInts(r.Batch.Processors), r.Batch.Rounds, r.Batch.Slice)
+	for _, run := range r.Sales {
+		run.section(p, NameDecrementFloor, NameDecrementFloorLoop, NameTryEachProcessor)
+	}
+}
+
+// saleTargets checks the sale workload against its goals, under each load
+// and number of processors DefaultBatch runs.
+func (r Report) saleTargets() []Target {
+	var ts []Target
+	for _, l := range SaleLoads {
+		var run BatchRun
+		for _, x := range r.Sales {
+			if x.Is(l) {
+				run = x
+			}
+		}
+		for _, n := range DefaultBatch.Processors {
+			res := run.result(NameCountedProcessor, n)
+			t := Target{Goal: fmt.Sprintf("sale, %s mix, %d processor(s): in units at least %.1fx the decrement floor's orders/s, masters' CPU per order at most %.2fx its",
+				l.Mix.Name, n, saleShare, saleCPU), Found: "not measured"}
+			if c, ok := compareOrders(res.OrderResult, run.result(NameDecrementFloor, n).OrderResult); ok {
+				t.Reached = c.share >= saleShare && c.cpu <= saleCPU
+				t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.2fx; masters' CPU per order %d µs against %d µs: %.2fx",
+					res.PerSecond(), c.ref.PerSecond(), c.share, res.CPUPerOrder().Microseconds(), c.ref.CPUPerOrder().Microseconds(), c.cpu)
+			}
+			ts = append(ts, t)
+			t = Target{Goal: fmt.Sprintf("sale, %s mix, %d processor(s): in units at least %.0fx the exclusive Processor's orders/s", l.Mix.Name, n, saleExclusive),
+				Found: "not measured"}
+			if ex := run.result(NameTryEachProcessor, n); res.Orders > 0 && ex.Orders > 0 {
+				x := res.PerSecond() / ex.PerSecond()
+				t.Reached = x >= saleExclusive
+				t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.1fx", res.PerSecond(), ex.PerSecond(), x)
+			}
+			ts = append(ts, t)
+			res = run.result(NameCountedLoop, n)
+			t = Target{Goal: fmt.Sprintf("sale, %s mix, %d processor(s) of %d workers: Lock in units per basket at least %.1fx the decrement floor's per-basket orders/s",
+				l.Mix.Name, n, DefaultBatch.LoopWorkers, saleShare), Found: "not measured"}
+			if c, ok := compareOrders(res.OrderResult, run.result(NameDecrementFloorLoop, n).OrderResult); ok {
+				t.Reached = c.share >= saleShare
+				t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.2fx; masters' CPU per order %d µs against %d µs: %.2fx",
+					res.PerSecond(), c.ref.PerSecond(), c.share, res.CPUPerOrder().Microseconds(), c.ref.CPUPerOrder().Microseconds(), c.cpu)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// SaleMarkdown is the sale workload's section and targets alone.
+func (r Report) SaleMarkdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	r.sales(p)
+	p("\n")
+	writeTargets(&b, r.saleTargets())
+	return b.String()
+}
