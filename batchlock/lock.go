@@ -248,8 +248,10 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // ErrNotHeld. A hold that ran out unnoticed, or runs out while the call is
 // in flight, is not consumed, on its master, while the keys still held on
 // the others are: each master sells what it still holds, and Consume
-// returns ErrNotHeld naming a key it could not sell. An Unlock after a Consume does
-// nothing. The
+// returns ErrNotHeld naming a key it could not sell. A lock taken
+// WithReplicas returns ErrNoReplicas when its sale was not acknowledged by
+// that many replicas: released and sold on the master all the same, where
+// a failover may undo the sale. An Unlock after a Consume does nothing. The
 // store of record applies the sale with the key's fencing token, once per
 // order (see docs/sql.md).
 func (l *Lock) Consume(ctx context.Context) error {

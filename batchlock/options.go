@@ -243,7 +243,10 @@ func WithMaxHold(d time.Duration) Setting {
 // WithReplicas makes every write that grants or lengthens a lease count only
 // once n replicas of its master acknowledged it within timeout (WAIT);
 // otherwise the call fails with ErrNoReplicas, rolled back. A failover keeps
-// the lock only when n is every master's number of replicas. Default: none.
+// the lock only when n is every master's number of replicas. A Consume of
+// such a lock waits for its sale to be acknowledged the same way, and
+// fails with ErrNoReplicas when it was not: the lock is released and its
+// units sold on the master, which a failover may undo. Default: none.
 func WithReplicas(n int, timeout time.Duration) Setting {
 	a := routing.Ack{Replicas: n, Timeout: timeout}
 	return setting{func(c *config) { c.ack = a }, func(c *lockConfig) { c.ack, c.ackSet = a, true }}

@@ -233,6 +233,8 @@ func (l *Lock) unlocked(out releaseOutcome, why releaseReason) error {
 	l.finish(ErrNotHeld)
 	l.emit(Event{Kind: EventReleased, Duration: held})
 	switch {
+	case out.unacked != nil && why == consuming:
+		return fmt.Errorf("%w; the units are sold on the master, where a failover to a replica without the sale undoes it", out.unacked)
 	case len(taken) > 0 && why == consuming:
 		return fmt.Errorf("%w: %d of %d keys no longer held, their units not sold, such as %q", ErrNotHeld, len(taken), len(l.keys), l.c.names.UserKeys(taken)[0])
 	case len(taken) > 0:
@@ -312,6 +314,9 @@ func (r releasing) without(left []string) releasing {
 type releaseOutcome struct {
 	lost, left, unknown []string
 	err                 error
+	// unacked, for a Consume of a lock taken WithReplicas, is why a call
+	// that sold its units was not acknowledged by enough replicas.
+	unacked error
 }
 
 // releaseAll releases shares: the keys and marks each master serves, for
@@ -337,6 +342,14 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 	if len(parts) == 0 {
 		return out
 	}
+	// A sale of a lock taken WithReplicas counts once its replicas have it,
+	// as its take did: the calls wait for the most any such lock asks.
+	var ack routing.Ack
+	for _, r := range rs {
+		if r.consume && r.l.ack.Replicas > 0 {
+			ack.Replicas, ack.Timeout = max(ack.Replicas, r.l.ack.Replicas), max(ack.Timeout, r.l.ack.Timeout)
+		}
+	}
 	var taken []int // parts found held by another owner
 	results := c.route(ctx, routing.Batch{
 		Step:   "release",
@@ -344,6 +357,7 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 		Script: wire.ReleaseScript,
 		Parts:  parts,
 		Follow: true,
+		Ack:    ack,
 		Args: func(at []int) []any {
 			args := make([]any, 0, len(at)+5*len(rs))
 			for _, seg := range segmentsBy(lockOf, at) {
@@ -375,6 +389,12 @@ func (c *Client) releaseAll(ctx context.Context, rs []releasing) []releaseOutcom
 			lists, err := wire.DecodeKeyLists(cl.Reply.Val(), len(segs))
 			if err != nil {
 				return nil, cl.Describe(ctx, err)
+			}
+			for _, seg := range segs {
+				r := rs[lockOf[seg[0]]]
+				if r.consume && !r.l.ack.Acknowledged(cl) {
+					out[lockOf[seg[0]]].unacked = unacknowledged(cl, r.l.ack)
+				}
 			}
 			if lists == nil {
 				return nil, nil // every key released

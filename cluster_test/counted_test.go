@@ -242,3 +242,36 @@ func TestCapacityChangedOnceAcrossALateReply(t *testing.T) {
 	assert.Equal(t, int64(15), got, "the capacity AddCapacity made")
 	assert.Equal(t, int64(15), h.Capacity, "the capacity Redis has")
 }
+
+// A Consume of a lock taken WithReplicas waits for its sale to reach the
+// replica, as the take did: with the replica's link paused it fails with
+// ErrNoReplicas, the lock released and its units sold on the master all
+// the same; with the link back, a Consume counts.
+func TestConsumeWithReplicasWaitsForTheSale(t *testing.T) {
+	cl := sharedCluster(t)
+	ctx := ctxTimeout(t, time.Minute)
+	c, prefix := newLocker(t, newClient(t), batchlock.WithReplicas(1, 300*time.Millisecond))
+	keys, masters := keysOnMasters(t, cl, prefix, "consume-acked", 1, 1)
+	setCapacities(t, c, 10, keys...)
+	replica, err := cl.ReplicaOf(ctx, masters[0].Addr)
+	require.NoError(t, err)
+
+	l, err := c.Lock(ctx, nil, units(4, keys...))
+	require.NoError(t, err, "taken while the replica follows")
+	require.NoError(t, cl.PauseReplication(ctx, replica.Addr))
+	t.Cleanup(func() { _ = cl.ResumeReplication(context.Background(), replica.Addr) })
+	err = l.Consume(ctx)
+	require.ErrorIs(t, err, batchlock.ErrNoReplicas)
+	assert.Contains(t, err.Error(), "0 of 1 replicas")
+	h := holderOf(t, c, keys[0])
+	assert.Equal(t, int64(6), h.Capacity, "sold on the master")
+	assert.Empty(t, h.Holders, "released all the same")
+	require.ErrorIs(t, l.Consume(ctx), batchlock.ErrNotHeld, "a Consume after it sells nothing more")
+
+	require.NoError(t, cl.ResumeReplication(ctx, replica.Addr))
+	l, err = c.Lock(ctx, nil, units(2, keys...))
+	require.NoError(t, err)
+	require.NoError(t, l.Consume(ctx), "acknowledged once the replica follows")
+	assert.Equal(t, int64(4), holderOf(t, c, keys[0]).Capacity)
+	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix))
+}

@@ -47,12 +47,14 @@ type countedHold struct {
 
 // capacityChange is a sale (delta < 0, at when it returned) or a restock
 // (delta > 0, at when it began) of key; known says it went through, else
-// its outcome is unknown.
+// its outcome is unknown; replicas, that a sale was of a lock taken
+// WithReplicas (every replica), which a failover keeps.
 type capacityChange struct {
-	key   string
-	delta int64
-	at    time.Time
-	known bool
+	key      string
+	delta    int64
+	at       time.Time
+	known    bool
+	replicas bool
 }
 
 // setUpCounted gives every counted key its capacity.
@@ -123,7 +125,7 @@ func (s *soak) countedWorker(i int) {
 				s.counted.holds = append(s.counted.holds, countedHold{key: k, units: n, from: from, to: to, replicas: replicas})
 			}
 			if consume {
-				s.counted.changes = append(s.counted.changes, capacityChange{key: k, delta: -n, at: returned, known: err == nil})
+				s.counted.changes = append(s.counted.changes, capacityChange{key: k, delta: -n, at: returned, known: err == nil, replicas: replicas})
 			}
 		}
 		s.counted.mu.Unlock()
@@ -217,8 +219,8 @@ func (s *soak) judgeCounted(start time.Time) (violations []string, excused int) 
 // countedOverlaps checks that the units of key held, at each moment a hold
 // began, fit what its capacity could have been then: every restock begun
 // by then counted, only the sales that had returned taken away, but those
-// that a failover of the key's master since may have undone (a Consume is
-// not acknowledged by replicas). It excuses an excess when one of the
+// that a failover of the key's master since may have undone (a Consume
+// of a lock taken without WithReplicas waits for no replica). It excuses an excess when one of the
 // holds was of a lock taken without WithReplicas across a failover of the
 // key's master, or the wall clock stepped forward while it was held.
 // Called with s.counted.mu held.
@@ -234,7 +236,7 @@ func (s *soak) countedOverlaps(key string) (violations []string, excused int) {
 		t := h.from
 		most := int64(soakCapacity)
 		for _, c := range s.counted.changes {
-			if c.key == key && !c.at.After(t) && (c.delta > 0 || c.known && !s.lostToFailover(false, c.at, t, key)) {
+			if c.key == key && !c.at.After(t) && (c.delta > 0 || c.known && !s.lostToFailover(c.replicas, c.at, t, key)) {
 				most += c.delta
 			}
 		}
