@@ -96,10 +96,22 @@ func (s *soak) countedWorker(i int) {
 			continue
 		}
 		lock := s.recordUnits(l, units, replicas, called, from)
+		doneAt := make(chan time.Time, 1)
+		s.locks.Go(func() {
+			<-l.Done()
+			doneAt <- time.Now()
+		})
 		time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond) // the holder's work
 		to := time.Now()
 		if valid := l.ValidUntil(); valid.Before(to) {
 			to = valid
+		}
+		if l.Err() != nil {
+			// Ended before its holder let go (its Client closed, or the
+			// lock lost): released in Redis from then on.
+			if at := <-doneAt; at.Before(to) {
+				to = at
+			}
 		}
 		rctx, rcancel := s.releaseContext(rng)
 		consume := rng.IntN(3) == 0
