@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -102,13 +104,22 @@ func SellOrder(ctx context.Context, tx pgx.Tx, o orders.Order, tokens []int64) (
 	if tag.RowsAffected() == 0 {
 		return false, nil
 	}
+	// Rows in SKU order: orders holding units of the same SKUs write
+	// them at once, and two that locked the same rows in different orders
+	// would wait for each other (PostgreSQL's "deadlock detected").
+	lines := make([]int, len(o.Lines))
+	for i := range lines {
+		lines[i] = i
+	}
+	slices.SortFunc(lines, func(a, b int) int { return strings.Compare(o.Lines[a].SKU, o.Lines[b].SKU) })
 	b = &pgx.Batch{}
-	for i, l := range o.Lines {
-		b.Queue(sellLine, o.ID, l.SKU, l.Qty, tokens[i])
+	for _, i := range lines {
+		b.Queue(sellLine, o.ID, o.Lines[i].SKU, o.Lines[i].Qty, tokens[i])
 	}
 	br = tx.SendBatch(ctx, b)
 	var short []string
-	for _, l := range o.Lines {
+	for _, i := range lines {
+		l := o.Lines[i]
 		tag, err := br.Exec()
 		if err != nil {
 			return false, errors.Join(fmt.Errorf("selling %s: %w", l.SKU, err), br.Close())

@@ -105,8 +105,10 @@ each line holds its quantity of its SKU, whose capacity is its stock, so
 that the orders of one SKU run side by side while its stock lasts; an
 order asking more than a SKU has left is rejected at once, and an order
 written consumes its units (Lock.Consume; with --batch, Basket.Units and
-one ConsumeEach a tick). The audit then also checks that every SKU's
-capacity equals its remaining units.
+one ConsumeEach a tick; with --store=postgres, each order's sale is
+recorded once in its transaction, its units taken from the SKU's row,
+then consumed). The audit then also checks that every SKU's capacity
+equals its remaining units.
 
 --no-lock runs the same read, check and write without a lock: orders that
 read a SKU at the same time both sell the same units, and the audit shows
@@ -135,7 +137,7 @@ passes, 1 when it fails or the run could not complete, 2 on a usage error.`,
 			fs.IntVar(&o.promos, "promos", 3, "hot promotions, one of which half of the orders read: locked shared, with the stock")
 			fs.BoolVar(&o.exclusive, "exclusive-promos", false, "lock the promotions exclusively instead, as a lock without shared keys must (redis store)")
 			fs.Float64Var(&o.flash, "flash", 0, "share of the orders (0 to 1) that also buy the flash sale's SKU, sku-00000")
-			fs.BoolVar(&o.counted, "counted", false, "lock SKUs in units, each order its quantities, within each SKU's stock (redis store, workers)")
+			fs.BoolVar(&o.counted, "counted", false, "lock SKUs in units, each order its quantities, within each SKU's stock")
 			fs.DurationVar(&o.think, "think", 0, "pause in each order, as a real processor's work: between reading stock and writing it (redis), before the commit (postgres)")
 			fs.IntVar(&o.replicas, "replicas", -1, "replicas that must acknowledge every lock and write (WAIT) (default 0, or 1 with --chaos)")
 			fs.Uint64Var(&o.seed, "seed", 1, "seed of the order stream: same seed, same orders")
@@ -189,8 +191,8 @@ func (o *demoOptions) validate(args []string) error {
 		return cli.Usagef("--exclusive-promos compares lock modes: it needs a lock and --store=%s", storeRedis)
 	case o.flash < 0 || o.flash > 1:
 		return cli.Usagef("--flash %v: want 0 to 1", o.flash)
-	case o.counted && (o.noLock || o.store != storeRedis || o.exclusive):
-		return cli.Usagef("--counted locks SKUs in units: it needs a lock, --store=%s and shared promotions", storeRedis)
+	case o.counted && (o.noLock || o.exclusive):
+		return cli.Usagef("--counted locks SKUs in units: it needs a lock and shared promotions")
 	case o.think < 0:
 		return cli.Usagef("--think %v must not be negative", o.think)
 	case o.replicas < -1:
@@ -359,19 +361,16 @@ func newProcessor(ctx context.Context, o *demoOptions, t *target, stock stockSto
 		opts = append(opts, batchlock.WithReplicas(o.replicas, replicaTimeout))
 	}
 	if o.counted && o.batch == 0 {
-		// validate allows --counted on Redis only.
-		st := stock.(*redisStore).stock
-		st.WriteConcurrently()
 		locker, err := batchlock.New(t.rdb, opts...)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
-		if err := st.SetCapacities(ctx, locker, ""); err != nil {
+		p, check, err := stock.counted(ctx, locker)
+		if err != nil {
 			_ = locker.Close()
 			return nil, nil, nil, nil, err
 		}
-		check := func(ctx context.Context, a *orders.Audit) error { return st.AuditCapacities(ctx, locker, "", a) }
-		return processing(&orders.Counted{Locker: locker, Stock: st, Think: o.think}), counters, check, func() { _ = locker.Close() }, nil
+		return processing(p), counters, check, func() { _ = locker.Close() }, nil
 	}
 	if o.batch == 0 {
 		locker, err := batchlock.New(t.rdb, opts...)

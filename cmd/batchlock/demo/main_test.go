@@ -46,6 +46,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--batch", "64", "--processors", "0"}, "--processors 0: want 1 to 64"},
 		{[]string{"leftover"}, `unexpected argument "leftover"`},
 		{[]string{"--store", "mysql"}, `--store "mysql": want redis or postgres`},
+		{[]string{"--counted", "--exclusive-promos"}, "--counted locks SKUs in units: it needs a lock and shared promotions"},
 		{[]string{"--store", "postgres", "--no-lock"}, "--no-lock runs on --store=redis only: its oversell is that of the Redis read-then-write"},
 		{[]string{"--chaos", "--addrs", "127.0.0.1:7000"}, "--chaos needs the throwaway cluster: it fails a master over, which it cannot do to a cluster given by --addrs"},
 		{[]string{"--addrs", "nonsense"}, `bad address "nonsense": want host:port, such as 127.0.0.1:7000`},

@@ -28,6 +28,11 @@ type stockStore interface {
 	// locked returns the processor that takes orders under locks of
 	// locker.
 	locked(locker *batchlock.Client) orders.Processor
+	// counted returns the processor that takes each order's lines in
+	// units of their SKUs under locks of locker (--counted), every SKU's
+	// capacity set from its stock, and the audit of the capacities
+	// against the stock left.
+	counted(ctx context.Context, locker *batchlock.Client) (orders.Processor, func(context.Context, *orders.Audit) error, error)
 	// audit reads the stock back and checks it against the run.
 	audit(ctx context.Context, res orders.Result) (orders.Audit, error)
 	// describe says where the stock is, for the report.
@@ -60,6 +65,15 @@ type redisStore struct {
 
 func (s *redisStore) locked(locker *batchlock.Client) orders.Processor {
 	return &orders.Locked{Locker: locker, Stock: s.stock, Think: s.think, ExclusivePromos: s.exclusive}
+}
+
+func (s *redisStore) counted(ctx context.Context, locker *batchlock.Client) (orders.Processor, func(context.Context, *orders.Audit) error, error) {
+	s.stock.WriteConcurrently()
+	if err := s.stock.SetCapacities(ctx, locker, ""); err != nil {
+		return nil, nil, err
+	}
+	check := func(ctx context.Context, a *orders.Audit) error { return s.stock.AuditCapacities(ctx, locker, "", a) }
+	return &orders.Counted{Locker: locker, Stock: s.stock, Think: s.think}, check, nil
 }
 
 func (s *redisStore) audit(ctx context.Context, res orders.Result) (orders.Audit, error) {
@@ -114,6 +128,22 @@ func (s *postgresStore) setUp(ctx context.Context, o *demoOptions, skus []string
 }
 
 func (s *postgresStore) locked(locker *batchlock.Client) orders.Processor {
+	return s.processor(locker)
+}
+
+func (s *postgresStore) counted(ctx context.Context, locker *batchlock.Client) (orders.Processor, func(context.Context, *orders.Audit) error, error) {
+	if err := s.store.SetCapacities(ctx, locker); err != nil {
+		return nil, nil, err
+	}
+	p := s.processor(locker)
+	p.Counted = true
+	check := func(ctx context.Context, a *orders.Audit) error { return s.store.AuditCapacities(ctx, locker, a) }
+	return p, check, nil
+}
+
+// processor is the run's pgorders.Processor on locker, its think inside
+// each order's transaction.
+func (s *postgresStore) processor(locker *batchlock.Client) *pgorders.Processor {
 	p := &pgorders.Processor{Locker: locker, Store: s.store}
 	if s.think > 0 {
 		// The work of a real processor between its writes and its commit,
