@@ -93,7 +93,7 @@ func (p *countedLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.
 	errs := make([]error, len(batch))
 	asked := time.Now()
 	each(p.workers, len(batch), func(i int) {
-		l, err := p.c.Lock(ctx, nil, batchlock.WithUnits(lineUnits(batch[i], p.stock.Key)))
+		l, err := p.c.Lock(ctx, nil, batchlock.WithUnits(orders.LineUnits(batch[i], p.stock.Key)))
 		if err != nil && !errors.Is(err, batchlock.ErrOverCapacity) { // sold out: rejected
 			errs[i] = err
 		}
@@ -123,15 +123,6 @@ func (p *countedLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.
 		return nil, nil, errors.Join(errs...)
 	}
 	return out, nil, nil
-}
-
-// lineUnits are the units of o's lines by the key of their SKU.
-func lineUnits(o orders.Order, key func(sku string) string) map[string]int64 {
-	units := make(map[string]int64, len(o.Lines))
-	for _, l := range o.Lines {
-		units[key(l.SKU)] += l.Qty
-	}
-	return units
 }
 
 // NewDecrementFloorKind is the decrement floor, the least that reserving
@@ -207,7 +198,7 @@ func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orde
 	baskets := make([][]string, len(batch))       // by basket: its count keys
 	all := make([]int, len(batch))
 	for i, o := range batch {
-		units[i] = lineUnits(o, func(sku string) string { return countKey(f.stock.Key(sku)) })
+		units[i] = orders.LineUnits(o, func(sku string) string { return countKey(f.stock.Key(sku)) })
 		baskets[i] = slices.Sorted(maps.Keys(units[i]))
 		all[i] = i
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-
-	"github.com/batchlock/batchlock/batchlock"
 )
 
 // ProblemKind classifies what an audit found wrong with a SKU.
@@ -137,29 +135,6 @@ func Check(states []SKUState, accepted map[string]int64) Audit {
 		add(Mismatch, sku, "accepted orders took %d units of a SKU not in the catalogue", accepted[sku])
 	}
 	return a
-}
-
-// AuditCapacities adds to a the SKUs whose capacity in locker, their lock
-// keys in space (SetCapacities), differs from their remaining units.
-func (s *Stock) AuditCapacities(ctx context.Context, locker *batchlock.Client, space string, a *Audit) error {
-	states, err := s.States(ctx)
-	if err != nil {
-		return err
-	}
-	keys := make([]string, len(states))
-	for i, st := range states {
-		keys[i] = InSpace(space, s.Key(st.SKU))
-	}
-	held, err := locker.Inspect(ctx, keys...)
-	if err != nil {
-		return err
-	}
-	for i, h := range held {
-		if h.Capacity != states[i].Remaining {
-			a.Add(Capacity, states[i].SKU, "capacity %d, %d units remaining", h.Capacity, states[i].Remaining)
-		}
-	}
-	return nil
 }
 
 // Audit reads every SKU's stock and checks it against the units of

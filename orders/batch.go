@@ -58,27 +58,18 @@ func InSpace(space, key string) string {
 // basket is o's basket: its stock's lock keys in line order, its
 // promotions' shared.
 func (b *Batched) basket(o Order) batchlock.Basket {
-	keys := b.Stock.Keys(o)
-	for i, k := range keys {
-		keys[i] = b.lockKey(k)
-	}
 	promos := b.Stock.PromoKeys(o)
 	for i, k := range promos {
 		promos[i] = b.lockKey(k)
 	}
 	if b.Counted {
-		return batchlock.Basket{Shared: promos, Units: unitsOf(o, keys)}
+		return batchlock.Basket{Shared: promos, Units: LineUnits(o, func(sku string) string { return b.lockKey(b.Stock.Key(sku)) })}
+	}
+	keys := b.Stock.Keys(o)
+	for i, k := range keys {
+		keys[i] = b.lockKey(k)
 	}
 	return batchlock.Basket{Keys: keys, Shared: promos}
-}
-
-// unitsOf are the units of o's lines by lock key, keys[i] line i's.
-func unitsOf(o Order, keys []string) map[string]int64 {
-	units := make(map[string]int64, len(keys))
-	for i, l := range o.Lines {
-		units[keys[i]] += l.Qty
-	}
-	return units
 }
 
 // RunBatched processes orders with b until all are done, cfg.Stop is

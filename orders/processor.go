@@ -110,12 +110,8 @@ type Counted struct {
 
 // Process implements Processor.
 func (p *Counted) Process(ctx context.Context, o Order) (Outcome, error) {
-	units := make(map[string]int64, len(o.Lines))
-	for _, l := range o.Lines {
-		units[p.Stock.Key(l.SKU)] += l.Qty
-	}
 	asked := time.Now()
-	l, err := p.Locker.Lock(ctx, nil, batchlock.WithUnits(units), batchlock.WithShared(p.Stock.PromoKeys(o)...))
+	l, err := p.Locker.Lock(ctx, nil, batchlock.WithUnits(LineUnits(o, p.Stock.Key)), batchlock.WithShared(p.Stock.PromoKeys(o)...))
 	switch {
 	case errors.Is(err, batchlock.ErrOverCapacity):
 		return Outcome{}, nil // sold out: rejected, nothing written
@@ -135,21 +131,6 @@ func (p *Counted) Process(ctx context.Context, o Order) (Outcome, error) {
 	}
 	_ = l.Unlock(ctx)
 	return out, err
-}
-
-// SetCapacities makes each SKU's capacity its units, for Counted and a
-// counted Batched, whose lock keys are in space (InSpace).
-func (s *Stock) SetCapacities(ctx context.Context, locker *batchlock.Client, space string) error {
-	states, err := s.States(ctx)
-	if err != nil {
-		return err
-	}
-	for _, st := range states {
-		if err := locker.SetCapacity(ctx, InSpace(space, s.Key(st.SKU)), st.Remaining); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Unlocked processes orders with the same read, check and write as Locked,

@@ -146,23 +146,9 @@ func checkWrites(ctx context.Context, tx pgx.Tx, rows map[string]row, a *orders.
 // their row's units (Processor.Counted keeps them equal; SetCapacities sets
 // them so).
 func (s *Store) AuditCapacities(ctx context.Context, locker *batchlock.Client, a *orders.Audit) error {
-	units, err := s.units(ctx)
+	skus, keys, units, err := s.capacities(ctx)
 	if err != nil {
 		return err
 	}
-	skus := slices.Sorted(maps.Keys(units))
-	keys := make([]string, len(skus))
-	for i, sku := range skus {
-		keys[i] = s.Key(sku)
-	}
-	held, err := locker.Inspect(ctx, keys...)
-	if err != nil {
-		return fmt.Errorf("pgorders: audit: %w", err)
-	}
-	for i, h := range held {
-		if h.Capacity != units[skus[i]] {
-			a.Add(orders.Capacity, skus[i], "capacity %d, %d units in its row", h.Capacity, units[skus[i]])
-		}
-	}
-	return nil
+	return orders.CheckCapacities(ctx, locker, skus, keys, units, a)
 }

@@ -61,11 +61,7 @@ func (p *Processor) Process(ctx context.Context, o orders.Order) (orders.Outcome
 		batchlock.WithShared(p.Store.PromoKeys(o)...),
 	}, p.LockOptions...)
 	if p.Counted {
-		units := make(map[string]int64, len(keys))
-		for i, l := range o.Lines {
-			units[keys[i]] += l.Qty
-		}
-		opts, keys = append(opts, batchlock.WithUnits(units)), nil
+		opts, keys = append(opts, batchlock.WithUnits(orders.LineUnits(o, p.Store.Key))), nil
 	}
 
 	// The wait has its own deadline and ends before BEGIN: no transaction

@@ -3,7 +3,6 @@ package pgorders
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -77,17 +76,23 @@ func (s *Store) Setup(ctx context.Context, skus []string, initial int64) error {
 // its row by a sale whose consume failed. A key whose holds hold more units
 // than its row has is left as it is (batchlock.ErrUnitsHeld), in the error.
 func (s *Store) SetCapacities(ctx context.Context, locker *batchlock.Client) error {
-	units, err := s.units(ctx)
+	_, keys, units, err := s.capacities(ctx)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, sku := range slices.Sorted(maps.Keys(units)) {
-		if err := locker.SetCapacity(ctx, s.Key(sku), units[sku]); err != nil {
-			errs = append(errs, fmt.Errorf("pgorders: capacity of %s: %w", sku, err))
-		}
+	return orders.SetCapacities(ctx, locker, keys, units)
+}
+
+// capacities are every SKU, its key and its row's units.
+func (s *Store) capacities(ctx context.Context) (skus, keys []string, units []int64, err error) {
+	rows, err := s.units(ctx)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return errors.Join(errs...)
+	for _, sku := range slices.Sorted(maps.Keys(rows)) {
+		skus, keys, units = append(skus, sku), append(keys, s.Key(sku)), append(units, rows[sku])
+	}
+	return skus, keys, units, nil
 }
 
 // units reads every SKU's units.
