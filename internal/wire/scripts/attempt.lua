@@ -97,6 +97,9 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     local L = layout()
     local now = L.now_ms()
     local ends = now + tonumber(lease)
+    -- entry is this hold's entry in a shared key's holds, ending with its
+    -- lease; a counted key's adds its units.
+    local entry = hold .. '=' .. string.format('%d', ends) .. '=' .. owner
     local joined = {} -- keys joined, with their old value and expiry
     local shared_value = L.fresh(hold, owner, true)
 
@@ -241,9 +244,9 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     end
 
     -- counted_hold is this hold's entry in a counted key's holds, with
-    -- units, ending with its lease.
+    -- units.
     local function counted_hold(units)
-      return hold .. '=' .. string.format('%d', ends) .. '=' .. owner .. '=' .. string.format('%d', units)
+      return entry .. '=' .. string.format('%d', units)
     end
 
     -- counted_value is the value of a counted key taken afresh by this hold
@@ -280,7 +283,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       if not gap or earliest <= now or string.find(v, hold .. '=', gap, true) then
         return nil
       end
-      return string.sub(v, 1, at - 1) .. ',' .. hold .. '=' .. string.format('%d', ends) .. '=' .. owner .. ' ' .. SHARED ..
+      return string.sub(v, 1, at - 1) .. ',' .. entry .. ' ' .. SHARED ..
         string.format('%d', math.min(earliest, ends)), tonumber(string.sub(v, 1, gap - 1))
     end
 
