@@ -225,7 +225,7 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 	for k := range units {
 		keys = append(keys, k)
 	}
-	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units}, arrived: time.Now()}
+	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units, kept: true, named: &sortedKeys{}}, arrived: time.Now()}
 	if err := pb.basket.plan(p.c); err != nil {
 		return err
 	}
@@ -392,9 +392,6 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 	baskets := make([]eachBasket, len(offer))
 	for i, pb := range offer {
 		baskets[i] = pb.basket
-		// A Lock sorts its keys in place; the planned ones are every
-		// call's that offers the basket.
-		baskets[i].userKeys = slices.Clone(pb.basket.userKeys)
 	}
 	locks, why, err := p.c.tryEach(ctx, lockConfig{}, baskets, true)
 	now := time.Now()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
@@ -61,6 +62,31 @@ type eachBasket struct {
 	userKeys []string // nil until planned
 	groups   []group
 	counted  map[string]int64
+	// kept: the plan is kept for every call that offers the basket (a
+	// Processor's), so that its Lock gets a copy of its keys, which a Lock
+	// sorts in place. named, when set, is shared by every copy of the
+	// basket: its keys sorted once, for the events of the calls that
+	// refuse it before it has a lock (a Processor's basket may be refused
+	// in many ticks).
+	kept  bool
+	named *sortedKeys
+}
+
+// sortedKeys are a basket's keys sorted without repeats, made on first use.
+type sortedKeys struct {
+	once sync.Once
+	keys []string
+}
+
+// sortedKeys returns the basket's keys sorted without repeats: a copy, the
+// basket being the caller's.
+func (b *eachBasket) sortedKeys() []string {
+	sorted := func() []string { return slices.Compact(slices.Sorted(slices.Values(b.keys))) }
+	if b.named == nil {
+		return sorted()
+	}
+	b.named.once.Do(func() { b.named.keys = sorted() })
+	return b.named.keys
 }
 
 // exclusive reports whether the basket asks for key k exclusively.
@@ -218,15 +244,18 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 // lock.
 func (t *eachCall) admit(ctx context.Context) error {
 	c := t.c
-	taken := map[string]bool{} // user key: taken by an earlier basket; true when exclusively
+	// taken are the user keys taken by earlier baskets, and the basket
+	// (its index and 1) that last met each: a basket's keys may repeat.
+	taken := map[string]takenKey{}
 	for i := range t.baskets {
 		b := &t.baskets[i]
 		var busy []string
 		for _, k := range b.keys {
 			// Shared and counted keys are settled among the baskets in
 			// Redis.
-			if exclusive, ok := taken[k]; ok && (exclusive || b.exclusive(k)) && !slices.Contains(busy, k) {
+			if was, ok := taken[k]; ok && (was.exclusive || b.exclusive(k)) && was.metBy != i+1 {
 				busy = append(busy, k)
+				taken[k] = takenKey{was.exclusive, i + 1}
 			}
 		}
 		if len(busy) > 0 {
@@ -238,7 +267,11 @@ func (t *eachCall) admit(ctx context.Context) error {
 				return err // checked before: not reached
 			}
 		}
-		l := c.newLockFor(t.ctx, t.lc, b.userKeys, b.groups)
+		keys := b.userKeys
+		if b.kept {
+			keys = slices.Clone(keys)
+		}
+		l := c.newLockFor(t.ctx, t.lc, keys, b.groups)
 		l.units = b.counted
 		t.locks[i] = l
 		gated, err := l.enterGates(ctx, false, nil)
@@ -251,10 +284,17 @@ func (t *eachCall) admit(ctx context.Context) error {
 		}
 		t.sent[i] = true
 		for _, k := range b.keys {
-			taken[k] = taken[k] || b.exclusive(k)
+			taken[k] = takenKey{exclusive: taken[k].exclusive || b.exclusive(k)}
 		}
 	}
 	return nil
+}
+
+// takenKey is a key taken by an earlier basket of a call (admit): whether
+// exclusively, and the basket that last met it there.
+type takenKey struct {
+	exclusive bool
+	metBy     int
 }
 
 // plan plans the basket's keys and groups (Client.plan).
@@ -304,9 +344,8 @@ func (t *eachCall) refuse(i int, r refusal, conflict *ConflictError) {
 		if t.c.cfg.observer == nil {
 			return
 		}
-		// The event's keys, sorted once each, are a copy: the basket is the
-		// caller's.
-		l = t.c.newLockFor(t.ctx, t.lc, slices.Compact(slices.Sorted(slices.Values(t.baskets[i].keys))), nil)
+		l = t.c.newLockFor(t.ctx, t.lc, t.baskets[i].sortedKeys(), nil)
+		l.sortKeys.Do(func() {}) // sorted, and maybe another event's
 	}
 	l.leaveGates()
 	l.emit(Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict})
