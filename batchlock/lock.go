@@ -60,18 +60,11 @@ type Lock struct {
 	maxHold    *time.Timer // fires when the lock has been held for WithMaxHold
 }
 
-// newLockFor is the lock a call with lc takes of groups: its owner (WithOwner,
-// else the context's, else a fresh one), its lease (WithTTL, else the
+// newLockFor is the lock a call with lc takes of groups: its owner
+// (ownerFor), its lease (WithTTL, else the
 // Client's, renewed) and the acknowledgement it needs of replicas.
 func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
-	owner := lc.owner
-	if !lc.ownerSet {
-		if o, ok := OwnerFromContext(ctx); ok && o != "" {
-			owner = o
-		} else {
-			owner = c.newOwner()
-		}
-	}
+	owner := c.ownerFor(ctx, lc)
 	leaseLen, renew := c.cfg.lease, true
 	if lc.ttlSet {
 		leaseLen, renew = lc.ttl, false
@@ -82,6 +75,18 @@ func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []strin
 		l.ack = lc.ack
 	}
 	return l
+}
+
+// ownerFor is the owner of a lock of a call on ctx with lc: WithOwner's,
+// else the context's, else a fresh one.
+func (c *Client) ownerFor(ctx context.Context, lc lockConfig) string {
+	if lc.ownerSet {
+		return lc.owner
+	}
+	if o, ok := OwnerFromContext(ctx); ok && o != "" {
+		return o
+	}
+	return c.newOwner()
 }
 
 // newLock makes the lock of a call on ctx, whose values its Context keeps.

@@ -225,7 +225,7 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 	for k := range units {
 		keys = append(keys, k)
 	}
-	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units, kept: true, named: &sortedKeys{}}, arrived: time.Now()}
+	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units, ofProcessor: true, named: &sortedKeys{}}, arrived: time.Now()}
 	if err := pb.basket.plan(p.c); err != nil {
 		return err
 	}

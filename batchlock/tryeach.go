@@ -62,14 +62,16 @@ type eachBasket struct {
 	userKeys []string // nil until planned
 	groups   []group
 	counted  map[string]int64
-	// kept: the plan is kept for every call that offers the basket (a
-	// Processor's), so that its Lock gets a copy of its keys, which a Lock
-	// sorts in place. named, when set, is shared by every copy of the
+	// ofProcessor: a Processor's basket, offered by many calls. Its plan is
+	// every call's, so that its Lock gets a copy of its keys, which a Lock
+	// sorts in place; a refusal in the process names only the first key
+	// an earlier basket took (all of them are the same tick's, let go
+	// together), as a tick refuses most baskets and their keys would be
+	// read in full. named, when set, is shared by every copy of the
 	// basket: its keys sorted once, for the events of the calls that
-	// refuse it before it has a lock (a Processor's basket may be refused
-	// in many ticks).
-	kept  bool
-	named *sortedKeys
+	// refuse it before it has a lock.
+	ofProcessor bool
+	named       *sortedKeys
 }
 
 // sortedKeys are a basket's keys sorted without repeats, made on first use.
@@ -255,6 +257,9 @@ func (t *eachCall) admit(ctx context.Context) error {
 			// Redis.
 			if was, ok := taken[k]; ok && (was.exclusive || b.exclusive(k)) && was.metBy != i+1 {
 				busy = append(busy, k)
+				if b.ofProcessor {
+					break
+				}
 				taken[k] = takenKey{was.exclusive, i + 1}
 			}
 		}
@@ -268,7 +273,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			}
 		}
 		keys := b.userKeys
-		if b.kept {
+		if b.ofProcessor {
 			keys = slices.Clone(keys)
 		}
 		l := c.newLockFor(t.ctx, t.lc, keys, b.groups)
@@ -339,16 +344,15 @@ func (t *eachCall) refuse(i int, r refusal, conflict *ConflictError) {
 		r.Refusal = Refusal{Basket: i, Earlier: r.cause == refusedEarlier, Keys: conflict.Keys}
 		t.why = append(t.why, r)
 	}
-	l := t.locks[i]
-	if l == nil {
-		if t.c.cfg.observer == nil {
-			return
-		}
-		l = t.c.newLockFor(t.ctx, t.lc, t.baskets[i].sortedKeys(), nil)
-		l.sortKeys.Do(func() {}) // sorted, and maybe another event's
+	e := Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict}
+	if l := t.locks[i]; l != nil {
+		l.leaveGates()
+		l.emit(e)
+	} else if t.c.cfg.observer != nil {
+		// No lock, no gate: the owner it would have had.
+		e.Owner, e.Keys = t.c.ownerFor(t.ctx, t.lc), t.baskets[i].sortedKeys()
+		t.c.cfg.observer(e)
 	}
-	l.leaveGates()
-	l.emit(Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict})
 }
 
 // eachPart is one group of one basket, as the call's parts list them.
