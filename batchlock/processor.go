@@ -59,9 +59,9 @@ type Processor[T any] struct {
 	ticks map[*Tick[T]]struct{}
 	// busy counts the ticks handed out and the calls taking ticks; once
 	// closed, settled is closed when it reaches zero.
-	busy    int
-	closed  bool
-	ticked  uint64
+	busy   int
+	closed bool
+	ticked uint64
 	// holding is how long the Processor's ticks have lately held their
 	// keys, from Next to Done (a moving average; zero before the first).
 	holding time.Duration
