@@ -119,37 +119,56 @@ func BenchmarkScript(b *testing.B) {
 	// A tick on one master: 32 baskets of 8 fresh keys each, every key in
 	// a slot of its own (spread), taken by one TryEach call and let go by
 	// one release call, exclusively or in units (sold): what a tick costs
-	// per key beyond acquire's one basket.
-	for _, mode := range []byte{wire.ModeExclusive, wire.ModeCounted} {
-		b.Run(fmt.Sprintf("tryeach-%c/baskets=32,keys=8", mode), func(b *testing.B) {
-			const baskets, perBasket = 32, 8
+	// per key beyond acquire's one basket. With hot, every basket's first
+	// key is one key that hot others hold in units already, as a flash
+	// sale's SKU: the tick joins it 32 times and sells 32 holds of it.
+	for _, tc := range []struct {
+		mode byte
+		hot  int
+	}{{wire.ModeExclusive, 0}, {wire.ModeCounted, 0}, {wire.ModeCounted, 1000}} {
+		name := fmt.Sprintf("tryeach-%c/baskets=32,keys=8", tc.mode)
+		if tc.hot > 0 {
+			name += fmt.Sprintf(",hot=%d", tc.hot)
+		}
+		b.Run(name, func(b *testing.B) {
+			const baskets, perBasket, hot = 32, 8, "{a}hot"
 			pipe := rdb.Pipeline()
 			for i := range 64 { // measure's key sets
 				for j := range baskets * perBasket {
 					pipe.Set(b.Context(), fmt.Sprintf("units:{a}k:%d:%d", i, j), 1<<40, 0)
 				}
 			}
+			pipe.Set(b.Context(), "units:"+hot, 1<<40, 0)
 			if _, err := pipe.Exec(b.Context()); err != nil {
 				b.Fatal(err)
+			}
+			b.Cleanup(func() { rdb.Del(context.Background(), hot) })
+			for j := range tc.hot {
+				args := []any{fmt.Sprintf("%s:%d", owner, j), fmt.Sprintf("h:%016x", j), 600000, wire.ModeTry + "s", "cancel:{a}:h", 3000, "fence:{a}", 1, "n", hot, 1, "units:" + hot}
+				mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, args...))
 			}
 			srv.measure(b, baskets*perBasket, func(i int, keys []string) {
 				args := wire.AppendTryEach(nil, 10000, wire.ModeFresh+"s", fmt.Sprintf("cancel:{k%d}:t", i))
 				var rel []any
 				for j := range baskets {
-					hold := fmt.Sprintf("h:%08x%08x", i, j)
-					mine := keys[j*perBasket : (j+1)*perBasket]
-					args = wire.AppendBasket(args, owner, hold, func(args []any) []any {
+					who, hold := owner, fmt.Sprintf("h:%08x%08x", i, j)
+					mine := slices.Clone(keys[j*perBasket : (j+1)*perBasket])
+					if tc.hot > 0 {
+						// Each basket an owner of its own, as a Processor's.
+						who, mine[0] = fmt.Sprintf("%s:%d", owner, j), hot
+					}
+					args = wire.AppendBasket(args, who, hold, func(args []any) []any {
 						for _, k := range mine {
-							args = wire.AppendSlot(args, "fence:"+k, []string{k}, []byte{mode}, true)
-							args = wire.AppendCounted(args, []string{k}, []byte{mode}, func(string) (int64, string) { return 1, "units:" + k })
+							args = wire.AppendSlot(args, "fence:"+k, []string{k}, []byte{tc.mode}, true)
+							args = wire.AppendCounted(args, []string{k}, []byte{tc.mode}, func(string) (int64, string) { return 1, "units:" + k })
 						}
 						return args
 					})
 					consumed := 0
-					if mode == wire.ModeCounted {
+					if tc.mode == wire.ModeCounted {
 						consumed = perBasket
 					}
-					rel = wire.AppendRelease(rel, owner, hold, 10000, 0, perBasket, consumed)
+					rel = wire.AppendRelease(rel, who, hold, 10000, 0, perBasket, consumed)
 					rel = append(rel, anysOf(mine)...)
 					for _, k := range mine[:consumed] {
 						rel = append(rel, k, "units:"+k)
