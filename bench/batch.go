@@ -329,17 +329,9 @@ type tryLockLoop struct {
 }
 
 func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
-	locks := make([]*batchlock.Lock, len(batch))
-	errs := make([]error, len(batch))
-	asked := time.Now()
-	each(p.workers, len(batch), func(i int) {
-		l, err := p.c.TryLock(ctx, p.stock.Keys(batch[i]))
-		if err != nil && !errors.Is(err, batchlock.ErrNotObtained) {
-			errs[i] = err
-		}
-		locks[i] = l
+	locks, taken, wait, err := lockEach(p.workers, len(batch), batchlock.ErrNotObtained, func(i int) (*batchlock.Lock, error) {
+		return p.c.TryLock(ctx, p.stock.Keys(batch[i]))
 	})
-	wait := time.Since(asked)
 	unlock := func() {
 		each(p.workers, len(batch), func(i int) {
 			if locks[i] != nil {
@@ -347,21 +339,38 @@ func (p *tryLockLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.
 			}
 		})
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		unlock()
 		return nil, nil, err
-	}
-	var taken []int
-	for i, l := range locks {
-		if l != nil {
-			taken = append(taken, i)
-		}
 	}
 	out := p.stock.FulfilTaken(ctx, batch, taken, wait, func(i, line int) int64 {
 		return locks[i].Token(p.stock.Key(batch[i].Lines[line].SKU))
 	}, 0)
 	unlock()
 	return out, refusedOf(len(batch), taken), nil
+}
+
+// lockEach locks n baskets with lock on workers goroutines, and returns
+// their locks (nil where refused), the baskets taken, how long it took, and
+// the errors joined but refused, which refuses a basket.
+func lockEach(workers, n int, refused error, lock func(i int) (*batchlock.Lock, error)) (locks []*batchlock.Lock, taken []int, wait time.Duration, err error) {
+	locks = make([]*batchlock.Lock, n)
+	errs := make([]error, n)
+	asked := time.Now()
+	each(workers, n, func(i int) {
+		l, err := lock(i)
+		if err != nil && !errors.Is(err, refused) {
+			errs[i] = err
+		}
+		locks[i] = l
+	})
+	wait = time.Since(asked)
+	for i, l := range locks {
+		if l != nil {
+			taken = append(taken, i)
+		}
+	}
+	return locks, taken, wait, errors.Join(errs...)
 }
 
 // each runs fn(0..n-1) on workers goroutines, and returns once all are done.

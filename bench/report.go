@@ -1099,12 +1099,16 @@ func writeTargets(b *strings.Builder, targets []Target) {
 }
 
 // BatchMarkdown is the batch workload's section and targets alone.
-func (r Report) BatchMarkdown() string {
+func (r Report) BatchMarkdown() string { return sectionMarkdown(r.batches, r.batchTargets()) }
+
+// sectionMarkdown is one workload's section, written by section, and its
+// targets alone.
+func sectionMarkdown(section func(p func(string, ...any)), targets []Target) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	r.batches(p)
+	section(p)
 	p("\n")
-	writeTargets(&b, r.batchTargets())
+	writeTargets(&b, targets)
 	return b.String()
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -89,25 +88,12 @@ type countedLoop struct {
 }
 
 func (p *countedLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
-	locks := make([]*batchlock.Lock, len(batch))
-	errs := make([]error, len(batch))
-	asked := time.Now()
-	each(p.workers, len(batch), func(i int) {
-		l, err := p.c.Lock(ctx, nil, batchlock.WithUnits(orders.LineUnits(batch[i], p.stock.Key)))
-		if err != nil && !errors.Is(err, batchlock.ErrOverCapacity) { // sold out: rejected
-			errs[i] = err
-		}
-		locks[i] = l
+	// Sold out (ErrOverCapacity): rejected.
+	locks, taken, wait, err := lockEach(p.workers, len(batch), batchlock.ErrOverCapacity, func(i int) (*batchlock.Lock, error) {
+		return p.c.Lock(ctx, nil, batchlock.WithUnits(orders.LineUnits(batch[i], p.stock.Key)))
 	})
-	wait := time.Since(asked)
-	var taken []int
-	for i, l := range locks {
-		if l != nil {
-			taken = append(taken, i)
-		}
-	}
 	var out []orders.Fulfilled
-	if err := errors.Join(errs...); err == nil {
+	if err == nil {
 		out = p.stock.FulfilTaken(ctx, batch, taken, wait, func(int, int) int64 { return 0 }, 0)
 	}
 	each(p.workers, len(taken), func(n int) {
@@ -120,7 +106,7 @@ func (p *countedLoop) Tick(ctx context.Context, batch []orders.Order) ([]orders.
 		}
 	})
 	if out == nil {
-		return nil, nil, errors.Join(errs...)
+		return nil, nil, err
 	}
 	return out, nil, nil
 }
@@ -394,11 +380,4 @@ func (r Report) saleTargets() []Target {
 }
 
 // SaleMarkdown is the sale workload's section and targets alone.
-func (r Report) SaleMarkdown() string {
-	var b strings.Builder
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	r.sales(p)
-	p("\n")
-	writeTargets(&b, r.saleTargets())
-	return b.String()
-}
+func (r Report) SaleMarkdown() string { return sectionMarkdown(r.sales, r.saleTargets()) }

@@ -273,14 +273,8 @@ func TestCountedSaleNeverOversells(t *testing.T) {
 	f := newFixture(t, skus, 15)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	require.NoError(t, f.store.SetCapacities(ctx, f.locker))
-	list, err := orders.Generate(orders.GenConfig{SKUs: skus, Orders: 300, MaxBasket: 6, MaxQty: 3, HotSKUs: 4, HotShare: 0.3,
-		FlashShare: 0.3, Seed: 4})
-	require.NoError(t, err)
-	p := &pgorders.Processor{Locker: f.locker, Store: f.store, Counted: true}
-	res := orders.Run(ctx, p, list, orders.RunConfig{Workers: 12})
-	require.Equal(t, len(list), res.Orders)
-	require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
+	res := f.runCounted(ctx, t, orders.GenConfig{SKUs: skus, Orders: 300, MaxBasket: 6, MaxQty: 3, HotSKUs: 4, HotShare: 0.3,
+		FlashShare: 0.3, Seed: 4}, orders.RunConfig{Workers: 12})
 	assert.Positive(t, res.Accepted)
 	assert.Positive(t, res.Rejected, "the flash SKU sold out")
 
@@ -297,18 +291,28 @@ func TestCountedSaleNeverOversells(t *testing.T) {
 // one order, so none waits for another that waits for it (PostgreSQL's
 // "deadlock detected" failed 46 of the demo's 300 counted orders before).
 func TestCountedSalesOfTheSameSKUsDoNotDeadlock(t *testing.T) {
-	const skus = 4
+	const skus, count = 4, 400
 	f := newFixture(t, skus, 100_000)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	res := f.runCounted(ctx, t, orders.GenConfig{SKUs: skus, Orders: count, MaxBasket: skus, MaxQty: 1, UniformBaskets: true, Seed: 9},
+		orders.RunConfig{Workers: 16, Attempts: 1})
+	assert.Equal(t, count, res.Accepted)
+}
+
+// runCounted sets every capacity from its row, then runs the orders gen
+// makes through a counted Processor on f with cfg, and requires every one
+// of them done without an error.
+func (f *fixture) runCounted(ctx context.Context, t *testing.T, gen orders.GenConfig, cfg orders.RunConfig) orders.Result {
+	t.Helper()
 	require.NoError(t, f.store.SetCapacities(ctx, f.locker))
-	list, err := orders.Generate(orders.GenConfig{SKUs: skus, Orders: 400, MaxBasket: skus, MaxQty: 1, UniformBaskets: true, Seed: 9})
+	list, err := orders.Generate(gen)
 	require.NoError(t, err)
 	p := &pgorders.Processor{Locker: f.locker, Store: f.store, Counted: true}
-	res := orders.Run(ctx, p, list, orders.RunConfig{Workers: 16, Attempts: 1})
+	res := orders.Run(ctx, p, list, cfg)
 	require.Equal(t, len(list), res.Orders)
 	require.Zero(t, res.Errors+res.Unknown, "errors: %v", res.FirstErrors)
-	assert.Equal(t, len(list), res.Accepted)
+	return res
 }
 
 // A counted sale sent again after its commit's outcome was lost (the sale
