@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
@@ -192,12 +193,24 @@ func (n *containerNode) remove(ctx context.Context) error {
 	if st, err := n.state(ctx); err == nil && st.Paused {
 		_ = n.thaw(ctx) // Terminate's stop would wait on a paused container
 	}
-	if err := n.ctr.Terminate(ctx, testcontainers.StopTimeout(0)); err != nil {
-		return err
+	// An engine under load has been seen to leave a stop unanswered for
+	// minutes (CI, docker 20.10); a forced remove kills and removes in one
+	// step, without waiting on the stop.
+	sctx, cancel := context.WithTimeout(ctx, stopPatience)
+	err := n.ctr.Terminate(sctx, testcontainers.StopTimeout(0))
+	cancel()
+	if err != nil {
+		if _, rerr := n.cli.ContainerRemove(ctx, n.id(), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !cerrdefs.IsNotFound(rerr) {
+			return errors.Join(err, rerr)
+		}
 	}
 	n.removed = true
 	return nil
 }
+
+// stopPatience bounds a container's stop in Close before it is removed by
+// force.
+const stopPatience = 15 * time.Second
 
 func (n *containerNode) logTail(ctx context.Context) string {
 	rc, err := n.ctr.Logs(ctx)
