@@ -28,6 +28,10 @@ var aclCommands = []string{
 	// go-redis: the slot map, and the health check of an idle pub/sub
 	// connection
 	"+cluster|slots", "+ping",
+	// go-redis: the commands' routing, read once before it routes a script
+	// through the cluster client (SetCapacity, AddCapacity); refused, it
+	// asks again on every such call
+	"+command",
 	// batchlock: scripts by digest, by source after NOSCRIPT (a restarted or
 	// promoted master), WithReplicas, and waiting for releases
 	"+evalsha", "+eval", "+wait", "+ssubscribe", "+sunsubscribe",
@@ -117,6 +121,24 @@ func TestACLUserLimitedToPrefix(t *testing.T) {
 	}, batchlock.WithReplicas(1, 500*time.Millisecond)))
 	assert.True(t, ran)
 	assert.Empty(t, lockKeysUnder(t, admin, prefix), "everything released")
+
+	// Counted holds: a capacity set and changed, units held by two owners
+	// of one key, one hold consumed, the other let go.
+	stock := keys[0]
+	require.NoError(t, c.SetCapacity(ctx, stock, 5))
+	capacity, err := c.AddCapacity(ctx, stock, 2)
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), capacity)
+	sold, err := c.TryLock(ctx, keys[1:2], batchlock.WithUnits(map[string]int64{stock: 3}))
+	require.NoError(t, err)
+	kept, err := waiter.TryLock(ctx, nil, batchlock.WithUnits(map[string]int64{stock: 4}))
+	require.NoError(t, err, "a second owner's units fit beside the first's")
+	require.NoError(t, sold.Consume(ctx))
+	require.NoError(t, kept.Unlock(ctx))
+	inspected, err := c.Inspect(ctx, stock)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), inspected[0].Capacity, "the consumed units left the capacity")
+	assert.Empty(t, lockKeysUnder(t, admin, prefix), "every hold let go")
 
 	// A call cut short by a frozen master rolls back what it may have taken,
 	// cancelling its acquire of unknown outcome (SADD in release.lua).

@@ -49,7 +49,9 @@ local function sell(capkey, units)
   local there = redis.pcall('EXISTS', capkey)
   local away = layout().elsewhere(there) or there == 0
   if not away then
-    redis.call('DECRBY', capkey, units)
+    -- INCRBY, not DECRBY: the commands a locking user needs stay as they
+    -- were (see the README's ACL).
+    redis.call('INCRBY', capkey, -units)
   end
   return away
 end
