@@ -255,36 +255,46 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       return string.format('%d', token) .. ' - ' .. counted_hold(units) .. ' ' .. COUNTED .. string.format('%d', units)
     end
 
-    -- join_counted returns counted key value v with this hold joined, for
-    -- units (of capacity cap), and the key's new token, or nil when it
-    -- cannot join without every hold being read: somebody waits, the
-    -- units do not fit beside those of every hold listed, or the hold or
-    -- its owner may be there already (an owner id that reads like
-    -- another field only sends the call the long way). judge_counted would
-    -- let such a hold join: nobody ahead, no hold of its owner, the
-    -- units free.
-    local function join_counted(v, units, cap, token)
-      local gap, at, listed = split(v, COUNTED)
-      if not gap or listed + units > cap or
-        string.find(v, hold .. '=', gap, true) or string.find(v, '=' .. owner .. '=', gap, true) then
+    -- join adds this hold to key, of value v, held shared or in units (of
+    -- capacity cap) by others, and returns the key's token after (token,
+    -- for units; the readers' own, shared); nil when it cannot without
+    -- every hold being read: somebody waits, the units do not fit beside
+    -- those of every hold listed, a reader's earliest end has passed, or
+    -- the hold or its owner of units may be there already (an owner id
+    -- that reads like another field only sends the call the long way).
+    -- judge would let such a hold join. It is written in place (see
+    -- layout.lua) unless its end is past the key's expiry or the token
+    -- is longer than the one it replaces.
+    local function join(key, v, shared, units, cap, token)
+      local gap, at, n = split(v, units and COUNTED or SHARED)
+      if not gap or string.find(v, hold .. '=', gap, true) then
         return nil
       end
-      return string.format('%d', token) .. string.sub(v, gap, at - 1) .. ',' .. counted_hold(units) .. ' ' .. COUNTED ..
-        string.format('%d', listed + units)
-    end
-
-    -- join_shared returns shared key value v with this hold joined, and
-    -- the key's token, which readers share, or nil when it cannot join
-    -- without every hold being read: somebody waits, some hold may have
-    -- ended, or the hold may be there already. judge would let such a
-    -- hold join readers that are live, no writer ahead.
-    local function join_shared(v)
-      local gap, at, earliest = split(v, SHARED)
-      if not gap or earliest <= now or string.find(v, hold .. '=', gap, true) then
+      local field, e
+      if units then
+        if n + units > cap or string.find(v, '=' .. owner .. '=', gap, true) then
+          return nil
+        end
+        field, e = COUNTED .. string.format('%d', n + units), counted_hold(units)
+      elseif n <= now then
         return nil
+      else
+        field, e, token = SHARED .. string.format('%d', math.min(n, ends)), entry, tonumber(string.sub(v, 1, gap - 1))
       end
-      return string.sub(v, 1, at - 1) .. ',' .. entry .. ' ' .. SHARED ..
-        string.format('%d', math.min(earliest, ends)), tonumber(string.sub(v, 1, gap - 1))
+      local expires = now + redis.call('PTTL', key)
+      joined[#joined + 1] = {key, v, expires}
+      local t = string.format('%d', token)
+      if ends <= expires and #t == gap - 1 then
+        if units then
+          redis.call('SETRANGE', key, 0, t)
+        end
+        join_in_place(key, v, gap, at, e, field)
+      else
+        -- Written whole, about once a lease, and without holes.
+        redis.call('SET', key, t .. ' - ' .. compact(v, gap, at) .. ',' .. e .. ' ' .. field,
+          'PXAT', math.max(expires, ends + tonumber(lease)))
+      end
+      return token
     end
 
     -- take takes key, asked for shared, in units (capkey its capacity key)
@@ -307,17 +317,11 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
       end
       local v = redis.pcall('GET', key)
-      local joined_value, joined_token
-      if type(v) == 'string' and units then
-        joined_value, joined_token = join_counted(v, units, cap, token), token
-      elseif type(v) == 'string' and shared then
-        joined_value, joined_token = join_shared(v)
-      end
-      if joined_value then
-        local expires = now + redis.call('PTTL', key)
-        joined[#joined + 1] = {key, v, expires}
-        redis.call('SET', key, joined_value, 'PXAT', math.max(expires, ends))
-        return joined_token
+      if type(v) == 'string' and (units or shared) then
+        local joined_token = join(key, v, shared, units, cap, token)
+        if joined_token then
+          return joined_token
+        end
       end
       local s = L.parse(v, key, now)
       if not s then

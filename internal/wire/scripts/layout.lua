@@ -44,9 +44,19 @@
 -- Owner ids are escaped by the client (see owner.go): they hold no
 -- whitespace or control byte, comma, "=", "@", "*" or "#", so "*" is no
 -- owner's id and none starts with "#".
+-- A hold that joins or leaves a counted or shared key without the others
+-- being read is written in place (SETRANGE), for a new value as long as the
+-- key's many holds costs about as much as reading them all: one that leaves
+-- turns its entry into commas (a hole, empty entries between its
+-- neighbours), one that joins fills a hole as long as it or goes after the
+-- last hold, and an owner field written shorter than it was is followed by
+-- spaces. A script that reads every hold writes the value afresh, without
+-- them.
 -- The key expires with its longest hold (PXAT), or later: a hold that
 -- leaves without the others being read (release.lua) leaves the key's
--- expiry as it was, the end of the longest hold it listed at most.
+-- expiry as it was, the end of the longest hold it listed at most, and one
+-- that joins so past that expiry sets it a lease after its own end, so that
+-- those joining within that lease are written in place.
 
 -- A key granted to a waiter is its for this long unless the waiter renews it
 -- (a waiter that polls gets as long as its place would have lasted): time
@@ -88,6 +98,44 @@ local function split(v, mark)
     return nil
   end
   return gap, at, n
+end
+
+-- write_at writes s over key's value v from position at (where v's owner
+-- field starts, the space before it), followed by spaces over what was
+-- there, when s is shorter.
+local function write_at(key, v, at, s)
+  local over = #v - at + 1 - #s
+  if over > 0 then
+    s = s .. string.rep(' ', over)
+  end
+  redis.call('SETRANGE', key, at - 1, s)
+end
+
+-- join_in_place adds entry to the holds of key, whose value v split read
+-- (gap, at), and makes its owner field field, in place: into the first hole
+-- it fits, between commas, or after the last hold.
+local function join_in_place(key, v, gap, at, entry, field)
+  local holds, run = gap + 3, string.rep(',', #entry + 1)
+  local hole = string.find(v, run, holds, true)
+  while hole do
+    -- The hole starts the holds, or the entry keeps the comma before it
+    -- and needs one, or the owner field, after it.
+    local next = string.sub(v, hole + #run, hole + #run)
+    if hole == holds or next == ',' or next == ' ' then
+      redis.call('SETRANGE', key, hole == holds and hole - 1 or hole, entry)
+      write_at(key, v, at, ' ' .. field)
+      return
+    end
+    hole = string.find(v, run, hole + #run, true)
+  end
+  write_at(key, v, at, ',' .. entry .. ' ' .. field)
+end
+
+-- compact returns the holds of value v, which split read (gap, at),
+-- without the holes of those that left.
+local function compact(v, gap, at)
+  local holds = string.gsub(string.sub(v, gap + 3, at - 1), ',,+', ',')
+  return (string.gsub(holds, '^,?(.-),?$', '%1'))
 end
 
 -- layout returns the functions that read and write a lock value, made on

@@ -56,15 +56,16 @@ local function sell(capkey, units)
   return away
 end
 
--- leave_quickly returns value v without hold's live hold of owner, ""
--- when it was the last, and the hold's units (0 on a key held shared);
--- nil when v is not a counted or shared value that split reads, or the
--- hold is not there, not owner's or not live: such a value is read the
--- long way. The others' holds are not read (see layout.lua), and the key
--- keeps its expiry, which may be this hold's end: finding the next one
--- would read them all, and the holds of one call end together, so that a
--- tick's consume read every hold once per hold.
-local function leave_quickly(v, owner, hold)
+-- leave_quickly returns what lets go of hold's live hold of owner in key,
+-- of value v, and the hold's units (0 on a key held shared): a function
+-- that deletes the key when the hold was its last, or else writes the hold
+-- out in place (see layout.lua); nil when v is not a counted or shared
+-- value that split reads, or the hold is not there, not owner's or not
+-- live: such a value is read the long way. The others' holds are not
+-- read, and the key keeps its expiry, which may be this hold's end:
+-- finding the next one would read them all, and the holds of one call end
+-- together, so that a tick's consume read every hold once per hold.
+local function leave_quickly(key, v, owner, hold)
   local gap, at, listed = split(v, COUNTED)
   local counted = gap ~= nil
   if not counted then
@@ -98,17 +99,20 @@ local function leave_quickly(v, owner, hold)
     return nil
   end
   units = tonumber(units)
-  if first == holds and last + 1 == at then
-    return '', units
+  -- Every hold has a "=": another hold is listed when one lies outside
+  -- this entry.
+  local before, after = string.find(v, '=', holds, true), string.find(v, '=', last + 1, true)
+  if before >= first and not (after and after < at) then
+    return function()
+      redis.call('DEL', key)
+    end, units
   end
-  local field = string.sub(v, at)
-  if counted then
-    field = ' ' .. COUNTED .. string.format('%d', listed - units)
-  end
-  if first == holds then
-    return string.sub(v, 1, holds - 1) .. string.sub(v, last + 2, at - 1) .. field, units
-  end
-  return string.sub(v, 1, first - 2) .. string.sub(v, last + 1, at - 1) .. field, units
+  return function()
+    redis.call('SETRANGE', key, first - 1, string.rep(',', last - first + 1))
+    if counted then
+      write_at(key, v, at, ' ' .. COUNTED .. string.format('%d', listed - units))
+    end
+  end, units
 end
 local locks = 0
 local i = 1
@@ -149,18 +153,16 @@ while i <= #ARGV do
     local v = redis.pcall('GET', key)
     local capkey = consumed and consumed[key]
     local alone = type(v) == 'string' and string.sub(v, -#fresh) == fresh
-    local rest, units
+    local leave, units
     if type(v) == 'string' and not alone then
-      rest, units = leave_quickly(v, owner, hold)
+      leave, units = leave_quickly(key, v, owner, hold)
     end
     if alone then
       redis.call('DEL', key)
-    elseif rest and capkey and units > 0 and sell(capkey, units) then
+    elseif leave and capkey and units > 0 and sell(capkey, units) then
       note(2, key)
-    elseif rest == '' then
-      redis.call('DEL', key)
-    elseif rest then
-      redis.call('SET', key, rest, 'KEEPTTL')
+    elseif leave then
+      leave()
     elseif not v and capkey then
       note(1, key) -- gone: nothing of it is sold
     elseif v then
