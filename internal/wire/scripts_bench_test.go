@@ -184,16 +184,29 @@ func BenchmarkScript(b *testing.B) {
 	// not grow with theirs.
 	for _, mode := range []string{"counted", "shared"} {
 		for _, holders := range []int{1, 100, 1000} {
-			benchJoin(b, srv, owner, mode, holders)
+			benchJoin(b, srv, owner, mode, holders, false)
+		}
+	}
+	// A hold of such a key renewed (extend.lua), as the watchdog does a
+	// third of a lease after the last time: its cost should not grow with
+	// the others' either.
+	for _, mode := range []string{"counted", "shared"} {
+		for _, holders := range []int{1, 1000} {
+			benchJoin(b, srv, owner, mode, holders, true)
 		}
 	}
 }
 
 // benchJoin measures a hold of a key taken and released, in mode (counted
-// or shared), the key held by holders others whose leases end later.
-func benchJoin(b *testing.B, srv *benchTarget, owner, mode string, holders int) {
+// or shared), the key held by holders others whose leases end later; with
+// renew, one of those holds renewed instead, in turn.
+func benchJoin(b *testing.B, srv *benchTarget, owner, mode string, holders int, renew bool) {
 	rdb := srv.rdb
-	b.Run(fmt.Sprintf("%s-join/holders=%d", mode, holders), func(b *testing.B) {
+	name := fmt.Sprintf("%s-join/holders=%d", mode, holders)
+	if renew {
+		name = fmt.Sprintf("%s-renew/holders=%d", mode, holders)
+	}
+	b.Run(name, func(b *testing.B) {
 		const key, capacity = "{a}hot", "units:{a}hot"
 		mustRun(b, rdb.Do(b.Context(), "SET", capacity, 1<<40))
 		b.Cleanup(func() { rdb.Del(context.Background(), key, capacity) })
@@ -206,6 +219,12 @@ func benchJoin(b *testing.B, srv *benchTarget, owner, mode string, holders int) 
 		}
 		for j := range holders {
 			mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, take(fmt.Sprintf("%s:%d", owner, j), fmt.Sprintf("h:%016x", j), 600000)...))
+		}
+		if renew {
+			srv.measure(b, 1, func(i int, _ []string) {
+				mustRun(b, wire.ExtendScript.Run(b.Context(), rdb, nil, fmt.Sprintf("h:%016x", i%holders), 600000+i, 1, key))
+			})
+			return
 		}
 		srv.measure(b, 1, func(i int, _ []string) {
 			who, hold := fmt.Sprintf("%s:joins:%d", owner, i), fmt.Sprintf("h:j%015x", i)

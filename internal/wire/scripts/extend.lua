@@ -15,6 +15,51 @@
 -- (the lock on them is lost), and the keys this master does not serve
 -- (moved, or in migration), left as they were.
 local now, L
+
+-- renew_quickly makes hold's live entry in key, of value v, end at least
+-- lease from now, in place (see layout.lua), and reports whether it did;
+-- false when v is not a counted or shared value that split reads, or the
+-- hold is not there, not live, or a grant (its mark goes: the long way).
+-- Its end is written in place while it does not pass the key's expiry; past
+-- it, the key is written whole, expiring a lease after the new end, so that
+-- the holds renewed within that lease are written in place.
+local function renew_quickly(key, v, hold, lease)
+  local gap, at = split(v, COUNTED)
+  if not gap then
+    gap, at = split(v, SHARED)
+    if not gap then
+      return false
+    end
+  end
+  local holds = gap + 3
+  local first = string.find(v, ',' .. hold .. '=', holds, true)
+  if first then
+    first = first + 1
+  elseif string.sub(v, holds, holds + #hold) == hold .. '=' then
+    first = holds
+  else
+    return false
+  end
+  local from = first + #hold + 1
+  local ends = string.match(v, '^(%d+)=', from)
+  if not ends or tonumber(ends) <= now then
+    return false
+  end
+  local renewed = string.format('%d', math.max(tonumber(ends), now + lease))
+  if #renewed ~= #ends then
+    return false
+  elseif renewed == ends then
+    return true
+  end
+  local expires = now + redis.call('PTTL', key)
+  if tonumber(renewed) <= expires then
+    redis.call('SETRANGE', key, from - 1, renewed)
+  else
+    redis.call('SET', key, string.sub(v, 1, from - 1) .. renewed .. string.sub(v, from + #ends), 'PXAT',
+      tonumber(renewed) + lease)
+  end
+  return true
+end
 -- found: per lock (by its number) that lost or found elsewhere some key, its
 -- {lost, away}; nil while none did.
 local found
@@ -54,7 +99,7 @@ while i <= #ARGV do
       end
       if v == nil then
         note(2, key)
-      else
+      elseif type(v) ~= 'string' or not renew_quickly(key, v, hold, lease) then
         local s = L.parse(v, key, now)
         local ends = s and s.holds[hold]
         if ends and ends > now then
