@@ -66,6 +66,37 @@ local function cancelled(mark)
   return nil
 end
 
+-- call_now is the server's time in milliseconds, read once per call.
+local call_now
+local function now_once()
+  call_now = call_now or layout().now_ms()
+  return call_now
+end
+
+-- fresh_units takes key, not there, for hold of owner: units of it, of the
+-- capacity in capkey, with token, for lease milliseconds (the hold's end
+-- written, as a counted key's holds all have theirs). It returns the token,
+-- false when the key is there (to be taken the long way), or nil and why
+-- the units cannot be had, as capacity in attempt's slow path says.
+local function fresh_units(key, token, units, capkey, owner, hold, lease)
+  local c = redis.pcall('GET', capkey)
+  if layout().failed(c) then
+    return nil, c
+  elseif not c then
+    return nil, 'none'
+  elseif units > tonumber(c) then
+    return nil, 'over'
+  end
+  local n = string.format('%d', units)
+  local value = string.format('%d', token) .. ' - ' .. hold .. '=' .. string.format('%d', now_once() + tonumber(lease)) ..
+    '=' .. owner .. '=' .. n .. ' ' .. COUNTED .. n
+  local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
+  if layout().failed(r) then
+    return nil, r
+  end
+  return r and token
+end
+
 local function attempt(owner, hold, lease, mode, place, i, last)
   -- some: some key is asked for shared, and each slot says which, a byte
   -- per key: SHARED_BYTE for a shared one.
@@ -95,7 +126,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       return existing
     end
     local L = layout()
-    local now = L.now_ms()
+    local now = now_once()
     local ends = now + tonumber(lease)
     -- entry is this hold's entry in a shared key's holds, ending with its
     -- lease; a counted key's adds its units.
@@ -480,8 +511,15 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       local token, left, s
       if not clear then
         token, left, s = slow().verdict(key, shared, units, capkey)
-      elseif shared or units then
-        token, left, s = slow().take(key, base, shared, units, capkey)
+      elseif units and not shared then
+        token, left = fresh_units(key, base, units, capkey, owner, hold, lease)
+        if token then
+          created[#created + 1] = key
+        elseif token == false then
+          token, left, s = slow().take(key, base, false, units, capkey)
+        end
+      elseif shared then
+        token, left, s = slow().take(key, base, true)
       else
         token = base
         local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
