@@ -122,13 +122,19 @@ func BenchmarkScript(b *testing.B) {
 	// per key beyond acquire's one basket. With hot, every basket's first
 	// key is one key that hot others hold in units already, as a flash
 	// sale's SKU: the tick joins it 32 times and sells 32 holds of it.
+	// With overlap, each key is in 4 of the baskets (64 keys in all), as
+	// SKUs are in a tick of a sale in units: most lines join a key.
 	for _, tc := range []struct {
-		mode byte
-		hot  int
-	}{{wire.ModeExclusive, 0}, {wire.ModeCounted, 0}, {wire.ModeCounted, 1000}} {
+		mode    byte
+		hot     int
+		overlap bool
+	}{{wire.ModeExclusive, 0, false}, {wire.ModeCounted, 0, false}, {wire.ModeCounted, 1000, false}, {wire.ModeCounted, 0, true}} {
 		name := fmt.Sprintf("tryeach-%c/baskets=32,keys=8", tc.mode)
 		if tc.hot > 0 {
 			name += fmt.Sprintf(",hot=%d", tc.hot)
+		}
+		if tc.overlap {
+			name += ",overlap=4"
 		}
 		b.Run(name, func(b *testing.B) {
 			const baskets, perBasket, hot = 32, 8, "{a}hot"
@@ -153,6 +159,12 @@ func BenchmarkScript(b *testing.B) {
 				for j := range baskets {
 					who, hold := owner, fmt.Sprintf("h:%08x%08x", i, j)
 					mine := slices.Clone(keys[j*perBasket : (j+1)*perBasket])
+					if tc.overlap {
+						who = fmt.Sprintf("%s:%d", owner, j)
+						for k := range mine {
+							mine[k] = keys[(j*perBasket+k)%(baskets*perBasket/4)]
+						}
+					}
 					if tc.hot > 0 {
 						// Each basket an owner of its own, as a Processor's.
 						who, mine[0] = fmt.Sprintf("%s:%d", owner, j), hot

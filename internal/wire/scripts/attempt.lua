@@ -73,12 +73,67 @@ local function now_once()
   return call_now
 end
 
--- fresh_units takes key, not there, for hold of owner: units of it, of the
--- capacity in capkey, with token, for lease milliseconds (the hold's end
--- written, as a counted key's holds all have theirs). It returns the token,
--- false when the key is there (to be taken the long way), or nil and why
--- the units cannot be had, as capacity in attempt's slow path says.
-local function fresh_units(key, token, units, capkey, owner, hold, lease)
+-- counted_value is the value of a counted key taken afresh by hold of
+-- owner, units of it with token, the hold ending at ends.
+local function counted_value(token, hold, ends, owner, units)
+  local n = string.format('%d', units)
+  return string.format('%d', token) .. ' - ' .. hold .. '=' .. string.format('%d', ends) .. '=' .. owner .. '=' .. n ..
+    ' ' .. COUNTED .. n
+end
+
+-- join_quickly adds hold of owner, for lease milliseconds, to key, of
+-- value v, held shared or in units (of capacity cap) by others, recording
+-- it in joined to be undone, and returns the key's token after (token, for
+-- units; the readers' own, shared); nil when it cannot without every hold
+-- being read: somebody waits, the units do not fit beside those of every
+-- hold listed, a reader's earliest end has passed, or the hold or its owner
+-- of units may be there already (an owner id that reads like another field
+-- only sends the call the long way). The long way would let such a hold
+-- join. It is written in place (see layout.lua) unless its end is past the
+-- key's expiry or the token is longer than the one it replaces.
+local function join_quickly(key, v, shared, units, cap, token, owner, hold, lease, joined)
+  local gap, at, n = split(v, units and COUNTED or SHARED)
+  if not gap or string.find(v, hold .. '=', gap, true) then
+    return nil
+  end
+  local now = now_once()
+  local ends = now + tonumber(lease)
+  local entry = hold .. '=' .. string.format('%d', ends) .. '=' .. owner
+  local field
+  if units then
+    if n + units > cap or string.find(v, '=' .. owner .. '=', gap, true) then
+      return nil
+    end
+    field, entry = COUNTED .. string.format('%d', n + units), entry .. '=' .. string.format('%d', units)
+  elseif n <= now then
+    return nil
+  else
+    field, token = SHARED .. string.format('%d', math.min(n, ends)), tonumber(string.sub(v, 1, gap - 1))
+  end
+  local expires = now + redis.call('PTTL', key)
+  joined[#joined + 1] = {key, v, expires}
+  local t = string.format('%d', token)
+  if ends <= expires and #t == gap - 1 then
+    if units then
+      redis.call('SETRANGE', key, 0, t)
+    end
+    join_in_place(key, v, gap, at, entry, field)
+  else
+    -- Written whole, about once a lease, and without holes.
+    redis.call('SET', key, t .. ' - ' .. compact(v, gap, at) .. ',' .. entry .. ' ' .. field,
+      'PXAT', math.max(expires, ends + tonumber(lease)))
+  end
+  return token
+end
+
+-- take_units takes units of key (of the capacity in capkey) for hold of
+-- owner, for lease milliseconds, as attempt's main loop takes exclusive
+-- keys: afresh with token (recorded in created), or joining others'
+-- holds as join_quickly says (recorded in joined). It returns the key's
+-- token, false when the key must be taken the long way, or nil and why the
+-- units cannot be had: "none" (no capacity set), "over" (more units than
+-- the capacity), or the error of reading it (moved).
+local function take_units(key, token, units, capkey, owner, hold, lease, created, joined)
   local c = redis.pcall('GET', capkey)
   if layout().failed(c) then
     return nil, c
@@ -87,14 +142,16 @@ local function fresh_units(key, token, units, capkey, owner, hold, lease)
   elseif units > tonumber(c) then
     return nil, 'over'
   end
-  local n = string.format('%d', units)
-  local value = string.format('%d', token) .. ' - ' .. hold .. '=' .. string.format('%d', now_once() + tonumber(lease)) ..
-    '=' .. owner .. '=' .. n .. ' ' .. COUNTED .. n
+  local value = counted_value(token, hold, now_once() + tonumber(lease), owner, units)
   local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
   if layout().failed(r) then
     return nil, r
+  elseif r then
+    created[#created + 1] = key
+    return token
   end
-  return r and token
+  local v = redis.pcall('GET', key)
+  return type(v) == 'string' and join_quickly(key, v, false, units, tonumber(c), token, owner, hold, lease, joined) or false
 end
 
 local function attempt(owner, hold, lease, mode, place, i, last)
@@ -115,11 +172,12 @@ local function attempt(owner, hold, lease, mode, place, i, last)
   local rest = ' - ' .. hold .. '= ' .. owner
 
   -- created are the keys this call took afresh, to undo.
-  local created = {}
+  -- joined are the keys it joined, with their old value and expiry, to undo.
+  local created, joined = {}, {}
 
-  -- slow is what a call needs beyond taking keys afresh (most need none of
-  -- it): the keys it joined, to undo, the server's time, and how to take a key
-  -- that is there already, made on first use.
+  -- slow is what a call needs beyond taking keys afresh and joining them
+  -- quickly (most need none of it): how to take a key that is there
+  -- already, made on first use.
   local existing
   local function slow()
     if existing then
@@ -128,10 +186,6 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     local L = layout()
     local now = now_once()
     local ends = now + tonumber(lease)
-    -- entry is this hold's entry in a shared key's holds, ending with its
-    -- lease; a counted key's adds its units.
-    local entry = hold .. '=' .. string.format('%d', ends) .. '=' .. owner
-    local joined = {} -- keys joined, with their old value and expiry
     local shared_value = L.fresh(hold, owner, true)
 
     -- writer_ahead reports whether a live waiter for key state s asks for it
@@ -263,83 +317,19 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       return table.concat(names, ',')
     end
 
-    -- undo undoes what this call wrote.
-    function existing.undo()
-      for i = #joined, 1, -1 do
-        local j = joined[i]
-        redis.call('SET', j[1], j[2], 'PXAT', j[3])
-      end
-      for i = #created, 1, -1 do
-        redis.call('DEL', created[i])
-      end
-    end
-
-    -- counted_hold is this hold's entry in a counted key's holds, with
-    -- units.
-    local function counted_hold(units)
-      return entry .. '=' .. string.format('%d', units)
-    end
-
-    -- counted_value is the value of a counted key taken afresh by this hold
-    -- with units and token.
-    local function counted_value(token, units)
-      return string.format('%d', token) .. ' - ' .. counted_hold(units) .. ' ' .. COUNTED .. string.format('%d', units)
-    end
-
-    -- join adds this hold to key, of value v, held shared or in units (of
-    -- capacity cap) by others, and returns the key's token after (token,
-    -- for units; the readers' own, shared); nil when it cannot without
-    -- every hold being read: somebody waits, the units do not fit beside
-    -- those of every hold listed, a reader's earliest end has passed, or
-    -- the hold or its owner of units may be there already (an owner id
-    -- that reads like another field only sends the call the long way).
-    -- judge would let such a hold join. It is written in place (see
-    -- layout.lua) unless its end is past the key's expiry or the token
-    -- is longer than the one it replaces.
-    local function join(key, v, shared, units, cap, token)
-      local gap, at, n = split(v, units and COUNTED or SHARED)
-      if not gap or string.find(v, hold .. '=', gap, true) then
-        return nil
-      end
-      local field, e
-      if units then
-        if n + units > cap or string.find(v, '=' .. owner .. '=', gap, true) then
-          return nil
-        end
-        field, e = COUNTED .. string.format('%d', n + units), counted_hold(units)
-      elseif n <= now then
-        return nil
-      else
-        field, e, token = SHARED .. string.format('%d', math.min(n, ends)), entry, tonumber(string.sub(v, 1, gap - 1))
-      end
-      local expires = now + redis.call('PTTL', key)
-      joined[#joined + 1] = {key, v, expires}
-      local t = string.format('%d', token)
-      if ends <= expires and #t == gap - 1 then
-        if units then
-          redis.call('SETRANGE', key, 0, t)
-        end
-        join_in_place(key, v, gap, at, e, field)
-      else
-        -- Written whole, about once a lease, and without holes.
-        redis.call('SET', key, t .. ' - ' .. compact(v, gap, at) .. ',' .. e .. ' ' .. field,
-          'PXAT', math.max(expires, ends + tonumber(lease)))
-      end
-      return token
-    end
-
-    -- take takes key, asked for shared, in units (capkey its capacity key)
-    -- or exclusively, for the hold, with token if it is a new ownership
-    -- (every hold of units is one), as the loop below says.
+    -- take takes key, asked for shared, in units (capkey its capacity key;
+    -- take_units found the key there and could not join it quickly) or
+    -- exclusively, for the hold, with token if it is a new ownership (every
+    -- hold of units is one), as the loop below says.
     function existing.take(key, token, shared, units, capkey)
       local cap, why = capacity(capkey, units)
       if why then
         return nil, why
       end
-      -- A key shared or counted taken afresh: its value for this hold.
-      local first = units and counted_value(token, units) or shared and shared_value(token)
-      if first then
-        local r = redis.pcall('SET', key, first, 'NX', 'PX', lease)
+      -- A key shared taken afresh, or joined quickly (take_units tried
+      -- both for units).
+      if shared then
+        local r = redis.pcall('SET', key, shared_value(token), 'NX', 'PX', lease)
         if L.failed(r) then
           return nil, r
         elseif r then
@@ -348,8 +338,8 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
       end
       local v = redis.pcall('GET', key)
-      if type(v) == 'string' and (units or shared) then
-        local joined_token = join(key, v, shared, units, cap, token)
+      if type(v) == 'string' and shared then
+        local joined_token = join_quickly(key, v, true, nil, nil, token, owner, hold, lease, joined)
         if joined_token then
           return joined_token
         end
@@ -367,7 +357,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         if shared then
           fresh = shared_value(token)
         elseif units then
-          fresh = counted_value(token, units)
+          fresh = counted_value(token, hold, ends, owner, units)
         end
         joined[#joined + 1] = {key, v, now + 1}
         redis.call('SET', key, fresh, 'PX', lease)
@@ -451,12 +441,12 @@ local function attempt(owner, hold, lease, mode, place, i, last)
 
   -- undo undoes what this attempt wrote.
   local function undo()
-    if existing then
-      existing.undo()
-    else
-      for k = #created, 1, -1 do
-        redis.call('DEL', created[k])
-      end
+    for k = #joined, 1, -1 do
+      local j = joined[k]
+      redis.call('SET', j[1], j[2], 'PXAT', j[3])
+    end
+    for k = #created, 1, -1 do
+      redis.call('DEL', created[k])
     end
   end
 
@@ -511,11 +501,9 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       local token, left, s
       if not clear then
         token, left, s = slow().verdict(key, shared, units, capkey)
-      elseif units and not shared then
-        token, left = fresh_units(key, base, units, capkey, owner, hold, lease)
-        if token then
-          created[#created + 1] = key
-        elseif token == false then
+      elseif units then
+        token, left = take_units(key, base, units, capkey, owner, hold, lease, created, joined)
+        if token == false then
           token, left, s = slow().take(key, base, false, units, capkey)
         end
       elseif shared then
