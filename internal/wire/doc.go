@@ -11,7 +11,9 @@
 //   - prefix+key, the lock key of a user key (its own {tag} kept, so that
 //     keys co-located stay so): a string "<token> <queue> <holds> <owner>"
 //     (the fencing token, the waiters' places, the holds with the server
-//     time each ends, and the owner). It expires with its longest live hold.
+//     time each ends, and the owner). It expires with its longest live hold,
+//     or up to a lease later for a shared or counted key whose holds are
+//     written in place (layout.lua says how).
 //   - prefix+"fence:{"+tag+"}", one per slot (tag: hashtag.ForSlot of the
 //     slot; Keyspace.Fence): the slot's fencing counter, which a fresh
 //     ownership increments (INCRBY) for its token. It never expires.
