@@ -73,6 +73,25 @@ local function now_once()
   return call_now
 end
 
+-- capacity returns the capacity in capkey of a key asked for units (nil
+-- for a key asked for otherwise), or nil and why the units cannot be had:
+-- "none" (no capacity set), "over" (more units than the capacity), or the
+-- error of reading it (moved).
+local function capacity(capkey, units)
+  if not units then
+    return nil
+  end
+  local c = redis.pcall('GET', capkey)
+  if layout().failed(c) then
+    return nil, c
+  elseif not c then
+    return nil, 'none'
+  elseif units > tonumber(c) then
+    return nil, 'over'
+  end
+  return tonumber(c)
+end
+
 -- counted_value is the value of a counted key taken afresh by hold of
 -- owner, units of it with token, the hold ending at ends.
 local function counted_value(token, hold, ends, owner, units)
@@ -134,13 +153,9 @@ end
 -- units cannot be had: "none" (no capacity set), "over" (more units than
 -- the capacity), or the error of reading it (moved).
 local function take_units(key, token, units, capkey, owner, hold, lease, created, joined)
-  local c = redis.pcall('GET', capkey)
-  if layout().failed(c) then
-    return nil, c
-  elseif not c then
-    return nil, 'none'
-  elseif units > tonumber(c) then
-    return nil, 'over'
+  local cap, why = capacity(capkey, units)
+  if why then
+    return nil, why
   end
   local value = counted_value(token, hold, now_once() + tonumber(lease), owner, units)
   local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
@@ -151,7 +166,7 @@ local function take_units(key, token, units, capkey, owner, hold, lease, created
     return token
   end
   local v = redis.pcall('GET', key)
-  return type(v) == 'string' and join_quickly(key, v, false, units, tonumber(c), token, owner, hold, lease, joined) or false
+  return type(v) == 'string' and join_quickly(key, v, false, units, cap, token, owner, hold, lease, joined) or false
 end
 
 local function attempt(owner, hold, lease, mode, place, i, last)
@@ -213,25 +228,6 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         end
       end
       return false
-    end
-
-    -- capacity returns the capacity in capkey of a key asked for units (nil
-    -- for a key asked for otherwise), or nil and why the units cannot be
-    -- had: "none" (no capacity set), "over" (more units than the
-    -- capacity), or the error of reading it (moved).
-    local function capacity(capkey, units)
-      if not units then
-        return nil
-      end
-      local c = redis.pcall('GET', capkey)
-      if L.failed(c) then
-        return nil, c
-      elseif not c then
-        return nil, 'none'
-      elseif units > tonumber(c) then
-        return nil, 'over'
-      end
-      return tonumber(c)
     end
 
     -- judge_counted says what the hold may do with counted key state s

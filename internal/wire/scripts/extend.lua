@@ -24,20 +24,8 @@ local now, L
 -- it, the key is written whole, expiring a lease after the new end, so that
 -- the holds renewed within that lease are written in place.
 local function renew_quickly(key, v, hold, lease)
-  local gap, at = split(v, COUNTED)
-  if not gap then
-    gap, at = split(v, SHARED)
-    if not gap then
-      return false
-    end
-  end
-  local holds = gap + 3
-  local first = string.find(v, ',' .. hold .. '=', holds, true)
-  if first then
-    first = first + 1
-  elseif string.sub(v, holds, holds + #hold) == hold .. '=' then
-    first = holds
-  else
+  local first = find_hold(v, hold)
+  if not first then
     return false
   end
   local from = first + #hold + 1

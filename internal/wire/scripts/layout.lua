@@ -100,6 +100,32 @@ local function split(v, mark)
   return gap, at, n
 end
 
+-- find_hold finds hold's entry in v, a value that split reads as a
+-- counted or a shared key's: it returns where the entry starts, split's
+-- gap, at and number, and whether the key is counted; nil when v is no such
+-- value or does not list the hold. The entry is the first of the holds, or
+-- one after a comma.
+local function find_hold(v, hold)
+  local counted = true
+  local gap, at, n = split(v, COUNTED)
+  if not gap then
+    counted, gap, at, n = false, split(v, SHARED)
+    if not gap then
+      return nil
+    end
+  end
+  local holds = gap + 3
+  local first = string.find(v, ',' .. hold .. '=', holds, true)
+  if first then
+    first = first + 1
+  elseif string.sub(v, holds, holds + #hold) == hold .. '=' then
+    first = holds
+  else
+    return nil
+  end
+  return first, gap, at, n, counted
+end
+
 -- write_at writes s over key's value v from position at (where v's owner
 -- field starts, the space before it), followed by spaces over what was
 -- there, when s is shorter.

@@ -66,25 +66,11 @@ end
 -- finding the next one would read them all, and the holds of one call end
 -- together, so that a tick's consume read every hold once per hold.
 local function leave_quickly(key, v, owner, hold)
-  local gap, at, listed = split(v, COUNTED)
-  local counted = gap ~= nil
-  if not counted then
-    gap, at = split(v, SHARED)
-    if not gap then
-      return nil
-    end
-  end
-  -- The hold's entry runs from first to last: the first of the holds, or
-  -- one after a comma.
-  local holds = gap + 3
-  local first = string.find(v, ',' .. hold .. '=', holds, true)
-  if first then
-    first = first + 1
-  elseif string.sub(v, holds, holds + #hold) == hold .. '=' then
-    first = holds
-  else
+  local first, gap, at, listed, counted = find_hold(v, hold)
+  if not first then
     return nil
   end
+  local holds = gap + 3
   local last = (string.find(v, ',', first, true) or at) - 1
   local entry = string.sub(v, first, last)
   local ends, who, units
