@@ -129,7 +129,7 @@ local function join_quickly(key, v, shared, units, cap, token, owner, hold, leas
   else
     field, token = SHARED .. string.format('%d', math.min(n, ends)), tonumber(string.sub(v, 1, gap - 1))
   end
-  local expires = now + redis.call('PTTL', key)
+  local expires = layout().expiry(key)
   joined[#joined + 1] = {key, v, expires}
   local t = string.format('%d', token)
   if ends <= expires and #t == gap - 1 then
@@ -201,7 +201,13 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     local L = layout()
     local now = now_once()
     local ends = now + tonumber(lease)
-    local shared_value = L.fresh(hold, owner, true)
+    -- shared_value is the value of a key taken afresh shared by this hold,
+    -- with token: the hold is written without its end, for it ends with
+    -- the key (SET PX its lease), as an exclusive one's is.
+    local shared_rest = ' - ' .. hold .. '==' .. owner .. ' ' .. SHARED
+    local function shared_value(token)
+      return string.format('%d', token) .. shared_rest
+    end
 
     -- writer_ahead reports whether a live waiter for key state s asks for it
     -- exclusively ahead of this hold's place (anywhere, with no place).
@@ -367,7 +373,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       end
       -- A counted key left with no hold and a queue expires with the
       -- queue's last place.
-      joined[#joined + 1] = {key, v, latest > 0 and latest or now + redis.call('PTTL', key)}
+      joined[#joined + 1] = {key, v, latest > 0 and latest or L.expiry(key)}
       if verdict == 'convert' then
         s.holds, s.granted, s.owner, s.owners, s.units = {}, {}, owner, nil, nil
         if shared then

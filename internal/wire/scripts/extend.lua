@@ -39,7 +39,7 @@ local function renew_quickly(key, v, hold, lease)
   elseif renewed == ends then
     return true
   end
-  local expires = now + redis.call('PTTL', key)
+  local expires = L.expiry(key)
   if tonumber(renewed) <= expires then
     redis.call('SETRANGE', key, from - 1, renewed)
   else

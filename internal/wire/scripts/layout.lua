@@ -178,6 +178,17 @@ local function layout()
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
 
+  -- expiry returns when key, which exists, expires, in the server's
+  -- milliseconds. Its PTTL counts from the moment it is read; a call's time
+  -- read once may be behind by then, by as long as the call has run, and an
+  -- expiry put back from it (an undo) would end a live hold's key early.
+  local function expiry(key)
+    -- PTTL first: the time read after it is as late or later, so that the
+    -- expiry is never put earlier, if a millisecond later at most.
+    local left = math.max(redis.call('PTTL', key), 0)
+    return now_ms() + left
+  end
+
   -- failed reports a reply of redis.pcall that is an error.
   local function failed(r)
     return type(r) == 'table' and r.err ~= nil
@@ -237,7 +248,7 @@ local function layout()
     end
     for id, ends, grant, who, units in string.gmatch(holds, '([^,=]+)=(%d*)(g?)=?([^,=]*)=?(%d*)') do
       if ends == '' then
-        h[id] = now + math.max(redis.call('PTTL', key), 0)
+        h[id] = expiry(key)
       else
         h[id] = tonumber(ends)
       end
@@ -510,21 +521,8 @@ local function layout()
     end
   end
 
-  -- fresh returns the value, by fencing token, of a key taken afresh by one
-  -- hold, nobody waiting, exclusively or shared: the hold is written
-  -- without its end, for it ends with the key (SET PX its lease).
-  local function fresh(hold, owner, shared)
-    local rest = ' - ' .. hold .. '= ' .. owner
-    if shared then
-      rest = ' - ' .. hold .. '==' .. owner .. ' ' .. SHARED
-    end
-    return function(token)
-      return string.format('%d', token) .. rest
-    end
-  end
-
-  cached_layout = {now_ms = now_ms, failed = failed, moved = moved, get = get, elsewhere = elsewhere,
+  cached_layout = {now_ms = now_ms, expiry = expiry, failed = failed, moved = moved, get = get, elsewhere = elsewhere,
     parse = parse, held = held, holder = holder, live = live, format = format, leave = leave,
-    wake = wake, lapse = lapse, hand = hand, rewrite = rewrite, fresh = fresh, escape = escape}
+    wake = wake, lapse = lapse, hand = hand, rewrite = rewrite, escape = escape}
   return cached_layout
 end
