@@ -149,9 +149,9 @@ end
 -- owner, for lease milliseconds, as attempt's main loop takes exclusive
 -- keys: afresh with token (recorded in created), or joining others'
 -- holds as join_quickly says (recorded in joined). It returns the key's
--- token, false when the key must be taken the long way, or nil and why the
--- units cannot be had: "none" (no capacity set), "over" (more units than
--- the capacity), or the error of reading it (moved).
+-- token; false and the capacity when the key must be taken the long way;
+-- or nil and why the units cannot be had: "none" (no capacity set), "over"
+-- (more units than the capacity), or the error of reading it (moved).
 local function take_units(key, token, units, capkey, owner, hold, lease, created, joined)
   local cap, why = capacity(capkey, units)
   if why then
@@ -166,7 +166,11 @@ local function take_units(key, token, units, capkey, owner, hold, lease, created
     return token
   end
   local v = redis.pcall('GET', key)
-  return type(v) == 'string' and join_quickly(key, v, false, units, cap, token, owner, hold, lease, joined) or false
+  local joined_token = type(v) == 'string' and join_quickly(key, v, false, units, cap, token, owner, hold, lease, joined)
+  if joined_token then
+    return joined_token
+  end
+  return false, cap
 end
 
 local function attempt(owner, hold, lease, mode, place, i, last)
@@ -319,15 +323,11 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       return table.concat(names, ',')
     end
 
-    -- take takes key, asked for shared, in units (capkey its capacity key;
-    -- take_units found the key there and could not join it quickly) or
-    -- exclusively, for the hold, with token if it is a new ownership (every
-    -- hold of units is one), as the loop below says.
-    function existing.take(key, token, shared, units, capkey)
-      local cap, why = capacity(capkey, units)
-      if why then
-        return nil, why
-      end
+    -- take takes key, asked for shared, in units (cap its capacity, as
+    -- take_units read it, which found the key there and could not join it
+    -- quickly) or exclusively, for the hold, with token if it is a new
+    -- ownership (every hold of units is one), as the loop below says.
+    function existing.take(key, token, shared, units, cap)
       -- A key shared taken afresh, or joined quickly (take_units tried
       -- both for units).
       if shared then
@@ -506,7 +506,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
       elseif units then
         token, left = take_units(key, base, units, capkey, owner, hold, lease, created, joined)
         if token == false then
-          token, left, s = slow().take(key, base, false, units, capkey)
+          token, left, s = slow().take(key, base, false, units, left)
         end
       elseif shared then
         token, left, s = slow().take(key, base, true)
