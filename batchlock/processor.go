@@ -24,10 +24,8 @@ import (
 // once a key that refused it may be free: when a tick of its own lets go of
 // it (Tick.Done); behind an earlier basket of its tick, when that one may
 // go; refused in Redis, after a backoff (from 1 ms, doubling, at most the
-// Client's poll interval, WithPollInterval, and at most twice as long as
-// the Processor's own ticks have lately held their keys: replicas' ticks
-// hold theirs about as long) or the lease left on the key that refused it,
-// whichever is shorter. So a Processor never spins, and a
+// Client's poll interval, WithPollInterval) or the lease left on the key
+// that refused it, whichever is shorter. So a Processor never spins, and a
 // tick costs what its new and readied baskets cost, however long the
 // backlog. A basket that an earlier one of its tick refused is read no
 // further than the first key that one took: its EventRefused names that key.
@@ -59,12 +57,9 @@ type Processor[T any] struct {
 	ticks map[*Tick[T]]struct{}
 	// busy counts the ticks handed out and the calls taking ticks; once
 	// closed, settled is closed when it reaches zero.
-	busy   int
-	closed bool
-	ticked uint64
-	// holding is how long the Processor's ticks have lately held their
-	// keys, from Next to Done (a moving average; zero before the first).
-	holding time.Duration
+	busy    int
+	closed  bool
+	ticked  uint64
 	refused [refusedBad + 1]uint64 // by cause
 	settled chan struct{}
 	wake    chan struct{} // a basket may be ready: a Next that waits looks again
@@ -129,7 +124,6 @@ type Tick[T any] struct {
 	// capacity (ErrOverCapacity: sold out). Each holds nothing.
 	Failed []Failed[T]
 	done   sync.Once
-	at     time.Time // handed out
 }
 
 // Failed is a basket of a Tick dropped with its error.
@@ -331,7 +325,7 @@ func (p *Processor[T]) offer() (won *Tick[T], offer []*pendingBasket[T], until t
 			continue
 		}
 		if won == nil {
-			won = &Tick[T]{p: p, at: time.Now()}
+			won = &Tick[T]{p: p}
 		}
 		won.Baskets = append(won.Baskets, Taken[T]{Item: w.pb.item, Lock: w.l, Waited: w.at.Sub(w.pb.arrived)})
 	}
@@ -412,7 +406,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		p.settle()
 		return nil, err
 	}
-	tick := &Tick[T]{p: p, at: now}
+	tick := &Tick[T]{p: p}
 	taken := map[*pendingBasket[T]]bool{}
 	// first is, by key, the first basket of the tick that Redis refused
 	// with it: the one that refused the later ones in the process.
@@ -477,11 +471,7 @@ func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*p
 			p.queue(pb)
 			return
 		}
-		ceiling := p.c.cfg.pollMax
-		if p.holding > 0 {
-			ceiling = min(ceiling, max(2*p.holding, time.Millisecond))
-		}
-		wait := backoff.Jittered(pb.refusals, time.Millisecond, ceiling)
+		wait := backoff.Jittered(pb.refusals, time.Millisecond, p.c.cfg.pollMax)
 		if r.wait > 0 && r.wait+time.Millisecond < wait {
 			wait = r.wait + time.Millisecond
 		}
@@ -532,16 +522,6 @@ func (p *Processor[T]) queue(pb *pendingBasket[T]) {
 		}
 		p.letGo(pb.basket.keys)
 	})
-}
-
-// heldFor counts d in how long the ticks hold their keys. Called with p.mu
-// held.
-func (p *Processor[T]) heldFor(d time.Duration) {
-	if p.holding == 0 {
-		p.holding = d
-		return
-	}
-	p.holding += (d - p.holding) / 8
 }
 
 // settle counts a tick or a call ended. Called with p.mu held.
@@ -614,7 +594,6 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 			delete(p.ticks, t)
 			p.forget(t)
 			p.settle()
-			p.heldFor(time.Since(t.at))
 		}
 	})
 	return err

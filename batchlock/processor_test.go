@@ -102,42 +102,6 @@ func TestProcessorRefusedInRedisWaits(t *testing.T) {
 	require.NoError(t, tick.Done(ctx))
 }
 
-// A basket refused in Redis is offered again after a backoff that doubles
-// with its refusals, at most twice as long as the Processor's ticks have
-// lately held their keys (other replicas' hold theirs about as long), or
-// the poll interval before any tick was done.
-func TestProcessorRefusedInRedisBacksOffAsLongAsTicksHold(t *testing.T) {
-	for _, tc := range []struct {
-		name          string
-		ticks         []time.Duration // how long each tick done held its keys
-		refusals      int
-		least, atMost time.Duration
-	}{
-		{"no tick done yet: the poll interval bounds it", nil, 6, 32 * time.Millisecond, 64 * time.Millisecond},
-		{"no tick done yet, refused more", nil, 7, 64 * time.Millisecond, 128 * time.Millisecond},
-		{"ticks of 5 ms", []time.Duration{5 * time.Millisecond}, 6, 5 * time.Millisecond, 10 * time.Millisecond},
-		{"ticks of 5 ms, the first refusal", []time.Duration{5 * time.Millisecond}, 1, time.Millisecond, 2 * time.Millisecond},
-		{"ticks of 5 ms, then one of 85: the average moves an eighth", []time.Duration{5 * time.Millisecond, 85 * time.Millisecond}, 7, 15 * time.Millisecond, 30 * time.Millisecond},
-		{"ticks shorter than half a millisecond: 1 ms", []time.Duration{100 * time.Microsecond}, 6, 500 * time.Microsecond, time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, p := newReplica(t, wiretest.ServerClient(t))
-			for _, d := range tc.ticks {
-				p.heldFor(d)
-			}
-			pb := &pendingBasket[string]{refusals: tc.refusals - 1}
-			now := time.Now()
-			p.mu.Lock()
-			p.wait(pb, refusal{cause: refusedHeld}, nil, now)
-			p.mu.Unlock()
-			assert.Equal(t, tc.refusals, pb.refusals)
-			assert.False(t, pb.queued, "refused fewer times than a queued basket")
-			assert.GreaterOrEqual(t, pb.readyAt.Sub(now), tc.least)
-			assert.LessOrEqual(t, pb.readyAt.Sub(now), tc.atMost)
-		})
-	}
-}
-
 // Close hands back the baskets not taken, waits for the tick out, leaves
 // the places, and tells no loss; Add and Next then say ErrClosed.
 func TestProcessorClose(t *testing.T) {
