@@ -24,8 +24,11 @@ import (
 // once a key that refused it may be free: when a tick of its own lets go of
 // it (Tick.Done); behind an earlier basket of its tick, when that one may
 // go; refused in Redis, after a backoff (from 1 ms, doubling, at most the
-// Client's poll interval, WithPollInterval) or the lease left on the key
-// that refused it, whichever is shorter. So a Processor never spins, and a
+// Client's poll interval, WithPollInterval, and, while the Processor
+// keeps up, with a backlog of half a tick at most, at most twice as long
+// as its own ticks have lately held their keys: replicas' ticks hold
+// theirs about as long) or the lease left on the key that refused it,
+// whichever is shorter. So a Processor never spins, and a
 // tick costs what its new and readied baskets cost, however long the
 // backlog. A basket that an earlier one of its tick refused is read no
 // further than the first key that one took: its EventRefused names that key.
@@ -57,9 +60,12 @@ type Processor[T any] struct {
 	ticks map[*Tick[T]]struct{}
 	// busy counts the ticks handed out and the calls taking ticks; once
 	// closed, settled is closed when it reaches zero.
-	busy    int
-	closed  bool
-	ticked  uint64
+	busy   int
+	closed bool
+	ticked uint64
+	// holding is how long the Processor's ticks have lately held their
+	// keys, from Next to Done (a moving average; zero before the first).
+	holding time.Duration
 	refused [refusedBad + 1]uint64 // by cause
 	settled chan struct{}
 	wake    chan struct{} // a basket may be ready: a Next that waits looks again
@@ -124,6 +130,7 @@ type Tick[T any] struct {
 	// capacity (ErrOverCapacity: sold out). Each holds nothing.
 	Failed []Failed[T]
 	done   sync.Once
+	at     time.Time // handed out
 }
 
 // Failed is a basket of a Tick dropped with its error.
@@ -325,7 +332,7 @@ func (p *Processor[T]) offer() (won *Tick[T], offer []*pendingBasket[T], until t
 			continue
 		}
 		if won == nil {
-			won = &Tick[T]{p: p}
+			won = &Tick[T]{p: p, at: time.Now()}
 		}
 		won.Baskets = append(won.Baskets, Taken[T]{Item: w.pb.item, Lock: w.l, Waited: w.at.Sub(w.pb.arrived)})
 	}
@@ -406,7 +413,17 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		p.settle()
 		return nil, err
 	}
-	tick := &Tick[T]{p: p}
+	tick := &Tick[T]{p: p, at: now}
+	// keepingUp: the backlog left after this tick is half a tick at most,
+	// so that a refused basket retried soon costs no other basket its
+	// place (see wait).
+	backlog := len(p.pending)
+	for _, l := range locks {
+		if l != nil {
+			backlog--
+		}
+	}
+	keepingUp := backlog <= p.tick/2
 	taken := map[*pendingBasket[T]]bool{}
 	// first is, by key, the first basket of the tick that Redis refused
 	// with it: the one that refused the later ones in the process.
@@ -431,7 +448,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 			tick.Failed = append(tick.Failed, Failed[T]{Item: pb.item, Err: r.err})
 			continue
 		}
-		p.wait(pb, r, first, now)
+		p.wait(pb, r, first, now, keepingUp)
 		if r.cause == refusedHeld {
 			for _, k := range pb.basket.keys {
 				if first[k] == nil {
@@ -462,8 +479,9 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 
 // wait has pb, refused as r says, wait until a key that refused it may be
 // free; first are the baskets of its tick refused in Redis before it, by
-// key. Called with p.mu held.
-func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*pendingBasket[T], now time.Time) {
+// key; keepingUp, the Processor's backlog is half a tick at most. Called
+// with p.mu held.
+func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*pendingBasket[T], now time.Time, keepingUp bool) {
 	pb.waitsFor, pb.readyAt = nil, time.Time{}
 	p.refused[r.cause]++
 	if r.cause == refusedHeld {
@@ -471,7 +489,17 @@ func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*p
 			p.queue(pb)
 			return
 		}
-		wait := backoff.Jittered(pb.refusals, time.Millisecond, p.c.cfg.pollMax)
+		// Another replica's tick holds its keys about as long as this
+		// Processor's do, so that a basket retried after that mostly gets
+		// them; but a Processor behind has a tick's worth of other baskets
+		// to offer, and its refused ones, retried so often, mostly meet
+		// the other replicas' next ticks: for them the backoff doubles on
+		// (docs/speed.md).
+		ceiling := p.c.cfg.pollMax
+		if p.holding > 0 && keepingUp {
+			ceiling = min(ceiling, max(2*p.holding, time.Millisecond))
+		}
+		wait := backoff.Jittered(pb.refusals, time.Millisecond, ceiling)
 		if r.wait > 0 && r.wait+time.Millisecond < wait {
 			wait = r.wait + time.Millisecond
 		}
@@ -522,6 +550,16 @@ func (p *Processor[T]) queue(pb *pendingBasket[T]) {
 		}
 		p.letGo(pb.basket.keys)
 	})
+}
+
+// heldFor counts d in how long the ticks hold their keys. Called with p.mu
+// held.
+func (p *Processor[T]) heldFor(d time.Duration) {
+	if p.holding == 0 {
+		p.holding = d
+		return
+	}
+	p.holding += (d - p.holding) / 8
 }
 
 // settle counts a tick or a call ended. Called with p.mu held.
@@ -594,6 +632,7 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 			delete(p.ticks, t)
 			p.forget(t)
 			p.settle()
+			p.heldFor(time.Since(t.at))
 		}
 	})
 	return err

@@ -102,6 +102,101 @@ func TestProcessorRefusedInRedisWaits(t *testing.T) {
 	require.NoError(t, tick.Done(ctx))
 }
 
+// A basket refused in Redis is offered again after a backoff that doubles
+// with its refusals; while the Processor keeps up, at most twice as long as
+// its ticks have lately held their keys (other replicas' hold theirs about
+// as long), or the poll interval before any tick was done; behind, the
+// backoff doubles on.
+func TestProcessorRefusedInRedisBacksOffAsLongAsTicksHold(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		ticks         []time.Duration // how long each tick done held its keys
+		behind        bool            // the Processor has more than half a tick left
+		refusals      int
+		least, atMost time.Duration
+	}{
+		{"no tick done yet: the poll interval bounds it", nil, false, 6, 32 * time.Millisecond, 64 * time.Millisecond},
+		{"no tick done yet, refused more", nil, false, 7, 64 * time.Millisecond, 128 * time.Millisecond},
+		{"ticks of 5 ms", []time.Duration{5 * time.Millisecond}, false, 6, 5 * time.Millisecond, 10 * time.Millisecond},
+		{"ticks of 5 ms, the first refusal", []time.Duration{5 * time.Millisecond}, false, 1, time.Millisecond, 2 * time.Millisecond},
+		{"ticks of 5 ms, then one of 85: the average moves an eighth", []time.Duration{5 * time.Millisecond, 85 * time.Millisecond}, false, 7, 15 * time.Millisecond, 30 * time.Millisecond},
+		{"ticks shorter than half a millisecond: 1 ms", []time.Duration{100 * time.Microsecond}, false, 6, 500 * time.Microsecond, time.Millisecond},
+		{"ticks of 5 ms, the Processor behind: doubling on", []time.Duration{5 * time.Millisecond}, true, 6, 32 * time.Millisecond, 64 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, p := newReplica(t, wiretest.ServerClient(t))
+			for _, d := range tc.ticks {
+				p.heldFor(d)
+			}
+			pb := &pendingBasket[string]{refusals: tc.refusals - 1}
+			now := time.Now()
+			p.mu.Lock()
+			p.wait(pb, refusal{cause: refusedHeld}, nil, now, !tc.behind)
+			p.mu.Unlock()
+			assert.Equal(t, tc.refusals, pb.refusals)
+			assert.False(t, pb.queued, "refused fewer times than a queued basket")
+			assert.GreaterOrEqual(t, pb.readyAt.Sub(now), tc.least)
+			assert.LessOrEqual(t, pb.readyAt.Sub(now), tc.atMost)
+		})
+	}
+}
+
+// A tick that leaves a backlog of more than half a tick counts its
+// Processor behind: the basket Redis refused backs off as it doubles, not
+// as long as the ticks hold their keys.
+func TestProcessorBehindBacksOffAsItDoubles(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		items         []string // added, oldest first; the tick offers two
+		least, atMost time.Duration
+	}{
+		{"keeping up: as long as ticks hold", []string{"old"}, 0, 10 * time.Millisecond},
+		{"behind", []string{"old", "young", "free"}, 25 * time.Millisecond, 64 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := wiretest.ServerClient(t)
+			_, p := newReplica(t, rdb, WithTick(2))
+			other, err := New(rdb, WithPrefix(t.Name()+":"))
+			require.NoError(t, err)
+			defer other.Close()
+			l, err := other.Lock(t.Context(), []string{"{w}k"})
+			require.NoError(t, err)
+			defer l.Unlock(context.WithoutCancel(t.Context()))
+			for _, item := range tc.items {
+				key := "{w}k"
+				if item == "free" {
+					key = "{w}free"
+				}
+				require.NoError(t, p.Add(item, Basket{Keys: []string{key}}))
+			}
+			p.mu.Lock()
+			p.heldFor(5 * time.Millisecond)
+			p.pending[0].refusals = 5 // the sixth refusal: 32 to 64 ms as it doubles
+			p.mu.Unlock()
+
+			ctx, cancel := context.WithCancel(t.Context())
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				if tick, err := p.Next(ctx); err == nil {
+					_ = tick.Done(context.WithoutCancel(ctx))
+				}
+			}()
+			require.Eventually(t, func() bool { return p.Stats().RefusedInRedis >= 1 }, 5*time.Second, time.Millisecond)
+			p.mu.Lock()
+			old := p.pending[0]
+			refusedAt, left := time.Now(), old.readyAt
+			p.mu.Unlock()
+			cancel()
+			<-ended
+			assert.Equal(t, "old", old.item)
+			assert.Equal(t, 6, old.refusals)
+			assert.GreaterOrEqual(t, left.Sub(refusedAt), tc.least)
+			assert.LessOrEqual(t, left.Sub(refusedAt), tc.atMost)
+		})
+	}
+}
+
 // Close hands back the baskets not taken, waits for the tick out, leaves
 // the places, and tells no loss; Add and Next then say ErrClosed.
 func TestProcessorClose(t *testing.T) {
