@@ -86,18 +86,35 @@ local function capacity(capkey, units)
     return nil, c
   elseif not c then
     return nil, 'none'
-  elseif units > tonumber(c) then
+  end
+  c = tonumber(c)
+  if units > c then
     return nil, 'over'
   end
-  return tonumber(c)
+  return c
 end
 
+-- counted_tails are, for the hold they were made for (counted_hold), by
+-- units, what follows the token in the value of a counted key it takes
+-- afresh: the same for every such key of the hold's call, and made once,
+-- as making it costs more than taking the key.
+local counted_tails, counted_hold = {}, nil
+
 -- counted_value is the value of a counted key taken afresh by hold of
--- owner, units of it with token, the hold ending at ends.
-local function counted_value(token, hold, ends, owner, units)
-  local n = string.format('%d', units)
-  return string.format('%d', token) .. ' - ' .. hold .. '=' .. string.format('%d', ends) .. '=' .. owner .. '=' .. n ..
-    ' ' .. COUNTED .. n
+-- owner, units of it with token, the hold ending lease milliseconds after
+-- the call's time.
+local function counted_value(token, hold, lease, owner, units)
+  if counted_hold ~= hold then
+    counted_tails, counted_hold = {}, hold
+  end
+  local tail = counted_tails[units]
+  if not tail then
+    local n = string.format('%d', units)
+    local ends = string.format('%d', now_once() + tonumber(lease))
+    tail = ' - ' .. hold .. '=' .. ends .. '=' .. owner .. '=' .. n .. ' ' .. COUNTED .. n
+    counted_tails[units] = tail
+  end
+  return string.format('%d', token) .. tail
 end
 
 -- join_quickly adds hold of owner, for lease milliseconds, to key, of
@@ -157,7 +174,7 @@ local function take_units(key, token, units, capkey, owner, hold, lease, created
   if why then
     return nil, why
   end
-  local value = counted_value(token, hold, now_once() + tonumber(lease), owner, units)
+  local value = counted_value(token, hold, lease, owner, units)
   local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
   if layout().failed(r) then
     return nil, r
@@ -359,7 +376,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         if shared then
           fresh = shared_value(token)
         elseif units then
-          fresh = counted_value(token, hold, ends, owner, units)
+          fresh = counted_value(token, hold, lease, owner, units)
         end
         joined[#joined + 1] = {key, v, now + 1}
         redis.call('SET', key, fresh, 'PX', lease)

@@ -44,16 +44,33 @@ local found
 -- sell takes units from the capacity in capkey, and reports whether that
 -- is away instead. A capacity never expires, so one missing here lives
 -- elsewhere: a release sent on to a master importing the slot (ASKING)
--- would otherwise make one afresh, below zero.
+-- makes one afresh, below zero, and deletes it again. A capacity that was
+-- there never goes below zero, as it is never below the units held of it;
+-- taking the units first and looking after costs one command, where
+-- looking first costs two.
 local function sell(capkey, units)
-  local there = redis.pcall('EXISTS', capkey)
-  local away = layout().elsewhere(there) or there == 0
-  if not away then
-    -- INCRBY, not DECRBY: the commands a locking user needs stay as they
-    -- were (see the README's ACL).
-    redis.call('INCRBY', capkey, -units)
+  -- INCRBY, not DECRBY: the commands a locking user needs stay as they
+  -- were (see the README's ACL).
+  local left = redis.pcall('INCRBY', capkey, -units)
+  if layout().elsewhere(left) then
+    return true
+  elseif left < 0 then
+    redis.call('DEL', capkey)
+    return true
   end
-  return away
+  return false
+end
+
+-- alone_pattern is the pattern of the value of a counted key that lists
+-- hold alone, nobody waiting, as a key taken afresh is: it reads the
+-- hold's end, owner and units in one match, where finding the hold among
+-- others takes several. A hold field that is not "h:" and letters or
+-- digits gets one that matches no lock value.
+local function alone_pattern(hold)
+  if not string.find(hold, '^h:%w+$') then
+    return '^$'
+  end
+  return '^%d+ %- ' .. hold .. '=(%d+)=([^=]*)=(%d+) ' .. COUNTED .. '%d+$'
 end
 
 -- leave_quickly returns what lets go of hold's live hold of owner in key,
@@ -65,7 +82,17 @@ end
 -- read, and the key keeps its expiry, which may be this hold's end:
 -- finding the next one would read them all, and the holds of one call end
 -- together, so that a tick's consume read every hold once per hold.
-local function leave_quickly(key, v, owner, hold)
+local function leave_quickly(key, v, owner, hold, alone)
+  local alone_ends, who, alone_units = string.match(v, alone)
+  if alone_ends and who == owner then
+    now = now or layout().now_ms()
+    if tonumber(alone_ends) <= now then
+      return nil
+    end
+    return function()
+      redis.call('DEL', key)
+    end, tonumber(alone_units)
+  end
   local first, gap, at, listed, counted = find_hold(v, hold)
   if not first then
     return nil
@@ -132,6 +159,9 @@ while i <= #ARGV do
   -- compared, not matched with a pattern, which costs more than the rest
   -- of the release.
   local fresh = ' - ' .. hold .. '= ' .. owner
+  -- counted_alone: the pattern of the value of a counted key taken afresh
+  -- for this hold, nobody waiting (see leave_quickly), made on first use.
+  local counted_alone
   for j = first + m, first + m + n - 1 do
     local key = ARGV[j]
     -- Read before writing: in a slot being migrated a key this script
@@ -141,7 +171,8 @@ while i <= #ARGV do
     local alone = type(v) == 'string' and string.sub(v, -#fresh) == fresh
     local leave, units
     if type(v) == 'string' and not alone then
-      leave, units = leave_quickly(key, v, owner, hold)
+      counted_alone = counted_alone or alone_pattern(hold)
+      leave, units = leave_quickly(key, v, owner, hold, counted_alone)
     end
     if alone then
       redis.call('DEL', key)
