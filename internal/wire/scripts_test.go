@@ -1002,6 +1002,17 @@ func TestScriptNonStringKeyIsNoLockKey(t *testing.T) {
 			}
 		})
 	}
+	t.Run("acquire in units", func(t *testing.T) {
+		require.NoError(t, rdb.FlushAll(ctx).Err())
+		require.NoError(t, rdb.RPush(ctx, "list", "x").Err())
+		require.NoError(t, rdb.Set(ctx, "units:{a}:list", 10, 0).Err())
+		reply, err := wire.AcquireScript.Run(ctx, rdb, nil, countedArgv("bob", "h:b", 1000, "try", 1, "list")...).Slice()
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), reply[0], "refused, as a key another owner holds: %v", reply)
+		n, err := rdb.LLen(ctx, "list").Result()
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, n, "the list is left alone")
+	})
 	require.NoError(t, rdb.FlushAll(ctx).Err())
 	require.NoError(t, rdb.RPush(ctx, "list", "x").Err())
 	reply, err := wire.ForceScript.Run(ctx, rdb, nil, "list").Result()
