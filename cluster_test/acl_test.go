@@ -38,7 +38,7 @@ var aclCommands = []string{
 	// ClusterOptions' OnConnect: connections kept from client eviction
 	"+client|no-evict",
 	// called inside acquire.lua, release.lua, extend.lua and force.lua
-	"+time", "+exists", "+get", "+set", "+setrange", "+del", "+pttl", "+incrby", "+spublish",
+	"+time", "+exists", "+get", "+set", "+setrange", "+del", "+pttl", "+pexpiretime", "+incrby", "+spublish",
 	// the admin API's Held scans
 	"+scan",
 }

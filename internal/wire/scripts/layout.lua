@@ -137,11 +137,23 @@ local function write_at(key, v, at, s)
   redis.call('SETRANGE', key, at - 1, s)
 end
 
+-- comma_runs are runs of commas by length, made once per call: a hole of
+-- a hold that left, or the run a join looks for.
+local comma_runs = {}
+local function commas(n)
+  local run = comma_runs[n]
+  if not run then
+    run = string.rep(',', n)
+    comma_runs[n] = run
+  end
+  return run
+end
+
 -- join_in_place adds entry to the holds of key, whose value v split read
 -- (gap, at), and makes its owner field field, in place: into the first hole
 -- it fits, between commas, or after the last hold.
 local function join_in_place(key, v, gap, at, entry, field)
-  local holds, run = gap + 3, string.rep(',', #entry + 1)
+  local holds, run = gap + 3, commas(#entry + 1)
   local hole = string.find(v, run, holds, true)
   while hole do
     -- The hole starts the holds, or the entry keeps the comma before it
@@ -179,14 +191,16 @@ local function layout()
   end
 
   -- expiry returns when key, which exists, expires, in the server's
-  -- milliseconds. Its PTTL counts from the moment it is read; a call's time
-  -- read once may be behind by then, by as long as the call has run, and an
-  -- expiry put back from it (an undo) would end a live hold's key early.
+  -- milliseconds, as the server keeps it: an expiry put back from it (an
+  -- undo) is the one the key had, where one made of a PTTL and a call's
+  -- time read earlier would end a live hold's key early. A key with no
+  -- expiry (no lock key's) expires now.
   local function expiry(key)
-    -- PTTL first: the time read after it is as late or later, so that the
-    -- expiry is never put earlier, if a millisecond later at most.
-    local left = math.max(redis.call('PTTL', key), 0)
-    return now_ms() + left
+    local at = redis.call('PEXPIRETIME', key)
+    if at < 0 then
+      return now_ms()
+    end
+    return at
   end
 
   -- failed reports a reply of redis.pcall that is an error.

@@ -121,7 +121,7 @@ local function leave_quickly(key, v, owner, hold, alone)
     end, units
   end
   return function()
-    redis.call('SETRANGE', key, first - 1, string.rep(',', last - first + 1))
+    redis.call('SETRANGE', key, first - 1, commas(last - first + 1))
     if counted then
       write_at(key, v, at, ' ' .. COUNTED .. string.format('%d', listed - units))
     end
