@@ -258,11 +258,11 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     end
 
     -- judge_counted says what the hold may do with counted key state s
-    -- (live holds only) that it asks for, in units (cap the key's capacity)
-    -- or else shared or not: as judge says, or "convert" (nobody holds the
-    -- key and nobody waits ahead: it is taken in the mode asked, its queue
-    -- kept), and with "join" the units the hold takes.
-    local function judge_counted(s, shared, units, cap)
+    -- (live holds only) that it asks for in units (cap the key's capacity),
+    -- or else, shared or not alike: as judge says, or "convert" (nobody
+    -- holds the key and nobody waits ahead: it is taken in the mode asked,
+    -- its queue kept), and with "join" the units the hold takes.
+    local function judge_counted(s, units, cap)
       if s.holds[hold] then
         return 'join', s.units[hold] or 0
       end
@@ -301,7 +301,7 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     -- other. A counted key is judged as judge_counted says.
     local function judge(s, shared, units, cap)
       if s.owner == COUNTED then
-        return judge_counted(s, shared, units, cap)
+        return judge_counted(s, units, cap)
       elseif s.owner == owner then
         return 'join'
       elseif s.owner ~= SHARED then
