@@ -94,26 +94,33 @@ local function capacity(capkey, units)
   return c
 end
 
--- counted_tails are, for the hold they were made for (counted_hold), by
--- units, what follows the token in the value of a counted key it takes
--- afresh: the same for every such key of the hold's call, and made once,
--- as making it costs more than taking the key.
-local counted_tails, counted_hold = {}, nil
+-- counted_made are, for the hold they were made for (counted_hold), by
+-- units, its entry among a counted key's holds and what follows the token
+-- in the value of a counted key it takes afresh: the same for every key of
+-- the hold's call, made once, as making them costs more than taking the key.
+local counted_made, counted_hold = {}, nil
+
+-- counted_parts returns the entry of hold of owner, units for lease
+-- milliseconds from the call's time, and the tail of a value with it alone.
+local function counted_parts(hold, lease, owner, units)
+  if counted_hold ~= hold then
+    counted_made, counted_hold = {}, hold
+  end
+  local made = counted_made[units]
+  if not made then
+    local n = string.format('%d', units)
+    local entry = hold .. '=' .. string.format('%d', now_once() + tonumber(lease)) .. '=' .. owner .. '=' .. n
+    made = {entry, ' - ' .. entry .. ' ' .. COUNTED .. n}
+    counted_made[units] = made
+  end
+  return made[1], made[2]
+end
 
 -- counted_value is the value of a counted key taken afresh by hold of
 -- owner, units of it with token, the hold ending lease milliseconds after
 -- the call's time.
 local function counted_value(token, hold, lease, owner, units)
-  if counted_hold ~= hold then
-    counted_tails, counted_hold = {}, hold
-  end
-  local tail = counted_tails[units]
-  if not tail then
-    local n = string.format('%d', units)
-    local ends = string.format('%d', now_once() + tonumber(lease))
-    tail = ' - ' .. hold .. '=' .. ends .. '=' .. owner .. '=' .. n .. ' ' .. COUNTED .. n
-    counted_tails[units] = tail
-  end
+  local _, tail = counted_parts(hold, lease, owner, units)
   return string.format('%d', token) .. tail
 end
 
@@ -134,16 +141,16 @@ local function join_quickly(key, v, shared, units, cap, token, owner, hold, leas
   end
   local now = now_once()
   local ends = now + tonumber(lease)
-  local entry = hold .. '=' .. string.format('%d', ends) .. '=' .. owner
-  local field
+  local entry, field
   if units then
     if n + units > cap or string.find(v, '=' .. owner .. '=', gap, true) then
       return nil
     end
-    field, entry = COUNTED .. string.format('%d', n + units), entry .. '=' .. string.format('%d', units)
+    field, entry = COUNTED .. string.format('%d', n + units), counted_parts(hold, lease, owner, units)
   elseif n <= now then
     return nil
   else
+    entry = hold .. '=' .. string.format('%d', ends) .. '=' .. owner
     field, token = SHARED .. string.format('%d', math.min(n, ends)), tonumber(string.sub(v, 1, gap - 1))
   end
   local expires = layout().expiry(key)
