@@ -33,7 +33,7 @@ COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "doc
 COMPOSE_RUN  = $(COMPOSE) -f docker/docker-compose.yml -p batchlock-dev
 DEV_ADDRS    = 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
 
-.PHONY: deps lint test test-unit test-docker test-process test-postgres test-external test-soak soak image bench demo \
+.PHONY: deps lint test test-unit test-docker test-process test-postgres test-external test-soak soak image bench demo readme \
         cluster-up cluster-down clean-containers
 
 deps:
@@ -115,6 +115,11 @@ cluster-down:
 clean-containers:
 	@ids=$$(docker ps -aq --filter label=batchlock.localcluster=1); \
 	if [ -n "$$ids" ]; then docker rm -f $$ids; else echo "clean-containers: none"; fi
+
+# README.md is README.md.tpl with the package's Example functions in it;
+# TestREADMEIsGenerated (make test-unit) fails when it drifts.
+readme:
+	BATCHLOCK_UPDATE_README=1 $(GO) test -count=1 -run '^TestREADMEIsGenerated$$' ./batchlock
 
 # The main job: a batch order processor on a throwaway six-node cluster,
 # audited for oversell. DEMO_FLAGS passes more, e.g. DEMO_FLAGS=--no-lock,

@@ -648,6 +648,16 @@ func TestBadSharedKeysSendNothing(t *testing.T) {
 	assert.Empty(t, f.Log(), "nothing sent")
 }
 
+// An option a call would ignore is refused by it, before anything is sent:
+// TryLock never waits.
+func TestTryLockRefusesWithWait(t *testing.T) {
+	c, f := newFaked(t)
+	_, err := c.TryLock(t.Context(), basket, WithWait(time.Second))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "WithWait: TryLock never waits")
+	assert.Empty(t, f.Log(), "nothing sent")
+}
+
 // A nil context is ErrInvalid at once, for every call that sends something:
 // nothing is sent, the call is not left counted in flight, and Close returns.
 func TestNilContextIsInvalid(t *testing.T) {

@@ -41,6 +41,9 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wai
 	if err != nil {
 		return nil, err
 	}
+	if lc.waitSet && !wait {
+		return nil, invalid("WithWait: TryLock never waits; Lock and Do do")
+	}
 	return c.lockWith(ctx, keys, lc, wait)
 }
 

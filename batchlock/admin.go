@@ -30,11 +30,13 @@ type HeldKey struct {
 	// Holders are the owners with a live hold on the key, sorted: one for a
 	// key held exclusively, any number for a key held shared or counted.
 	Holders []string
-	// Units are the units each holder holds of a counted key, and Capacity
-	// the key's capacity (see Client.SetCapacity), read for every key: 0
-	// when it has none.
+	// Units are the units each holder holds of a counted key, Capacity
+	// the key's capacity (see Client.SetCapacity), read for every key by
+	// Held and Inspect: 0 when it has none, and Free the units of it no
+	// live hold holds.
 	Units    map[string]int64
 	Capacity int64
+	Free     int64
 	Holds    int // holds whose lease has not ended
 	// Waiting counts the calls queued for the key whose place has not
 	// lapsed; a release hands the key to the first of them.
@@ -159,15 +161,6 @@ func (c *Client) Inspect(ctx context.Context, keys ...string) ([]HeldKey, error)
 	return out, nil
 }
 
-// Free is the units of a counted key that no live hold holds.
-func (h HeldKey) Free() int64 {
-	free := h.Capacity
-	for _, n := range h.Units {
-		free -= n
-	}
-	return free
-}
-
 // readLocks reads lock keys and their capacities in one pipeline of p, with
 // the server's time to tell live holds, and returns what each holds: no
 // Holders for a key not held.
@@ -194,6 +187,10 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 		}
 		// A capacity that is not a number reads as none.
 		out[i].Capacity, _ = capacities[i].Int64()
+		out[i].Free = out[i].Capacity
+		for _, n := range out[i].Units {
+			out[i].Free -= n
+		}
 	}
 	return out, nil
 }
@@ -214,15 +211,12 @@ func heldKey(key string, s wire.LockState) HeldKey {
 		Waiting: s.Waiting, Token: s.Token}
 }
 
-// ForceUnlock releases keys whoever holds them, and wakes their waiters as
-// an Unlock does: an operator's tool for a holder known to be dead whose
-// lease is too long to wait for. A holder still alive loses its lock (its
-// watchdog reports it lost within a renewal period, lease/3; a lock of this
-// Client ends at once) and its fencing tokens are stale from then on.
-// It reports, key by key in the order given, what it released; a key that
-// could not be released carries its error, which is also returned. Bad keys
-// (empty, or reserved names) are refused with ErrInvalid before anything
-// is sent.
+// ForceUnlock releases keys whoever holds them, and wakes their waiters: an
+// operator's tool for a holder known to be dead. A holder still alive loses
+// its lock within a renewal period (lease/3; a lock of this Client at once),
+// its tokens stale from then on. It reports, key by key in the order given,
+// what it released; a key that could not be released carries its error,
+// which is also returned. Bad keys are ErrInvalid, before anything is sent.
 func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ func TestCountedHoldsShareTheCapacity(t *testing.T) {
 	assert.Equal(t, map[string]int64{"a": 6, "b": 4}, h.Units)
 	assert.Equal(t, []string{"a", "b"}, h.Holders)
 	assert.Equal(t, int64(10), h.Capacity)
-	assert.Zero(t, h.Free())
+	assert.Zero(t, h.Free)
 
 	require.NoError(t, b.Consume(ctx))
 	h = inspectOne(t, c, "sku:1")
@@ -72,7 +72,7 @@ func TestCountedHoldsShareTheCapacity(t *testing.T) {
 	require.NoError(t, a.Unlock(ctx))
 	h = inspectOne(t, c, "sku:1")
 	assert.Empty(t, h.Holders)
-	assert.Equal(t, int64(6), h.Free(), "units let go are not sold")
+	assert.Equal(t, int64(6), h.Free, "units let go are not sold")
 }
 
 // An owner id is escaped so that no exclusive key's owner field reads as a
@@ -340,7 +340,7 @@ func TestProcessorCountedBaskets(t *testing.T) {
 	assert.Empty(t, inspectOne(t, c, "order:x").Holders)
 	h := inspectOne(t, c, "sku:hot")
 	assert.Len(t, h.Holders, 3)
-	assert.Equal(t, int64(1), h.Free())
+	assert.Equal(t, int64(1), h.Free)
 	require.NoError(t, c.ConsumeEach(ctx, []*Lock{tick.Baskets[0].Lock, tick.Baskets[1].Lock}))
 	require.NoError(t, tick.Done(ctx), "Done lets go of the one not consumed")
 	h = inspectOne(t, c, "sku:hot")

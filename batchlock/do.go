@@ -7,14 +7,12 @@ import (
 )
 
 // Do locks keys as Lock does, runs fn, and always unlocks (for at most 2s
-// once ctx is done), also when fn panics. fn's context is a child of the
-// lock's: it ends, with a cause wrapping ErrLockLost, once the lock is lost,
-// and with ctx; it carries the lock (LockFromContext) and its owner
-// (ContextWithOwner), so that locks taken inside fn are reentrant. Do returns
-// Lock's error when fn did not run, else fn's error joined with the loss
-// (unless fn's error wraps it, as fmt.Errorf("...: %w", context.Cause(ctx))
-// does) and with any error of the unlock. fn may Consume the lock (units
-// of counted keys, see WithUnits): Do then has nothing left to unlock.
+// once ctx is done), also when fn panics. fn's context ends with ctx, and
+// with a cause wrapping ErrLockLost once the lock is lost; it carries the
+// lock (LockFromContext) and its owner, so that locks taken inside fn are
+// reentrant. Do returns Lock's error when fn did not run, else fn's error
+// joined with the loss (unless fn's error wraps it) and with the unlock's.
+// fn may Consume the lock: Do then has nothing left to unlock.
 func (c *Client) Do(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	if err := checkContext(ctx); err != nil {
 		return err

@@ -60,15 +60,12 @@ var (
 	ErrClosed = errors.New("batchlock: client closed")
 )
 
-// ConflictError is returned when keys are held by another owner. It lists the
-// caller's keys (without the prefix) that were found held, and who holds
-// them, and Is ErrNotObtained; its message names the first few keys and
-// their holders. TryLock lists every key of the batch found held. Returned
-// by a Lock whose WithWait ran out, it lists only the keys the call waited
-// for last, and also wraps context.DeadlineExceeded: a waiting call asks for
-// its keys in the global order and stops at the first one held (asking for
-// later ones would take them out of order), so it does not learn who holds
-// the keys after it.
+// ConflictError is returned when keys are held by another owner, and Is
+// ErrNotObtained: the caller's keys (without the prefix) found held, and
+// who holds them. TryLock lists every key found held; a Lock whose WithWait
+// ran out lists only the keys it waited for last (it asks in the global
+// order and stops at the first held), and also wraps
+// context.DeadlineExceeded.
 type ConflictError struct {
 	Keys []string
 	// Holders names, for each key of Keys whose holders are known, the

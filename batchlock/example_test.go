@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -140,10 +142,12 @@ func ExampleLockFromContext() {
 }
 
 // take decrements a SKU's units, unless a newer token already wrote the SKU.
+// Tokens start at 1: a 0 is the token of a key the lock does not hold.
 var take = redis.NewScript(`
-local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if tonumber(ARGV[1]) < seen then return redis.error_reply('STALE token') end
-redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+local token = tonumber(ARGV[1])
+if token < 1 then return redis.error_reply('NOTOKEN not a key of the lock') end
+if token < tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') then return redis.error_reply('STALE token') end
+redis.call('HSET', KEYS[1], 'fence', token)
 return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))`)
 
 // WithWait bounds the wait for the keys, not the hold: once held, the lock
@@ -167,8 +171,7 @@ func ExampleWithWait() {
 }
 
 // The errors of Do, tested in an order that retries only what a retry can
-// cure: ErrUpgrade and ErrNoReplicas also match ErrNotObtained, and a
-// WithWait that runs out matches context.DeadlineExceeded.
+// cure (retryable).
 func ExampleClient_Do_errors() {
 	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000"))
 	defer rdb.Close()
@@ -182,39 +185,104 @@ func ExampleClient_Do_errors() {
 	defer cancel()
 	skus := []string{"sku:1", "sku:2"}
 	work := func(ctx context.Context) error { return decrementStock(ctx, rdb, skus) }
-	for attempt := 0; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		err := locks.Do(ctx, skus, work, batchlock.WithWait(5*time.Second))
-		retry := false
-		switch {
-		case err == nil:
-		case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade):
-			// A bug in the call: bad keys or options, or an owner that holds a key
-			// shared asking for it exclusively. The same call fails the same way.
-		case errors.Is(err, batchlock.ErrClosed), ctx.Err() != nil:
-			// The Client is closed, or the caller gave up: do not retry.
-		case errors.Is(err, batchlock.ErrNoReplicas):
-			// Too few replicas acknowledged in time: retry later, and alert.
-			retry = true
-		case errors.Is(err, batchlock.ErrNotObtained):
-			// Busy: keys held past WithWait (*ConflictError), or the lease ran out
-			// while the keys were taken. fn did not run: retry later, with backoff.
-			retry = true
-		case errors.Is(err, batchlock.ErrLockLost):
-			// fn ran and the lock was lost meanwhile (ErrMaxHold too, at the cap):
-			// fenced writes after the loss were refused. Redo or repair the order.
-		default:
-			// fn's own error, possibly joined with an Unlock that failed (the keys
-			// then go at the end of their lease): fn's error says what to do.
-		}
-		if !retry || attempt == 3 {
+		if !retryable(ctx, err) || attempt == 4 {
 			if err != nil {
 				log.Print(err)
 			}
 			return
 		}
-		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
 	}
 }
+
+// retryable says whether a retry can cure err, an error of Do. ErrUpgrade,
+// ErrNoCapacity, ErrOverCapacity and ErrNoReplicas also match
+// ErrNotObtained, and a WithWait that runs out matches
+// context.DeadlineExceeded: the order of the cases matters.
+func retryable(ctx context.Context, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade), errors.Is(err, batchlock.ErrNoCapacity):
+		// A bug in the call: bad keys or options, an owner that holds a key shared
+		// asking for it exclusively, units of a key with no capacity.
+		return false
+	case errors.Is(err, batchlock.ErrOverCapacity):
+		return false // sold out: more units than the key has; reject the order
+	case errors.Is(err, batchlock.ErrClosed), ctx.Err() != nil:
+		return false // the Client is closed, or the caller gave up
+	case errors.Is(err, batchlock.ErrNoReplicas):
+		return true // too few replicas acknowledged in time: retry later, and alert
+	case errors.Is(err, batchlock.ErrNotObtained):
+		// Busy: keys held past WithWait (*ConflictError), or the lease ran out
+		// while the keys were taken. fn did not run: retry later, with backoff.
+		return true
+	case errors.Is(err, batchlock.ErrLockLost):
+		// fn ran and the lock was lost meanwhile (ErrMaxHold too, at the cap):
+		// fenced writes after the loss were refused. Redo or repair the order.
+		return false
+	default:
+		// fn's own error, possibly joined with an Unlock that failed (the keys
+		// then go at the end of their lease): fn's error says what to do.
+		return false
+	}
+}
+
+// A batch order processor, run as replicas: orders go in as they arrive, and
+// each tick locks the oldest baskets that are free, with one call per master.
+// Keys of one hash tag make the replicas meet in one script call per tick.
+func ExampleProcessor() {
+	rdb := redis.NewClusterClient(batchlock.ClusterOptions("127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"))
+	defer rdb.Close()
+	locks, err := batchlock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	p, err := batchlock.NewProcessor[order](locks) // one per replica: ticks of up to 256 baskets
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		for o := range incoming() { // keys like "{warehouse-7}sku-42": one slot for the replicas
+			if err := p.Add(o, batchlock.Basket{Keys: o.skus}); err != nil {
+				log.Print(err) // ErrInvalid: this basket alone is bad
+			}
+		}
+	}()
+	go func() { // SIGTERM: the tick under way finishes, the rest goes back to the queue
+		<-ctx.Done()
+		left, _ := p.Close(context.Background())
+		requeue(left)
+	}()
+	for {
+		tick, err := p.Next(ctx)
+		if err != nil {
+			return // closed, or ctx ended
+		}
+		for _, b := range tick.Baskets {
+			fulfil(b.Item, b.Lock) // each write fenced by b.Lock.Token(sku)
+		}
+		for _, f := range tick.Failed {
+			log.Printf("order %d: %v", f.Item.id, f.Err) // units sold out, or none set
+		}
+		_ = tick.Done(context.WithoutCancel(ctx)) // one release per master for the tick
+	}
+}
+
+type order struct {
+	id   int
+	skus []string
+}
+
+func incoming() <-chan order        { return make(chan order) }
+func requeue([]order)               {}
+func fulfil(order, *batchlock.Lock) {}
 
 func decrementStock(ctx context.Context, rdb *redis.ClusterClient, skus []string) error {
 	for _, sku := range skus {

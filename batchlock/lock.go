@@ -247,18 +247,13 @@ func (l *Lock) Unlock(ctx context.Context) error {
 
 // Consume releases the lock as Unlock does, and turns the units it holds of
 // counted keys (WithUnits) into a sale in the same call: each key's
-// capacity goes down by them. A Consume sent again, after a failure or a
-// lost reply, consumes nothing twice: a hold consumed is gone. A lock
-// already lost (Err) consumes nothing: it is let go as Unlock would, with
-// ErrNotHeld. A hold that ran out unnoticed, or runs out while the call is
-// in flight, is not consumed, on its master, while the keys still held on
-// the others are: each master sells what it still holds, and Consume
-// returns ErrNotHeld naming a key it could not sell. A lock taken
-// WithReplicas returns ErrNoReplicas when its sale was not acknowledged by
-// that many replicas: released and sold on the master all the same, where
-// a failover may undo the sale. An Unlock after a Consume does nothing. The
-// store of record applies the sale with the key's fencing token, once per
-// order (see docs/sql.md).
+// capacity goes down by them, once however often Consume is sent. A lock
+// already lost sells nothing; a hold whose lease ran out unnoticed sells
+// nothing on its master, the others all the same: Consume returns
+// ErrNotHeld naming it. With WithReplicas an unacknowledged sale is
+// ErrNoReplicas, sold on the master all the same.
+// The store of record applies the sale with the key's fencing token, once
+// per order (docs/sql.md).
 func (l *Lock) Consume(ctx context.Context) error {
 	if err := checkContext(ctx); err != nil {
 		return err

@@ -18,10 +18,10 @@ import (
 // WithPrefix gives another.
 const DefaultPrefix = "batchlock:"
 
-// MaxEachKeys bounds the keys of all the baskets of one TryEach call
+// maxEachKeys bounds the keys of all the baskets of one TryEach call
 // together, repeats counted: past it the call is ErrInvalid. Lock, TryLock
 // and Do take a batch of any size.
-const MaxEachKeys = 1 << 16
+const maxEachKeys = 1 << 16
 
 // The package's tunable defaults, in one place: every duration the library
 // waits for or counts on, but the leases its options set.
@@ -109,7 +109,6 @@ type lockConfig struct {
 	ackSet   bool
 	shared   []string
 	units    map[string]int64
-	refusals *[]Refusal
 }
 
 // lockConfigOf applies opts, and validates what they say.
@@ -279,16 +278,13 @@ func WithShared(keys ...string) LockOption {
 
 // WithUnits takes units of counted keys, units[key] of each, in the same
 // call as its other keys: any number of owners hold a counted key at once,
-// each hold with its units and a token of its own, as long as the units
-// held fit the key's capacity (see Client.SetCapacity); a call asking for
-// more than are free is refused, or waits in the key's queue, where small
-// requests do not pass a big one ahead of them, and one asking for more
-// than the capacity fails at once with ErrOverCapacity (sold out). An owner that holds units
-// of a key and asks for no more joins its hold with none; asking for more,
-// or for the key exclusively, gets ErrUpgrade. A key also given as an
-// exclusive key is taken exclusively; one also given to WithShared is taken
-// in units. Lock.Consume turns the units into a sale. Default: no key
-// counted.
+// each hold with its units and a token of its own, while the units held fit
+// the key's capacity (Client.SetCapacity). A call asking for more than are
+// free is refused, or waits in the key's queue, where small requests do not
+// pass a big one; one asking for more than the capacity fails at once with
+// ErrOverCapacity (sold out). An owner holding units of a key that asks for
+// more, or for the key exclusively, gets ErrUpgrade. Lock.Consume turns the
+// units into a sale. Default: no key counted.
 func WithUnits(units map[string]int64) LockOption {
 	return lockOptionFunc(func(c *lockConfig) {
 		if c.units == nil {
@@ -303,17 +299,11 @@ func WithUnits(units map[string]int64) LockOption {
 // WithWait bounds how long Lock and Do wait for the keys, not how long they
 // are held: past d the call fails holding nothing, with an error wrapping
 // ErrNotObtained and context.DeadlineExceeded: a *ConflictError naming the
-// keys held by others, when some were. d <= 0 is ErrInvalid. Default: as
-// long as the context.
+// keys held by others, when some were. d <= 0 is ErrInvalid, and so is
+// WithWait given to TryLock or TryEach, which never wait. Default: as long
+// as the context.
 func WithWait(d time.Duration) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.wait, c.waitSet = d, true })
-}
-
-// WithRefusals has TryEach append to *dst, in basket order, why it refused
-// each basket (see Refusal). It costs nothing when not given; a call that
-// fails as a whole appends nothing.
-func WithRefusals(dst *[]Refusal) LockOption {
-	return lockOptionFunc(func(c *lockConfig) { c.refusals = dst })
 }
 
 // ClusterOptions returns fresh go-redis cluster settings for the seeds addrs

@@ -11,43 +11,16 @@ import (
 	"github.com/batchlock/batchlock/internal/backoff"
 )
 
-// Processor is a batch processor's admission: baskets come in with Add, in
-// arrival order, and each Next takes a tick of them, every basket that is
-// free locked at once with one TryEach (one call per master for the tick).
-// Run one per process, as replicas: a Processor's baskets meet those of
-// the other replicas in Redis; a basket's keys in one slot (a hash tag in
-// every key, "{warehouse-7}sku-42") make that meeting one script call, with
-// no partial take to undo.
-//
-// A tick offers the oldest baskets that may be free, so a refused basket
-// goes before every younger one of its Processor. It is offered again only
-// once a key that refused it may be free: when a tick of its own lets go of
-// it (Tick.Done); behind an earlier basket of its tick, when that one may
-// go; refused in Redis, after a backoff (from 1 ms, doubling, at most the
-// Client's poll interval, WithPollInterval, and, while the Processor
-// keeps up, with a backlog of half a tick at most, at most twice as long
-// as its own ticks have lately held their keys: replicas' ticks hold
-// theirs about as long) or the lease left on the key that refused it,
-// whichever is shorter. So a Processor never spins, and a
-// tick costs what its new and readied baskets cost, however long the
-// backlog. A basket that an earlier one of its tick refused is read no
-// further than the first key that one took: its EventRefused names that key.
-//
-// A basket refused in Redis queueAfter (8) times (since it was added, or
-// last queued) stops being offered and waits in its keys' queues instead,
-// with a Lock of its own, as Lock waits: no TryEach of any replica takes a
-// key it is queued for, so smaller baskets of other replicas cannot pass
-// it over for ever. Once it holds its keys, the next Next hands it out, in
-// a tick of its own.
-// One basket of a Processor waits so at a time (maxQueued): the others
-// are offered as before. (Eight at a time cost a quarter of four spread
-// replicas' orders/s in the demo, holding parts of their baskets while
-// they waited; one costs nothing measurable: docs/speed.md.)
-//
-// Every basket has an owner of its own, whatever Next's context says, so
-// two baskets never both hold a key exclusively. A Processor is safe for
-// concurrent use; Next may run on several goroutines, each tick held while
-// later ones are taken.
+// Processor is a batch processor's admission, one per replica: baskets
+// come in with Add, in arrival order, and each Next locks the oldest that
+// are free with one TryEach (one call per master for the tick). A refused
+// basket goes before every younger one, and is offered again once a key
+// that refused it may be free, never every tick; one refused in Redis 8
+// times waits in its keys' queues instead, where no replica's tick passes
+// it. Keys in one slot ("{warehouse-7}sku-42") make the replicas meet in
+// one script call. Every basket has an owner of its own, so two never both
+// hold a key exclusively. Safe for concurrent use; docs/design.md ("Batch
+// admission") says how it works.
 type Processor[T any] struct {
 	c    *Client
 	tick int
@@ -125,26 +98,22 @@ type Basket struct {
 type Tick[T any] struct {
 	p       *Processor[T]
 	Baskets []Taken[T]
-	// Failed are baskets that no tick will take: one that asks for units
-	// of a key with no capacity set (ErrNoCapacity), or for more than its
-	// capacity (ErrOverCapacity: sold out). Each holds nothing.
-	Failed []Failed[T]
+	// Failed are baskets that no tick will take, each with its Err and no
+	// Lock: one that asks for units of a key with no capacity set
+	// (ErrNoCapacity), or for more than its capacity (ErrOverCapacity:
+	// sold out).
+	Failed []Taken[T]
 	done   sync.Once
 	at     time.Time // handed out
 }
 
-// Failed is a basket of a Tick dropped with its error.
-type Failed[T any] struct {
-	Item T
-	Err  error
-}
-
-// Taken is one basket of a Tick.
+// Taken is one basket of a Tick: held by its Lock, or dropped with its Err.
 type Taken[T any] struct {
 	Item T
 	Lock *Lock
 	// Waited is how long the basket waited, from Add to its Lock.
 	Waited time.Duration
+	Err    error
 }
 
 // ProcessorOption configures a Processor.
@@ -185,15 +154,15 @@ func NewProcessor[T any](c *Client, opts ...ProcessorOption) (*Processor[T], err
 }
 
 // Add queues item's basket, after every basket added before it. A bad
-// basket (no keys, an empty or reserved key, more than MaxEachKeys keys)
+// basket (no keys, an empty or reserved key, more than maxEachKeys keys)
 // is ErrInvalid and queues nothing; after Close, Add is ErrClosed.
 func (p *Processor[T]) Add(item T, b Basket) error {
 	n := len(b.Keys) + len(b.Shared) + len(b.Units)
 	if n == 0 {
 		return invalid("a basket with no keys")
 	}
-	if n > MaxEachKeys {
-		return invalid("%d keys: at most %d (MaxEachKeys) in a basket", n, MaxEachKeys)
+	if n > maxEachKeys {
+		return invalid("%d keys: at most %d in a basket", n, maxEachKeys)
 	}
 	isShared := make(map[string]bool, len(b.Shared))
 	for i, k := range b.Shared {
@@ -436,16 +405,16 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 			p.hold(l.sortedKeys())
 			continue
 		}
-		for next < len(why) && why[next].Basket < i {
+		for next < len(why) && why[next].basket < i {
 			next++
 		}
-		r := refusal{Refusal: Refusal{Basket: i}, cause: refusedHeld} // every refusal is told: not reached
-		if next < len(why) && why[next].Basket == i {
+		r := refusal{basket: i, cause: refusedHeld} // every refusal is told: not reached
+		if next < len(why) && why[next].basket == i {
 			r = why[next]
 		}
 		if r.cause == refusedBad {
 			taken[pb] = true
-			tick.Failed = append(tick.Failed, Failed[T]{Item: pb.item, Err: r.err})
+			tick.Failed = append(tick.Failed, Taken[T]{Item: pb.item, Err: r.err})
 			continue
 		}
 		p.wait(pb, r, first, now, keepingUp)
@@ -510,7 +479,7 @@ func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*p
 	// lock of the Client. The Processor's own ticks ready it as they let
 	// go; behind an earlier basket that Redis refused it waits as long, and
 	// another lock's release is polled for.
-	for _, k := range r.Keys {
+	for _, k := range r.keys {
 		if p.held[k] > 0 {
 			pb.waitsFor = append(pb.waitsFor, k)
 		} else if e := first[k]; e != nil && pb.readyAt.IsZero() {
@@ -647,17 +616,12 @@ func (t *Tick[T]) locks() []*Lock {
 	return locks
 }
 
-// Close stops the Processor: Next (every call, waiting or not) and Add
-// return ErrClosed from now on. It ends the queued baskets' waits and lets
-// go of those that got their keys, waits for the ticks handed out to be
-// done, while ctx lets it, then lets go of those still held (told as
-// released, not lost; each release makes one attempt, as Unlock's on an
-// ended context does), and returns the items of
-// the baskets not handed out, in arrival order, to be handed to another
-// replica. A queued basket's place in its keys' queues goes as a Lock's
-// whose context ends: its rollback lands within 5 s of Close, and till
-// then a key may read as held by the basket's owner. A second Close
-// returns nothing.
+// Close stops the Processor: Next and Add return ErrClosed from now on. It
+// ends the queued baskets' waits, waits for the ticks handed out to be done
+// while ctx lets it, then lets go of those still held (told as released,
+// not lost), and returns the items of the baskets not handed out, in
+// arrival order, for another replica. A queued basket's place goes as a
+// Lock's whose context ends: within 5 s. A second Close returns nothing.
 func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	p.mu.Lock()
 	if p.closed {

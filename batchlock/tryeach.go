@@ -18,37 +18,41 @@ import (
 // TryEach tries every basket at once: each is taken whole or not at all, and
 // an earlier basket wins a key over a later one. locks[i] is basket i's Lock,
 // an ordinary one with its own owner, or nil where basket i was refused,
-// holding nothing (WithRefusals says why). err is set only where the call
+// holding nothing (EventRefused says why). err is set only where the call
 // failed as a whole (bad input, ctx, Redis, ErrUpgrade, ErrNoReplicas): then
 // nothing of it is held. It never waits, and never takes a key a waiter is
 // queued for. It costs one call per master for all the baskets, and one more
 // per master only where a basket spanning masters was refused on another.
 func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOption) (locks []*Lock, err error) {
+	locks, _, err = c.tryEachOf(ctx, baskets, opts, false)
+	return locks, err
+}
+
+// tryEachOf is TryEach, which with explain also says why each refused
+// basket was, in basket order.
+func (c *Client) tryEachOf(ctx context.Context, baskets [][]string, opts []LockOption, explain bool) ([]*Lock, []refusal, error) {
 	if err := checkContext(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lc, err := lockConfigOf(opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(lc.units) > 0 {
-		return nil, invalid("WithUnits: TryEach takes no counted keys; Lock, TryLock and Do do")
+	switch {
+	case len(lc.units) > 0:
+		return nil, nil, invalid("WithUnits: TryEach takes no counted keys; Lock, TryLock and Do do")
+	case lc.waitSet:
+		return nil, nil, invalid("WithWait: TryEach never waits; Lock and Do do")
 	}
 	isShared, err := c.checkEach(baskets, lc.shared)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	each := make([]eachBasket, len(baskets))
 	for i, b := range baskets {
 		each[i] = eachBasket{keys: b, isShared: isShared}
 	}
-	locks, why, err := c.tryEach(ctx, lc, each, lc.refusals != nil)
-	if err == nil && lc.refusals != nil {
-		for _, r := range why {
-			*lc.refusals = append(*lc.refusals, r.Refusal)
-		}
-	}
-	return locks, err
+	return c.tryEach(ctx, lc, each, explain)
 }
 
 // eachBasket is one basket of a TryEach call: its keys (as given, repeats
@@ -130,31 +134,22 @@ func (c *Client) tryEach(ctx context.Context, lc lockConfig, baskets []eachBaske
 			locks[i] = l
 		}
 	}
-	slices.SortFunc(t.why, func(a, b refusal) int { return cmp.Compare(a.Basket, b.Basket) })
+	slices.SortFunc(t.why, func(a, b refusal) int { return cmp.Compare(a.basket, b.basket) })
 	return locks, t.why, nil
 }
 
-// Refusal says why TryEach refused a basket (see WithRefusals).
-type Refusal struct {
-	Basket int // the basket's index among the call's baskets
-	// Earlier says an earlier basket of the call took one of its keys: put
-	// first in the next call, it wins. Otherwise another lock or Client
-	// holds one, or waits for it: what a rule against starvation counts.
-	Earlier bool
-	// Keys are keys it met, without the prefix: those an earlier basket or
-	// another lock of the Client took, or the first found held in Redis on
-	// each master.
-	Keys []string
-}
-
-// refusal is a Refusal, where it happened, and, in Redis, the longest lease
-// left of the keys that refused it (0 when not told), or what makes the
-// basket bad.
+// refusal says why tryEach refused a basket: the basket's index among the
+// call's baskets, the keys it met (without the prefix: those an earlier
+// basket or another lock of the Client took, or the first found held in
+// Redis on each master), where it happened, and, in Redis, the longest
+// lease left of the keys that refused it (0 when not told), or what makes
+// the basket bad.
 type refusal struct {
-	Refusal
-	cause refusalCause
-	wait  time.Duration
-	err   error
+	basket int
+	keys   []string
+	cause  refusalCause
+	wait   time.Duration
+	err    error
 }
 
 // checkEach validates every basket and the shared keys, which it returns
@@ -171,8 +166,8 @@ func (c *Client) checkEach(baskets [][]string, shared []string) (map[string]bool
 	for _, basket := range baskets {
 		total += len(basket)
 	}
-	if total > MaxEachKeys {
-		return nil, invalid("%d keys in all: at most %d (MaxEachKeys) in one call", total, MaxEachKeys)
+	if total > maxEachKeys {
+		return nil, invalid("%d keys in all: at most %d in one call", total, maxEachKeys)
 	}
 	for i, basket := range baskets {
 		if len(basket) == 0 {
@@ -324,7 +319,7 @@ func (b *eachBasket) split() (exclusive, shared []string) {
 	return exclusive, shared
 }
 
-// Why a basket was refused (see Refusal).
+// Why a basket was refused (see refusal).
 type refusalCause int
 
 const (
@@ -336,12 +331,12 @@ const (
 
 // refuse drops basket i, with the conflict that refused it and why (and,
 // refused in Redis, the longest lease left of the keys met), which
-// WithRefusals and the observer are told; a basket refused before it got
+// the Processor and the observer are told; a basket refused before it got
 // its lock gets one to be told with only when an observer listens.
 func (t *eachCall) refuse(i int, r refusal, conflict *ConflictError) {
 	t.refused[i] = true
 	if t.explain {
-		r.Refusal = Refusal{Basket: i, Earlier: r.cause == refusedEarlier, Keys: conflict.Keys}
+		r.basket, r.keys = i, conflict.Keys
 		t.why = append(t.why, r)
 	}
 	e := Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict}

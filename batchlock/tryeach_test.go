@@ -51,15 +51,14 @@ func TestTryEachEarlierBasketsWin(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := t.Context()
 
-	var why []Refusal
 	baskets := [][]string{{"a", "b"}, {"e", "b", "c", "b"}, {"c", "d"}, {"a"}}
-	locks, err := c.TryEach(ctx, baskets, WithRefusals(&why))
+	locks, why, err := c.tryEachOf(ctx, baskets, nil, true)
 	require.NoError(t, err)
 	assert.Equal(t, []bool{true, false, true, false}, taken(locks))
 	assert.Equal(t, [][]string{{"a", "b"}, {"e", "b", "c", "b"}, {"c", "d"}, {"a"}}, baskets, "the caller's baskets are left as given")
 	assert.Equal(t, map[string][]string{"b": {"b"}, "a": {"a"}}, conflicts, "each refused basket is told its conflict")
 	assert.Equal(t, map[string][]string{"b": {"b", "c", "e"}, "a": {"a"}}, refusedKeys, "an event's keys are sorted, once each")
-	assert.Equal(t, []Refusal{{Basket: 1, Earlier: true, Keys: []string{"b"}}, {Basket: 3, Earlier: true, Keys: []string{"a"}}}, why)
+	assert.Equal(t, []seenRefusal{{1, true, []string{"b"}}, {3, true, []string{"a"}}}, seen(why))
 	assert.EqualValues(t, 1, c.Stats().Acquires, "one call for every basket")
 	assert.NotEqual(t, locks[0].Owner(), locks[2].Owner(), "each basket has an owner of its own")
 	assert.Equal(t, []string{"a", "b"}, locks[0].Keys())
@@ -104,12 +103,11 @@ func TestTryEachMeetsOtherLocks(t *testing.T) {
 	theirs, err := other.Lock(ctx, []string{"theirs"})
 	require.NoError(t, err)
 	sent := c.Stats().Acquires
-	why := []Refusal{{Basket: -1}} // appended to
-	locks, err := c.TryEach(ctx, [][]string{{"mine", "x1"}, {"theirs", "x2"}, {"x3"}}, WithRefusals(&why))
+	locks, why, err := c.tryEachOf(ctx, [][]string{{"mine", "x1"}, {"theirs", "x2"}, {"x3"}}, nil, true)
 	require.NoError(t, err)
 	assert.Equal(t, []bool{false, false, true}, taken(locks))
-	assert.Equal(t, []Refusal{{Basket: -1}, {Basket: 0, Keys: []string{"mine"}},
-		{Basket: 1, Keys: []string{"theirs"}}}, why, "who held what each refused basket met")
+	assert.Equal(t, []seenRefusal{{0, false, []string{"mine"}}, {1, false, []string{"theirs"}}}, seen(why),
+		"who held what each refused basket met")
 	assert.Equal(t, sent+1, c.Stats().Acquires, "the gate's conflict costs no call")
 	held, err := c.Held(ctx, "x*")
 	require.NoError(t, err)
@@ -174,7 +172,7 @@ func TestTryEachSharedKeysAndOneOwner(t *testing.T) {
 // baskets is no work.
 func TestTryEachBadInput(t *testing.T) {
 	c, f := newFaked(t)
-	many := make([]string, MaxEachKeys/2+1)
+	many := make([]string, maxEachKeys/2+1)
 	for i := range many {
 		many[i] = strings.Repeat("k", 1+i%7) + string(rune('a'+i%26))
 	}
@@ -188,9 +186,11 @@ func TestTryEachBadInput(t *testing.T) {
 		{"an empty key", [][]string{{"a", ""}}, nil, "basket 0: key 1 must not be empty"},
 		{"a reserved key", [][]string{{"fence:{x}"}}, nil, "reserved"},
 		{"an empty shared key", [][]string{{"a"}}, []LockOption{WithShared("")}, "shared key 0 must not be empty"},
-		{"too many keys", [][]string{many, many}, nil, "65538 keys in all: at most 65536 (MaxEachKeys) in one call"},
+		{"too many keys", [][]string{many, many}, nil, "65538 keys in all: at most 65536 in one call"},
 		{"too many keys, an empty basket after", [][]string{many, many, {}}, nil, "65538 keys in all"},
 		{"a bad ttl", [][]string{{"a"}}, []LockOption{WithTTL(-time.Second)}, "ttl"},
+		{"a wait, which TryEach ignored", [][]string{{"a"}}, []LockOption{WithWait(time.Second)}, "WithWait: TryEach never waits"},
+		{"units", [][]string{{"a"}}, []LockOption{WithUnits(map[string]int64{"a": 1})}, "WithUnits: TryEach takes no counted keys"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			locks, err := c.TryEach(t.Context(), tc.baskets, tc.opts...)
@@ -388,4 +388,20 @@ func TestTryEachAfterALateRun(t *testing.T) {
 	assert.Equal(t, []bool{false}, taken(locks), "refused by the other owner's key")
 	assert.Equal(t, 0, c.Stats().Held)
 	assert.Empty(t, heldNames(t, c), "what the late run took is given back")
+}
+
+// seenRefusal is what a test reads of a refusal: the basket, whether an
+// earlier basket of the call refused it, and the keys it met.
+type seenRefusal struct {
+	basket  int
+	earlier bool
+	keys    []string
+}
+
+func seen(why []refusal) []seenRefusal {
+	out := make([]seenRefusal, len(why))
+	for i, r := range why {
+		out[i] = seenRefusal{r.basket, r.cause == refusedEarlier, r.keys}
+	}
+	return out
 }

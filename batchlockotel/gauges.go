@@ -100,8 +100,8 @@ func UnitsGauges(mp metric.MeterProvider, c *batchlock.Client, keys ...string) (
 		}
 		for _, h := range found {
 			key := metric.WithAttributes(attribute.String("key", h.Key))
-			o.ObserveInt64(held, h.Capacity-h.Free(), key)
-			o.ObserveInt64(free, h.Free(), key)
+			o.ObserveInt64(held, h.Capacity-h.Free, key)
+			o.ObserveInt64(free, h.Free, key)
 			o.ObserveInt64(capacity, h.Capacity, key)
 		}
 		return nil

@@ -64,7 +64,7 @@ func TestCountedAllOrNothingAcrossMasters(t *testing.T) {
 	require.NoError(t, err)
 	for _, h := range heldKeys(t, c, counted...) {
 		assert.Equal(t, map[string]int64{"a": 3, "b": 2}, h.Units, h.Key)
-		assert.Zero(t, h.Free(), h.Key)
+		assert.Zero(t, h.Free, h.Key)
 		assert.Greater(t, second.Token(h.Key), first.Token(h.Key), "%s: a new hold, a newer token", h.Key)
 	}
 	require.NoError(t, second.Consume(ctx))

@@ -92,7 +92,7 @@ func asJSON(held []batchlock.HeldKey) []heldLock {
 		out[i] = heldLock{Key: h.Key, Owner: firstOf(h.Holders), Mode: modeName(h), Holders: h.Holders, Holds: h.Holds, Waiting: h.Waiting,
 			LeaseMS: h.Lease.Milliseconds(), Token: h.Token, Master: h.Master}
 		if h.Counted {
-			capacity, free := h.Capacity, h.Free()
+			capacity, free := h.Capacity, h.Free
 			out[i].Units, out[i].Capacity, out[i].Free = h.Units, &capacity, &free
 		}
 	}

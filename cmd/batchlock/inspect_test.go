@@ -43,7 +43,7 @@ func sampleHeld() []batchlock.HeldKey {
 		{Key: "promo:1", Shared: true, Holders: []string{"a", "b"}, Holds: 2, Waiting: 1,
 			Lease: 1500*time.Millisecond + 400*time.Microsecond, Token: 42, Master: "127.0.0.1:7000"},
 		{Key: "sku:1", Holders: []string{"c"}, Holds: 1, Lease: 29 * time.Second, Token: 7, Master: "127.0.0.1:7001"},
-		{Key: "sku:hot", Counted: true, Holders: []string{"d", "e"}, Units: map[string]int64{"d": 3, "e": 1}, Capacity: 10, Holds: 2,
+		{Key: "sku:hot", Counted: true, Holders: []string{"d", "e"}, Units: map[string]int64{"d": 3, "e": 1}, Capacity: 10, Free: 6, Holds: 2,
 			Lease: 29 * time.Second, Token: 9, Master: "127.0.0.1:7002"},
 	}
 }
