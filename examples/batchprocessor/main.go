@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/examples/fenced"
 )
 
 const (
@@ -46,22 +47,6 @@ type order struct {
 	id    string
 	lines map[string]int64
 }
-
-// take is the fenced write: it decrements one SKU's units, unless a holder
-// with a newer fencing token has already written the SKU. A token below 1
-// is refused: Token returns 0 for a key the lock does not hold.
-var take = redis.NewScript(`
-local token = tonumber(ARGV[1])
-if token < 1 then
-  return redis.error_reply('NOTOKEN ' .. ARGV[1] .. ': not a key of the lock')
-end
-local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if token < seen then
-  return redis.error_reply('STALE fencing token ' .. ARGV[1] .. ' < ' .. seen)
-end
-redis.call('HSET', KEYS[1], 'fence', token)
-return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))
-`)
 
 func main() {
 	addrs := flag.String("addrs", os.Getenv("BATCHLOCK_CLUSTER_ADDRS"), "cluster seeds, comma-separated")
@@ -217,7 +202,7 @@ func fulfil(ctx context.Context, rdb *redis.ClusterClient, tick *batchlock.Tick[
 		}
 		accepted[n] = true
 		for sku, want := range b.Item.lines {
-			take.EvalSha(ctx, pipe, []string{keyPrefix + sku}, b.Lock.Token(lockKey(sku)), want)
+			fenced.Take.EvalSha(ctx, pipe, []string{keyPrefix + sku}, b.Lock.Token(lockKey(sku)), want)
 		}
 	}
 	// The writes go to several masters and are not atomic together: a
@@ -259,12 +244,8 @@ func skusOf(orders []order) []string {
 const initialUnits = 40
 
 func setUp(ctx context.Context, rdb *redis.ClusterClient, skus []string) error {
-	// The fencing script must be known to every master before it is
-	// pipelined: in a pipeline, EVALSHA cannot fall back to EVAL.
-	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		return take.Load(ctx, node).Err()
-	}); err != nil {
-		return fmt.Errorf("loading the script: %w", err)
+	if err := fenced.LoadTake(ctx, rdb); err != nil {
+		return err
 	}
 	pipe := rdb.Pipeline()
 	for _, sku := range skus {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/examples/fenced"
 	"github.com/batchlock/batchlock/localcluster"
 )
 
@@ -50,11 +51,11 @@ func TestBatchProcessor(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rdb.HSet(ctx, sku, "units", 5, "fence", 0).Err())
 	t.Cleanup(func() { _ = rdb.Del(context.WithoutCancel(ctx), sku).Err() })
-	err = take.Run(ctx, rdb, []string{sku}, l.Token("sku-00"), 1).Err()
+	err = fenced.Take.Run(ctx, rdb, []string{sku}, l.Token("sku-00"), 1).Err()
 	assert.ErrorContains(t, err, "NOTOKEN", "a token of 0 is no token")
 	after, err := rdb.HGet(ctx, sku, "units").Int64()
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, after, "nothing written")
-	require.NoError(t, take.Run(ctx, rdb, []string{sku}, l.Token(sku), 1).Err(), "the lock's own token passes")
+	require.NoError(t, fenced.Take.Run(ctx, rdb, []string{sku}, l.Token(sku), 1).Err(), "the lock's own token passes")
 	require.NoError(t, l.Unlock(ctx))
 }

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/examples/fenced"
 )
 
 const keyPrefix = "example:orderprocessor:stock:"
@@ -45,24 +46,6 @@ var orders = []order{
 }
 
 var initialStock = map[string]int64{"apple": 8, "pear": 5, "plum": 4, "fig": 4, "kiwi": 3}
-
-// take is the fenced write: it decrements one SKU's units, unless a holder
-// with a newer fencing token has already written the SKU. A token below 1
-// is refused: Token returns 0 for a key the lock does not hold. A holder whose
-// lock was lost (paused past its lease, say) while another took the SKU
-// over then cannot write: its token is older than the one stored.
-var take = redis.NewScript(`
-local token = tonumber(ARGV[1])
-if token < 1 then
-  return redis.error_reply('NOTOKEN ' .. ARGV[1] .. ': not a key of the lock')
-end
-local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
-if token < seen then
-  return redis.error_reply('STALE fencing token ' .. ARGV[1] .. ' < ' .. seen)
-end
-redis.call('HSET', KEYS[1], 'fence', token)
-return redis.call('HINCRBY', KEYS[1], 'units', -tonumber(ARGV[2]))
-`)
 
 var errOutOfStock = errors.New("out of stock")
 
@@ -171,7 +154,7 @@ func process(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterCli
 		pipe = rdb.Pipeline()
 		for sku, want := range o.lines {
 			key := keyPrefix + sku
-			take.EvalSha(ctx, pipe, []string{key}, l.Token(key), want)
+			fenced.Take.EvalSha(ctx, pipe, []string{key}, l.Token(key), want)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("taking stock: %w", err)
@@ -181,12 +164,8 @@ func process(ctx context.Context, locks *batchlock.Client, rdb *redis.ClusterCli
 }
 
 func setUp(ctx context.Context, rdb *redis.ClusterClient) error {
-	// The fencing script must be known to every master before it is
-	// pipelined: in a pipeline, EVALSHA cannot fall back to EVAL.
-	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		return take.Load(ctx, node).Err()
-	}); err != nil {
-		return fmt.Errorf("loading the script: %w", err)
+	if err := fenced.LoadTake(ctx, rdb); err != nil {
+		return err
 	}
 	pipe := rdb.Pipeline()
 	for sku, n := range initialStock {
