@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/backoff"
 )
 
 // Batched processes orders as a batch order processor run as replicas
@@ -116,7 +117,7 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 			defer close(arrivals)
 			for i := range orders {
 				at := start.Add(time.Duration(float64(i) / ticks.Rate * float64(time.Second)))
-				if sleep(runCtx, time.Until(at)) != nil {
+				if backoff.Sleep(runCtx, time.Until(at)) != nil {
 					return
 				}
 				add(i)
@@ -137,7 +138,7 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 		}
 		if !stalled && time.Since(start) >= b.Stall.At {
 			stalled = true
-			_ = sleep(runCtx, b.Stall.For)
+			_ = backoff.Sleep(runCtx, b.Stall.For)
 		}
 		r.tick(len(tick.Baskets))
 		done += b.fulfil(ctx, tick, orders, cfg, r)

@@ -5,8 +5,10 @@
 // either apply every line or reject the order, and an audit that proves
 // whether stock was oversold.
 //
-// It is a module of its own, github.com/batchlock/batchlock/orders, and uses
-// only what a user's processor can: batchlock's public API and go-redis.
+// It is a module of its own, github.com/batchlock/batchlock/orders, and locks
+// and writes with only what a user's processor can: batchlock's public API
+// and go-redis. Its pauses are batchlock's own (internal/backoff), so that
+// one definition of a jittered retry serves the library and its workload.
 //
 // # Data in Redis
 //

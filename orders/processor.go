@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/backoff"
 )
 
 // Processor takes one order: it checks stock for every line, then either
@@ -197,7 +197,7 @@ func (s *Stock) FulfilAll(ctx context.Context, orders []Order, tokens [][]int64,
 	if len(accepted) == 0 {
 		return out
 	}
-	if err := sleep(ctx, think); err != nil {
+	if err := backoff.Sleep(ctx, think); err != nil {
 		for _, i := range accepted {
 			out[i].Err = err
 		}
@@ -312,22 +312,5 @@ func inStock(o Order, levels []level) bool {
 // at 500ms, drawn at random from the upper half of that, so that orders that
 // failed together (a failover) do not retry together.
 func pause(ctx context.Context, attempt int) error {
-	d := 10 * time.Millisecond << min(attempt, 6)
-	d = min(d, 500*time.Millisecond)
-	return sleep(ctx, d/2+mrand.N(d/2+1))
-}
-
-// sleep waits d, or until ctx is done, and then returns its cause.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return context.Cause(ctx)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	return backoff.Sleep(ctx, backoff.Jittered(attempt, 10*time.Millisecond, 500*time.Millisecond))
 }

@@ -1,5 +1,5 @@
 // Package backoff is the jittered exponential pause shared by batchlock's
-// retries and Redlock's attempts.
+// retries, Redlock's attempts and the orders workload's retries.
 package backoff
 
 import (
