@@ -10,7 +10,9 @@ import (
 // master serves (one declared key routes the call; the others come as
 // arguments), then layout.lua, the one definition of a lock key's value,
 // then its own body: for the acquiring scripts, attempt.lua (one hold's
-// attempt) and their main part.
+// attempt) and their main part; for release.lua and extend.lua, which
+// serve several locks a call, keylists.lua (their reply) and their main
+// part.
 const Shebang = "#!lua flags=allow-cross-slot-keys\n"
 
 var (
@@ -22,6 +24,8 @@ var (
 	AcquireSource string
 	//go:embed scripts/tryeach.lua
 	tryEachSource string
+	//go:embed scripts/keylists.lua
+	keyListsSource string
 	//go:embed scripts/release.lua
 	ReleaseSource string
 	//go:embed scripts/extend.lua
@@ -33,8 +37,8 @@ var (
 
 	AcquireScript  = newScript(attemptSource + AcquireSource)
 	TryEachScript  = newScript(attemptSource + tryEachSource)
-	ReleaseScript  = newScript(ReleaseSource)
-	ExtendScript   = newScript(extendSource)
+	ReleaseScript  = newScript(keyListsSource + ReleaseSource)
+	ExtendScript   = newScript(keyListsSource + extendSource)
 	ForceScript    = newScript(forceSource)
 	CapacityScript = newScript(capacitySource)
 )

@@ -48,20 +48,11 @@ local function renew_quickly(key, v, hold, lease)
   end
   return true
 end
--- found: per lock (by its number) that lost or found elsewhere some key, its
--- {lost, away}; nil while none did.
-local found
 local locks = 0
 local i = 1
 while i <= #ARGV do
   local hold, lease, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   locks = locks + 1
-  local function note(k, key)
-    found = found or {}
-    found[locks] = found[locks] or {{}, {}}
-    local list = found[locks][k]
-    list[#list + 1] = key
-  end
   -- The usual value: "<token> - <hold>= <owner>", the key as an acquire
   -- took it afresh for this hold, which ends with the key, nobody waiting
   -- (found by plain comparison, as release.lua does).
@@ -73,7 +64,7 @@ while i <= #ARGV do
     if at and string.find(v, fresh, at, true) == at and not string.find(v, ' ', at + #fresh, true) then
       local left = redis.call('PTTL', key)
       if left <= 0 then
-        note(1, key)
+        note(locks, 1, key)
       elseif left < lease then
         -- SET rather than PEXPIRE: the commands a locking user needs stay as
         -- they were (see the README's ACL).
@@ -86,7 +77,7 @@ while i <= #ARGV do
         v = L.get(key) -- an error: moved (nil), not a string (false), or raised
       end
       if v == nil then
-        note(2, key)
+        note(locks, 2, key)
       elseif type(v) ~= 'string' or not renew_quickly(key, v, hold, lease) then
         local s = L.parse(v, key, now)
         local ends = s and s.holds[hold]
@@ -98,20 +89,11 @@ while i <= #ARGV do
             s.holds[hold] = nil
             L.rewrite(key, s, now)
           end
-          note(1, key)
+          note(locks, 1, key)
         end
       end
     end
   end
   i = i + 3 + n
 end
-if not found then
-  return 0
-end
-local out = {}
-for k = 1, locks do
-  local f = found[k] or {{}, {}}
-  out[#out + 1] = f[1]
-  out[#out + 1] = f[2]
-end
-return out
+return keylists(locks)

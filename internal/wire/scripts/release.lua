@@ -37,9 +37,6 @@
 -- owner's, or granted to waiters that have not renewed it yet says nothing: a
 -- release run twice (a client retrying a pipeline) finds its own work done.
 local now
--- found: per lock (by its number) that found some key taken or elsewhere,
--- its {taken, away}; nil while none did.
-local found
 
 -- sell takes units from the capacity in capkey, and reports whether that
 -- is away instead. A capacity never expires, so one missing here lives
@@ -133,12 +130,6 @@ while i <= #ARGV do
   local owner, hold, remember = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local m, n, c = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   locks = locks + 1
-  local function note(k, key)
-    found = found or {}
-    found[locks] = found[locks] or {{}, {}}
-    local list = found[locks][k]
-    list[#list + 1] = key
-  end
   local first = i + 6
   -- consumed: the capacity key of each key whose units are consumed.
   local consumed
@@ -150,7 +141,7 @@ while i <= #ARGV do
     -- A mark whose slot is not served here is sent on to where it is, as a
     -- key would be: an acquire buffered there must find it.
     if layout().elsewhere(redis.pcall('SET', ARGV[j], '1', 'PX', remember)) then
-      note(2, ARGV[j])
+      note(locks, 2, ARGV[j])
     end
   end
   -- The usual value: "<token>" then this, the key as an acquire took it
@@ -177,30 +168,30 @@ while i <= #ARGV do
     if alone then
       redis.call('DEL', key)
     elseif leave and capkey and units > 0 and sell(capkey, units) then
-      note(2, key)
+      note(locks, 2, key)
     elseif leave then
       leave()
     elseif not v and capkey then
-      note(1, key) -- gone: nothing of it is sold
+      note(locks, 1, key) -- gone: nothing of it is sold
     elseif v then
       local L = layout()
       if type(v) == 'table' then
         v = L.get(key) -- an error: moved (nil), not a string (false), or raised
       end
       if v == nil then
-        note(2, key)
+        note(locks, 2, key)
       elseif v then
         now = now or L.now_ms()
         local s = L.parse(v, key, now)
         local live = s and s.holds[hold] and s.holds[hold] > now
         units = live and s.units and s.units[hold] or 0
         if capkey and units > 0 and sell(capkey, units) then
-          note(2, key)
+          note(locks, 2, key)
         elseif s then
           -- A key to sell without a live hold: nothing of it is sold.
           local unsold = capkey and not live
           if unsold then
-            note(1, key)
+            note(locks, 1, key)
           end
           local mine = s.holds[hold] ~= nil
           local queued = L.leave(s, hold)
@@ -219,7 +210,7 @@ while i <= #ARGV do
             granted = granted and s.granted[id] or false
           end
           if not unsold and not mine and L.live(s, now) > 0 and not L.holder(s, owner) and not granted then
-            note(1, key)
+            note(locks, 1, key)
           end
         end
       end
@@ -227,13 +218,4 @@ while i <= #ARGV do
   end
   i = first + m + n + 2 * c
 end
-if not found then
-  return 0
-end
-local out = {}
-for k = 1, locks do
-  local f = found[k] or {{}, {}}
-  out[#out + 1] = f[1]
-  out[#out + 1] = f[2]
-end
-return out
+return keylists(locks)
