@@ -20,22 +20,6 @@ import (
 	"github.com/batchlock/batchlock/localcluster"
 )
 
-// keysOn returns n keys whose lock keys (prefix + key) the master serves.
-func keysOn(t testing.TB, master localcluster.Node, prefix, tag string, n int) []string {
-	t.Helper()
-	var keys []string
-	for _, k := range spread(50*n, tag) {
-		if master.ServesSlot(hashtag.Slot(prefix + k)) {
-			keys = append(keys, k)
-			if len(keys) == n {
-				return keys
-			}
-		}
-	}
-	t.Fatalf("no %d keys on %s", n, master.Addr)
-	return nil
-}
-
 // The failover that loses a lock, made deterministic: the master's only
 // replica is down while A locks, so nothing replicates A's lock; the master
 // is frozen so that the replica, restarted empty, cannot resync; the replica

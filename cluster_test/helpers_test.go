@@ -225,6 +225,22 @@ func sleepNode(t *testing.T, cl commander, addr string, d time.Duration) <-chan 
 // context has no deadline.
 const retryWindow = 10 * time.Second
 
+// keysOn returns n keys whose lock keys (prefix + key) the master serves.
+func keysOn(t testing.TB, master localcluster.Node, prefix, tag string, n int) []string {
+	t.Helper()
+	var keys []string
+	for _, k := range spread(50*n, tag) {
+		if master.ServesSlot(hashtag.Slot(prefix + k)) {
+			keys = append(keys, k)
+			if len(keys) == n {
+				return keys
+			}
+		}
+	}
+	t.Fatalf("no %d keys on %s", n, master.Addr)
+	return nil
+}
+
 // keysOnMasters returns n keys on each of the first count masters, and the
 // masters.
 func keysOnMasters(t *testing.T, cl *localcluster.Cluster, prefix, tag string, count, n int) ([]string, []localcluster.Node) {
