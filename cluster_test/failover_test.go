@@ -626,7 +626,7 @@ func TestFaultsKeepMutualExclusion(t *testing.T) {
 			require.NoError(t, cl.Kill(ctx, r.Addr))
 			require.NoError(t, cl.Restart(ctx, r.Addr))
 			require.NoError(t, cl.WaitReady(ctx))
-			waitReplicated(ctx, t, cl, m.Addr, r.Addr)
+			require.NoError(t, cl.WaitReplicated(ctx, m.Addr, r.Addr))
 			promoted, err := cl.Failover(ctx, m.Addr)
 			require.NoError(t, err)
 			require.Equal(t, r.Addr, promoted)

@@ -57,21 +57,6 @@ func infoField(ctx context.Context, c *localcluster.Cluster, addr, section, fiel
 	return "", fmt.Errorf("no %s in INFO %s of %s", field, section, addr)
 }
 
-// waitReplicated waits until the replica has applied everything the master
-// had written when called, so a forced failover loses nothing.
-func waitReplicated(ctx context.Context, t *testing.T, c *localcluster.Cluster, master, replica string) {
-	t.Helper()
-	want, err := infoField(ctx, c, master, "replication", "master_repl_offset")
-	require.NoError(t, err)
-	w, err := strconv.ParseInt(want, 10, 64)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		got, err := infoField(ctx, c, replica, "replication", "slave_repl_offset")
-		g, perr := strconv.ParseInt(got, 10, 64)
-		return err == nil && perr == nil && g >= w
-	}, 10*time.Second, 20*time.Millisecond, "replica %s did not catch up with %s", replica, master)
-}
-
 func dialable(addr string) bool {
 	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err == nil {
@@ -194,7 +179,7 @@ func TestHarnessFailoverMovesMaster(t *testing.T) {
 	replica, err := c.ReplicaOf(ctx, old.Addr)
 	require.NoError(t, err)
 	keys := writeKeys(ctx, t, rdb, "failover", 50)
-	waitReplicated(ctx, t, c, old.Addr, replica.Addr)
+	require.NoError(t, c.WaitReplicated(ctx, old.Addr, replica.Addr))
 
 	promoted, err := c.Failover(ctx, old.Addr)
 	require.NoError(t, err)
@@ -304,7 +289,7 @@ func TestHarnessKillRestartRejoins(t *testing.T) {
 	assert.Equal(t, before.Addr, after.Addr, "same port")
 	assert.Equal(t, master.ID, after.MasterID, "same master, from nodes.conf")
 	assert.True(t, after.Connected)
-	waitReplicated(ctx, t, c, master.Addr, after.Addr)
+	require.NoError(t, c.WaitReplicated(ctx, master.Addr, after.Addr))
 
 	// The master: its replica takes over, and once restarted it rejoins as
 	// a replica of its former replica, with the data.
@@ -625,7 +610,7 @@ func TestHarnessTwoReplicasPerMaster(t *testing.T) {
 
 		require.NoError(t, c.ResumeReplication(ctx, b.Addr))
 		require.NoError(t, c.ResumeReplication(ctx, b.Addr), "resuming twice does nothing")
-		waitReplicated(ctx, t, c, a.Addr, b.Addr)
+		require.NoError(t, c.WaitReplicated(ctx, a.Addr, b.Addr))
 		v, err = readOnReplica(ctx, t, b.Addr, "{pause}:k")
 		require.NoError(t, err)
 		assert.Equal(t, "v", v, "caught up once resumed")
@@ -642,8 +627,8 @@ func TestHarnessTwoReplicasPerMaster(t *testing.T) {
 		slot, m := masterForTag(ctx, t, c, rdb, "promote")
 		first, second := twoReplicas(ctx, t, c, m.Addr)
 		keys := writeKeys(ctx, t, rdb, "promote", 20)
-		waitReplicated(ctx, t, c, m.Addr, first.Addr)
-		waitReplicated(ctx, t, c, m.Addr, second.Addr)
+		require.NoError(t, c.WaitReplicated(ctx, m.Addr, first.Addr))
+		require.NoError(t, c.WaitReplicated(ctx, m.Addr, second.Addr))
 
 		other := slices.IndexFunc(addrs, func(a string) bool { return a != m.Addr && a != first.Addr && a != second.Addr })
 		_, err := c.Failover(ctx, m.Addr, localcluster.Promote(addrs[other]))
@@ -682,8 +667,8 @@ func TestHarnessTwoReplicasPerMaster(t *testing.T) {
 		slot, m := masterForTag(ctx, t, c, rdb, "lag")
 		a, b := twoReplicas(ctx, t, c, m.Addr)
 		require.NoError(t, rdb.Set(ctx, "{lag}:kept", "v", 0).Err())
-		waitReplicated(ctx, t, c, m.Addr, a.Addr)
-		waitReplicated(ctx, t, c, m.Addr, b.Addr)
+		require.NoError(t, c.WaitReplicated(ctx, m.Addr, a.Addr))
+		require.NoError(t, c.WaitReplicated(ctx, m.Addr, b.Addr))
 
 		var w1, w2 int64
 		err := c.PromoteLagging(ctx, m.Addr, b.Addr, func(ctx context.Context) error {
@@ -759,7 +744,7 @@ func TestHarnessTwoReplicasPerMaster(t *testing.T) {
 		require.NoError(t, c.Restart(ctx, r.Addr))
 		require.NoError(t, c.WaitReady(ctx))
 		assert.Equal(t, m.ID, nodeByID(ctx, t, c, r.ID).MasterID)
-		waitReplicated(ctx, t, c, m.Addr, r.Addr)
+		require.NoError(t, c.WaitReplicated(ctx, m.Addr, r.Addr))
 		requireKeys(ctx, t, rdb, keys)
 	})
 

@@ -167,7 +167,7 @@ func TestExtendWithReplicasNeedsAcknowledgement(t *testing.T) {
 
 	l, err := c.TryLock(ctx, keys, batchlock.WithTTL(3*time.Second), batchlock.WithReplicas(1, 300*time.Millisecond))
 	require.NoError(t, err)
-	waitReplicated(ctx, t, cl, master.Addr, replica.Addr)
+	require.NoError(t, cl.WaitReplicated(ctx, master.Addr, replica.Addr))
 	before := l.ValidUntil()
 
 	require.NoError(t, cl.Freeze(ctx, replica.Addr))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 )
 
 // replAuth is what a replica authenticates to its master with
@@ -164,6 +165,44 @@ func (c *Cluster) setPaused(m *member, a *replAuth) {
 	c.mu.Lock()
 	m.paused = a
 	c.mu.Unlock()
+}
+
+// WaitReplicated returns once the replica at replicaAddr has applied
+// everything the master at masterAddr had written when it was called (its
+// slave_repl_offset reached the master's master_repl_offset), so that a
+// failover then loses none of it. Without a deadline on ctx it gives up
+// after a minute.
+func (c *Cluster) WaitReplicated(ctx context.Context, masterAddr, replicaAddr string) error {
+	ctx, cancel := defaultTimeout(ctx, waitTimeout)
+	defer cancel()
+	want, err := c.replOffset(ctx, masterAddr, "master_repl_offset")
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, replicaAddr+" caught up with "+masterAddr, func(ctx context.Context) error {
+		got, err := c.replOffset(ctx, replicaAddr, "slave_repl_offset")
+		if err != nil {
+			return err
+		}
+		if got < want {
+			return fmt.Errorf("replication offset %d of %d", got, want)
+		}
+		return nil
+	})
+}
+
+// replOffset reads the replication offset field of INFO replication on the
+// node at addr.
+func (c *Cluster) replOffset(ctx context.Context, addr, field string) (int64, error) {
+	reply, err := c.Do(ctx, addr, "INFO", "replication")
+	if err != nil {
+		return 0, err
+	}
+	v, ok := parseInfo(fmt.Sprint(reply))[field]
+	if !ok {
+		return 0, fmt.Errorf("localcluster: %s: no %s in INFO replication", addr, field)
+	}
+	return strconv.ParseInt(v, 10, 64)
 }
 
 // role is what ROLE says of a replica: its master's address and the state
