@@ -1,6 +1,7 @@
 # make test runs everything CI runs: deps, go vet and staticcheck on every
-# module, unit tests, the integration suite on the docker backend and on the
-# process backend, the PostgreSQL order processor's tests, then a short soak.
+# module, unit tests, the harness's own tests and the integration suite on
+# the docker backend and on the process backend, the PostgreSQL order
+# processor's tests, then a short soak.
 SHELL := bash
 GO    ?= go
 
@@ -19,6 +20,10 @@ export TESTCONTAINERS_RYUK_DISABLED := true
 # The modules whose tests need no Redis.
 UNIT_MODULES := . orders localcluster cmd/batchlock cmd/batchlock/demo batchlockotel
 CLUSTER_TEST = $(GO) -C cluster_test test -count=1 -timeout 15m -skip '^TestSoak$$' ./...
+# localcluster's tests on nodes of their own (TestHarness*): run on each
+# backend before the suite, whose failures they vouch for; the unit tests
+# leave them out.
+HARNESS_TEST = $(GO) -C localcluster test -count=1 -timeout 15m -run '^TestHarness' ./...
 # The randomized fault soak: SOAK is its length, SEED replays a schedule,
 # SOAK_BACKEND picks the backend (default: as for the suite), SOAK_REPLICAS
 # the replicas per master (default 1).
@@ -60,7 +65,7 @@ test: deps
 	$(MAKE) test-soak
 
 test-unit:
-	@set -e; for m in $(UNIT_MODULES); do $(GO) -C $$m test -race -count=1 ./...; done
+	@set -e; for m in $(UNIT_MODULES); do $(GO) -C $$m test -race -count=1 -skip '^TestHarness' ./...; done
 	$(GO) -C bench test -count=1 ./...
 
 # Under CI=true a missing daemon fails here; elsewhere the suite skips loudly.
@@ -69,9 +74,11 @@ test-docker:
 		echo "test-docker: no Docker daemon answers"; \
 		if [ "$${CI:-}" = true ]; then exit 1; fi; \
 	fi
+	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=docker $(HARNESS_TEST)
 	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=docker $(CLUSTER_TEST)
 
 test-process:
+	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=process $(HARNESS_TEST)
 	env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_BACKEND=process $(CLUSTER_TEST)
 
 # The order processor on PostgreSQL (examples/): a throwaway PostgreSQL

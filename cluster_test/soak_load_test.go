@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -239,7 +240,7 @@ func (s *soak) operate(rng *rand.Rand) {
 	s.count(s.ops, kind)
 	s.outcome(kind, err)
 	if err != nil && !ran {
-		s.checkRolledBack(owner, append(slices.Clone(keys), keysOf(shared)...), start)
+		s.checkRolledBack(owner, append(slices.Clone(keys), slices.Collect(maps.Keys(shared))...), start)
 	}
 	if l == nil {
 		return
@@ -262,7 +263,7 @@ func (s *soak) operateEach(rng *rand.Rand) {
 	allShared := map[string]bool{}
 	for range 2 + rng.IntN(7) {
 		keys, shared := s.split(rng, s.basket(rng))
-		baskets = append(baskets, append(keys, keysOf(shared)...))
+		baskets = append(baskets, append(keys, slices.Collect(maps.Keys(shared))...))
 		for k := range shared {
 			allShared[k] = true
 		}

@@ -1,8 +1,9 @@
-package cluster_test
+package localcluster_test
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,8 +22,41 @@ import (
 	"github.com/batchlock/batchlock/localcluster"
 )
 
-// These tests prove the harness itself on the active backend, so that a
-// failing lock test can be trusted to be about the locks.
+// These tests prove the harness on a cluster of their own, on the backend
+// the environment picks (BATCHLOCK_BACKEND, else docker, else process), so
+// that a failing test of the suite (cluster_test) can be trusted to be about
+// the locks. make test-docker and test-process run them (TestHarness*);
+// make test-unit leaves them out.
+
+// startCluster starts a cluster of the test's own (with opts), closed at the
+// end of the test.
+func startCluster(t *testing.T, opts ...localcluster.Option) *localcluster.Cluster {
+	t.Helper()
+	ownBackend(t)
+	c, err := localcluster.Start(t.Context(), append([]localcluster.Option{localcluster.WithLogf(t.Logf)}, opts...)...)
+	if err != nil {
+		noBackend(t, err)
+	}
+	t.Cleanup(func() { assert.NoError(t, c.Close(), "closing the test's cluster") })
+	return c
+}
+
+// ownBackend has the test's Start launch nodes of its own even where
+// BATCHLOCK_CLUSTER_ADDRS names a running cluster: the harness's faults,
+// and Close, are what is tested, and an external cluster has neither.
+func ownBackend(t *testing.T) {
+	t.Setenv(localcluster.EnvClusterAddrs, "")
+}
+
+// noBackend skips the test, or fails it under CI, where a harness test must
+// never pass unrun.
+func noBackend(t *testing.T, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("no backend for a cluster (CI=true, so this fails): %v", err)
+	}
+	t.Skipf("SKIPPED, no backend for a cluster: %v", err)
+}
 
 // nodeByID looks a node up in a fresh topology.
 func nodeByID(ctx context.Context, t *testing.T, c *localcluster.Cluster, id string) localcluster.Node {
@@ -85,8 +119,9 @@ func requireKeys(ctx context.Context, t *testing.T, rdb *redis.ClusterClient, ke
 }
 
 func TestHarnessTopologyReady(t *testing.T) {
-	c := sharedCluster(t)
-	ctx := ctxTimeout(t, time.Minute)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	t.Logf("backend %s, nodes %v", c.Backend(), c.Addrs())
 	require.NoError(t, c.WaitReady(ctx))
 
@@ -136,7 +171,8 @@ func TestHarnessTopologyReady(t *testing.T) {
 		assert.NoError(t, err, "DEBUG on %s", addr)
 	}
 
-	rdb := newClient(t)
+	rdb := c.Client()
+	defer rdb.Close()
 	seen := map[string]bool{}
 	for i := range 100 {
 		key := fmt.Sprintf("harness:spread:%d", i)
@@ -149,20 +185,13 @@ func TestHarnessTopologyReady(t *testing.T) {
 	for _, m := range masters {
 		masterAddrs = append(masterAddrs, m.Addr)
 	}
-	assert.ElementsMatch(t, masterAddrs, keysOf(seen), "100 keys land on every master")
-}
-
-func keysOf(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
+	assert.ElementsMatch(t, masterAddrs, slices.Collect(maps.Keys(seen)), "100 keys land on every master")
 }
 
 func TestHarnessFailoverMovesMaster(t *testing.T) {
-	c := newCluster(t)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	addrs := c.Addrs()
 	for i := range 3 {
 		r, err := c.ReplicaOf(ctx, addrs[i])
@@ -204,8 +233,9 @@ func TestHarnessFailoverMovesMaster(t *testing.T) {
 }
 
 func TestHarnessTakeoverWhileMasterFrozen(t *testing.T) {
-	c := newCluster(t)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	masters, err := c.Masters(ctx)
 	require.NoError(t, err)
 	victim := masters[1]
@@ -228,8 +258,9 @@ func TestHarnessTakeoverWhileMasterFrozen(t *testing.T) {
 }
 
 func TestHarnessFrozenMasterDetected(t *testing.T) {
-	c := newCluster(t)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	masters, err := c.Masters(ctx)
 	require.NoError(t, err)
 	victim := masters[0]
@@ -237,9 +268,9 @@ func TestHarnessFrozenMasterDetected(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, c.Freeze(ctx, victim.Addr))
-	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = c.Do(dctx, victim.Addr, "PING")
-	cancel()
+	dcancel()
 	require.Error(t, err, "a frozen node answers nothing")
 
 	require.Eventually(t, func() bool {
@@ -262,8 +293,9 @@ func TestHarnessFrozenMasterDetected(t *testing.T) {
 }
 
 func TestHarnessKillRestartRejoins(t *testing.T) {
-	c := newCluster(t)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	rdb := c.Client()
 	defer rdb.Close()
 	slot, err := rdb.ClusterKeySlot(ctx, "{kill}").Result()
@@ -307,8 +339,9 @@ func TestHarnessKillRestartRejoins(t *testing.T) {
 }
 
 func TestHarnessMigrateSlot(t *testing.T) {
-	c := newCluster(t)
-	ctx := ctxTimeout(t, 2*time.Minute)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	rdb := c.Client()
 	defer rdb.Close()
 	s, err := rdb.ClusterKeySlot(ctx, "{migrate}").Result()
@@ -337,13 +370,14 @@ func TestHarnessMigrateSlot(t *testing.T) {
 }
 
 func TestHarnessExternalBackend(t *testing.T) {
-	shared := sharedCluster(t)
-	ctx := ctxTimeout(t, time.Minute)
-	t.Setenv(localcluster.EnvClusterAddrs, shared.Addrs()[1])
+	own := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	t.Setenv(localcluster.EnvClusterAddrs, own.Addrs()[1])
 	ext, err := localcluster.Start(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, localcluster.External, ext.Backend())
-	assert.ElementsMatch(t, shared.Addrs(), ext.Addrs(), "discovers every node from one seed")
+	assert.ElementsMatch(t, own.Addrs(), ext.Addrs(), "discovers every node from one seed")
 	addr := ext.Addrs()[0]
 	assert.ErrorIs(t, ext.Freeze(ctx, addr), localcluster.ErrUnsupported)
 	assert.ErrorIs(t, ext.Thaw(ctx, addr), localcluster.ErrUnsupported)
@@ -353,17 +387,16 @@ func TestHarnessExternalBackend(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, masters, 3)
 	require.NoError(t, ext.Close())
-	require.NoError(t, shared.WaitReady(ctx), "closing an external cluster leaves it running")
+	require.NoError(t, own.WaitReady(ctx), "closing an external cluster leaves it running")
 }
 
 func TestHarnessCloseLeavesNothing(t *testing.T) {
-	if os.Getenv(localcluster.EnvClusterAddrs) != "" {
-		t.Skip("needs a cluster of its own")
-	}
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ownBackend(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	c, err := localcluster.Start(ctx)
 	if err != nil {
-		unavailable(t, err)
+		noBackend(t, err)
 	}
 	addrs := c.Addrs()
 	// Close must cope with nodes in every state.
@@ -428,10 +461,11 @@ func redisProcessesOn(t *testing.T, addrs []string) []string {
 }
 
 func TestHarnessSingles(t *testing.T) {
-	ctx := ctxTimeout(t, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	s, err := localcluster.StartSingles(ctx, 3)
 	if err != nil {
-		unavailable(t, err)
+		noBackend(t, err)
 	}
 	defer s.Close()
 	addrs := s.Addrs()
@@ -450,9 +484,9 @@ func TestHarnessSingles(t *testing.T) {
 	}
 
 	require.NoError(t, s.Freeze(ctx, addrs[0]))
-	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = s.Do(dctx, addrs[0], "PING")
-	cancel()
+	dcancel()
 	assert.Error(t, err, "a frozen node answers nothing")
 	require.NoError(t, s.Thaw(ctx, addrs[0]))
 	_, err = s.Do(ctx, addrs[0], "PING")
@@ -532,11 +566,12 @@ func readOnReplica(ctx context.Context, t *testing.T, addr, key string) (string,
 }
 
 func TestHarnessTwoReplicasPerMaster(t *testing.T) {
-	ctx := ctxTimeout(t, 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
 	_, err := localcluster.Start(ctx, localcluster.WithReplicasPerMaster(0))
 	require.ErrorContains(t, err, "at least one replica per master")
 
-	c := newCluster(t, localcluster.WithReplicasPerMaster(2))
+	c := startCluster(t, localcluster.WithReplicasPerMaster(2))
 	rdb := c.Client()
 	defer rdb.Close()
 	addrs := c.Addrs()
@@ -810,8 +845,9 @@ func migrationTarget(ctx context.Context, t *testing.T, c *localcluster.Cluster,
 }
 
 func TestHarnessMigrationHandle(t *testing.T) {
-	c := newCluster(t)
-	ctx := ctxTimeout(t, 5*time.Minute)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
 	rdb := c.Client()
 	defer rdb.Close()
 
