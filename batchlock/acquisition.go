@@ -23,32 +23,29 @@ import (
 // waits for, so no two calls wait on each other; it waits in that key's
 // queue, handed the key by its holder's release.
 func (c *Client) Lock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
-	return c.lock(ctx, keys, opts, true)
+	lc, err := lockConfigOf(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.lock(ctx, keys, lc, true)
 }
 
 // TryLock makes one attempt to take every key. When another owner holds any
 // of them it returns a *ConflictError (which Is ErrNotObtained) listing
 // those keys, and no key held that was not held before the call.
 func (c *Client) TryLock(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
-	return c.lock(ctx, keys, opts, false)
-}
-
-func (c *Client) lock(ctx context.Context, keys []string, opts []LockOption, wait bool) (*Lock, error) {
-	if err := checkContext(ctx); err != nil {
-		return nil, err
-	}
 	lc, err := lockConfigOf(opts)
 	if err != nil {
 		return nil, err
 	}
-	if lc.waitSet && !wait {
+	if lc.waitSet {
 		return nil, invalid("WithWait: TryLock never waits; Lock and Do do")
 	}
-	return c.lockWith(ctx, keys, lc, wait)
+	return c.lock(ctx, keys, lc, false)
 }
 
-// lockWith is Lock (wait) or TryLock with lc, checked already.
-func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wait bool) (*Lock, error) {
+// lock is Lock (wait) or TryLock with lc, checked already.
+func (c *Client) lock(ctx context.Context, keys []string, lc lockConfig, wait bool) (*Lock, error) {
 	userKeys, groups, counted, err := c.plan(keys, lc.shared, lc.units)
 	if err != nil {
 		return nil, err
@@ -59,7 +56,7 @@ func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wai
 	}
 	defer end()
 
-	l := c.newLockFor(ctx, lc, userKeys, groups)
+	l := c.newLock(ctx, lc, userKeys, groups)
 	l.units = counted
 	start := time.Now()
 	returned := false
@@ -76,7 +73,14 @@ func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wai
 		waitCtx, stopWaiting = context.WithTimeoutCause(ctx, lc.wait, errWaitOver)
 	}
 	a := &acquisition{c: c, l: l, wait: wait, ctx: ctx}
-	err = a.enterGates(waitCtx)
+	// TryLock is refused at once, with every key another lock of the Client
+	// holds.
+	busy, err := l.enterGates(waitCtx, wait, a.waitingAtGate)
+	if err == nil && len(busy) > 0 {
+		conflict := &ConflictError{Keys: c.names.UserKeys(busy), Holders: c.gateHolders(busy)}
+		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
+		err = conflict
+	}
 	if err == nil {
 		err = a.take(waitCtx)
 	}
@@ -93,7 +97,7 @@ func (c *Client) lockWith(ctx context.Context, keys []string, lc lockConfig, wai
 	}
 	if err == nil {
 		if err = c.keep(ctx, l); err != nil {
-			a.rollback(l.groups)
+			c.rollback(ctx, l, l.groups)
 		}
 	}
 	if err != nil {
@@ -145,26 +149,6 @@ type acquisition struct {
 	blockerHolders map[string][]string
 }
 
-// rollback rolls back groups of the call's lock, and the cancel marks of
-// its calls of unknown outcome, waiting for the release while the call's
-// context lasts.
-func (a *acquisition) rollback(groups []group) {
-	a.c.rollback(a.ctx, a.l, groups)
-}
-
-// enterGates takes the gate of each of l's keys (see Lock.enterGates):
-// TryLock refuses at once, with every key another lock of the Client holds.
-func (a *acquisition) enterGates(ctx context.Context) error {
-	c, l := a.c, a.l
-	busy, err := l.enterGates(ctx, a.wait, a.waitingAtGate)
-	if err != nil || len(busy) == 0 {
-		return err
-	}
-	conflict := &ConflictError{Keys: c.names.UserKeys(busy), Holders: c.gateHolders(busy)}
-	l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
-	return conflict
-}
-
 // take acquires all of l's groups, or rolls back whatever it may have taken.
 // Each attempt asks for the groups not held yet, in the global order, whose
 // gates it holds (regate); a refusal keeps the groups before the refused one
@@ -210,7 +194,7 @@ func (a *acquisition) take(ctx context.Context) error {
 				// granted to us that it took up.
 				taken = append(taken, groups[0])
 			}
-			a.rollback(append(slices.Clip(l.groups[:a.held]), taken...))
+			c.rollback(a.ctx, l, append(slices.Clip(l.groups[:a.held]), taken...))
 			return outcome.err
 		case outcome.refused < 0 && end < len(l.groups):
 			// The group waited for is ours (or the keys before a gate
@@ -231,7 +215,7 @@ func (a *acquisition) take(ctx context.Context) error {
 		l.emit(Event{Kind: EventConflict, Conflict: conflict.Keys})
 		a.placedAt, a.refusedToken = start, outcome.blockerToken
 		if !wait {
-			a.rollback(append(slices.Clip(l.groups[:a.held]), outcome.mayHold(groups)...))
+			c.rollback(a.ctx, l, append(slices.Clip(l.groups[:a.held]), outcome.mayHold(groups)...))
 			return conflict
 		}
 		if err := a.keepInOrder(ctx, outcome, start); err != nil {
@@ -288,7 +272,7 @@ func (a *acquisition) keepInOrder(ctx context.Context, outcome attemptOutcome, s
 	if err := c.release(ctx, rollingBack, []releasing{{l: l, groups: after}})[0]; err != nil {
 		// A give-back that failed is tried again by the rollback; one
 		// whose call ended goes on in the background meanwhile.
-		a.rollback(append(slices.Clip(l.groups[:failed+1]), after...))
+		c.rollback(a.ctx, l, append(slices.Clip(l.groups[:failed+1]), after...))
 		return fmt.Errorf("%w: could not give back groups taken out of order: %w", ErrNotObtained, inner(err))
 	}
 	if outcome.refused+outcome.partHeld > 0 {
@@ -334,7 +318,7 @@ func (a *acquisition) finishTaking(ctx context.Context, last time.Time) error {
 	if len(restart) > 0 {
 		sent := time.Now()
 		if lost, err := c.extend(ctx, l, restart, l.lease); err != nil || len(lost) > 0 {
-			a.rollback(l.groups)
+			c.rollback(a.ctx, l, l.groups)
 			if err == nil {
 				err = fmt.Errorf("%w: %q expired while waiting for the rest", ErrNotHeld, c.names.UserKeys(lost)[0])
 			}
@@ -348,7 +332,7 @@ func (a *acquisition) finishTaking(ctx context.Context, last time.Time) error {
 	}
 	l.handValidity(v)
 	if err := l.leaseLeft("the keys"); err != nil {
-		a.rollback(l.groups)
+		c.rollback(a.ctx, l, l.groups)
 		return err
 	}
 	return nil
@@ -416,7 +400,7 @@ func (a *acquisition) waitForTurn(ctx context.Context, outcome attemptOutcome, c
 	if err := a.pause(ctx, outcome.wait); err != nil {
 		// The group waited for goes too: our place in its queue, and the
 		// key itself if it was handed to us meanwhile.
-		a.rollback(l.groups[:a.held+1])
+		c.rollback(a.ctx, l, l.groups[:a.held+1])
 		return fmt.Errorf("%w: waiting for %s: %w", ErrNotObtained, describeKeys(conflict.Keys), inner(err))
 	}
 	if g, ok := a.sub.GrantedKey(); ok && slices.Contains(a.queuedFor, g.Key) {
@@ -625,7 +609,7 @@ func (a *acquisition) regate(ctx context.Context, end int) (int, error) {
 		case v == gates.Pass:
 			l.addGated(key, shared)
 		case v == gates.Upgrade:
-			a.rollback(a.reached())
+			c.rollback(a.ctx, l, a.reached())
 			return 0, c.upgradeAtGate(key)
 		case w == nil && ki > 0:
 			l.split(gi, ki)
@@ -634,7 +618,7 @@ func (a *acquisition) regate(ctx context.Context, end int) (int, error) {
 			return gi, nil
 		default:
 			if err := a.waitAtGate(ctx, w); err != nil {
-				a.rollback(l.groups[:a.held])
+				c.rollback(a.ctx, l, l.groups[:a.held])
 				return 0, err
 			}
 			l.addGated(key, shared)

@@ -284,7 +284,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 	// whose holds were in the keys, not later ones handed the keys since);
 	// another Client's find out at their next renewal.
 	for _, l := range c.holding(released) {
-		l.letGo(fmt.Errorf("%w: force-unlocked", ErrLockLost))
+		l.end(endLetGo, fmt.Errorf("%w: force-unlocked", ErrLockLost))
 	}
 	return out, firstError(results)
 }

@@ -109,7 +109,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 func (c *Client) Close() error {
 	// Every lock held now, and none after: a call that would hand one out
 	// from now on rolls it back instead. One lost from now on, whose own
-	// release may not start (see letGo), is released here.
+	// release may not start (see endLetGo), is released here.
 	held := c.stopHolding()
 	if !c.calls.Close() {
 		<-c.closed
@@ -121,7 +121,7 @@ func (c *Client) Close() error {
 	shares := make([]releasing, len(held))
 	ended := make([]bool, len(held))
 	for i, l := range held {
-		ended[i] = l.endAtClose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
+		ended[i] = l.end(endClosed, fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
 		shares[i].l = l
 	}
 	var errs []error

@@ -60,21 +60,34 @@ type Lock struct {
 	maxHold    *time.Timer // fires when the lock has been held for WithMaxHold
 }
 
-// newLockFor is the lock a call with lc takes of groups: its owner
-// (ownerFor), its lease (WithTTL, else the
-// Client's, renewed) and the acknowledgement it needs of replicas.
-func (c *Client) newLockFor(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
-	owner := c.ownerFor(ctx, lc)
+// newLock is the lock a call on ctx with lc takes of groups: its owner
+// (ownerFor), its lease (WithTTL, else the Client's, renewed), the
+// acknowledgement it needs of replicas; its Context keeps ctx's values.
+func (c *Client) newLock(ctx context.Context, lc lockConfig, userKeys []string, groups []group) *Lock {
 	leaseLen, renew := c.cfg.lease, true
 	if lc.ttlSet {
 		leaseLen, renew = lc.ttl, false
 	}
-	l := newLock(ctx, c, owner, userKeys, groups, leaseLen, renew)
-	l.ack = c.cfg.ack
+	ack := c.cfg.ack
 	if lc.ackSet {
-		l.ack = lc.ack
+		ack = lc.ack
 	}
-	return l
+	n := 0
+	for _, g := range groups {
+		n += len(g.keys)
+	}
+	return &Lock{
+		c:      c,
+		owner:  c.ownerFor(ctx, lc),
+		hold:   wire.NewHold(),
+		keys:   userKeys,
+		groups: groups,
+		lease:  leaseLen,
+		renew:  renew,
+		ack:    ack,
+		tokens: make(map[string]int64, n),
+		life:   lifetime.New(ctx),
+	}
 }
 
 // ownerFor is the owner of a lock of a call on ctx with lc: WithOwner's,
@@ -87,25 +100,6 @@ func (c *Client) ownerFor(ctx context.Context, lc lockConfig) string {
 		return o
 	}
 	return c.newOwner()
-}
-
-// newLock makes the lock of a call on ctx, whose values its Context keeps.
-func newLock(ctx context.Context, c *Client, owner string, keys []string, groups []group, lease time.Duration, renew bool) *Lock {
-	n := 0
-	for _, g := range groups {
-		n += len(g.keys)
-	}
-	return &Lock{
-		c:      c,
-		owner:  owner,
-		hold:   wire.NewHold(),
-		keys:   keys,
-		groups: groups,
-		lease:  lease,
-		renew:  renew,
-		tokens: make(map[string]int64, n),
-		life:   lifetime.New(ctx),
-	}
 }
 
 // counted is what an acquire says of lockKey, taken in units: its units
@@ -218,7 +212,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	lost, err := l.c.extend(ctx, l, l.groups, ttl)
 	if len(lost) > 0 {
 		notHeld := fmt.Errorf("%w: %d of %d keys, such as %q", ErrNotHeld, len(lost), len(l.keys), l.c.names.UserKeys(lost)[0])
-		l.letGo(fmt.Errorf("%w: %w", ErrLockLost, inner(notHeld)))
+		l.end(endLetGo, fmt.Errorf("%w: %w", ErrLockLost, inner(notHeld)))
 		return errors.Join(notHeld, err)
 	}
 	if err != nil {
@@ -345,7 +339,7 @@ func (l *Lock) handValidity(v validity) {
 // granted ones only (see validity.renewed and grantRenewed). It reports
 // false, changing nothing, when the lock ended meanwhile: a renewal whose
 // reply lands after an Unlock or Close must not start again the timer that
-// finish stopped.
+// Lock.end stopped.
 func (l *Lock) renewed(end time.Time, all bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -385,7 +379,7 @@ func (l *Lock) expire() {
 	l.mu.Lock()
 	if l.life.Err() != nil {
 		l.mu.Unlock()
-		return // fired as finish stopped it
+		return // fired as Lock.end stopped it
 	}
 	if d := l.untilLoss(); d > 0 {
 		l.expiry.Reset(d)
@@ -394,10 +388,10 @@ func (l *Lock) expire() {
 	}
 	l.mu.Unlock()
 	if !l.renew {
-		l.letGo(fmt.Errorf("%w: its lease (WithTTL) ran out", ErrLockLost))
+		l.end(endLetGo, fmt.Errorf("%w: its lease (WithTTL) ran out", ErrLockLost))
 		return
 	}
-	l.letGo(fmt.Errorf("%w: lease ran out before it could be renewed", ErrLockLost))
+	l.end(endLetGo, fmt.Errorf("%w: lease ran out before it could be renewed", ErrLockLost))
 }
 
 // capHold ends l d from now (WithMaxHold).
@@ -410,71 +404,60 @@ func (l *Lock) capHold(d time.Duration) {
 }
 
 // endAtMaxHold ends l, held for d, its longest hold, and lets its keys go
-// (see letGo). An Unlock under way when the cap comes wins: the lock is then
+// (endLetGo). An Unlock under way when the cap comes wins: the lock is then
 // released, not lost.
 func (l *Lock) endAtMaxHold(d time.Duration) {
 	l.unlocking.Lock()
 	ended := l.released || l.Err() != nil
 	l.unlocking.Unlock()
 	if !ended {
-		l.letGo(fmt.Errorf("%w: %w: %v", ErrLockLost, inner(ErrMaxHold), d))
+		l.end(endLetGo, fmt.Errorf("%w: %w: %v", ErrLockLost, inner(ErrMaxHold), d))
 	}
 }
 
-// lose marks the lock lost with err (which wraps ErrLockLost), unless it
-// already ended, and reports whether it did.
-func (l *Lock) lose(err error) bool {
-	if !l.finish(err) {
-		return false
+// lockEnd is how a lock ends, by what its end does beyond ending it.
+type lockEnd int
+
+const (
+	// endReleased: its release went through (Unlock, Consume, UnlockEach),
+	// which took it off the watchdog.
+	endReleased lockEnd = iota
+	// endAbandoned: the call that took it panicked before handing it out.
+	endAbandoned
+	// endLost: lost, told as EventLost; its holds go with their lease.
+	endLost
+	// endLetGo: lost, and what it still holds is released in the
+	// background (lettingGo): once lost, the lock is no use to its holder,
+	// and its other keys go to their waiters now rather than at the end of
+	// their lease. Once Close began, Close releases it instead: it was among
+	// the locks Close found held (see Client.stopHolding).
+	endLetGo
+	// endClosed: Close ends it, after an Unlock whose release is running
+	// (which ends it as released), and releases it itself, telling
+	// EventReleased, not EventLost: a Client closed on purpose (a deploy)
+	// lost nothing, though its holder must stop (err wraps ErrLockLost).
+	endClosed
+)
+
+// end is the one place a lock ends: with err, the cause its Context and Err
+// give, and as how says. Only the first end counts; end reports whether it
+// was this one.
+func (l *Lock) end(how lockEnd, err error) bool {
+	switch how {
+	case endClosed:
+		l.unlocking.Lock()
+		defer l.unlocking.Unlock()
+	case endLetGo:
+		// Counted before the lock ends, so that Close, which no longer finds
+		// the lock held, waits for this release.
+		if !l.c.calls.Enter(1) {
+			how = endLost
+		}
 	}
-	l.lost(err)
-	return true
-}
-
-// endAtClose ends the lock with err for Close, after an Unlock whose
-// release is running, which ends it as released; it reports whether Close
-// ended it. Close releases it, and tells EventReleased, not EventLost: a
-// Client closed on purpose (a deploy) lost nothing, though its holder must
-// stop (err wraps ErrLockLost).
-func (l *Lock) endAtClose(err error) bool {
-	l.unlocking.Lock()
-	defer l.unlocking.Unlock()
-	if !l.finish(err) {
-		return false
-	}
-	l.c.watchdog.remove(l)
-	return true
-}
-
-// lost tells that the lock ended with err, lost.
-func (l *Lock) lost(err error) {
-	l.c.watchdog.remove(l)
-	l.emit(Event{Kind: EventLost, Err: err})
-}
-
-// letGo marks the lock lost with err, unless it already ended, and releases
-// what it still holds in the background (see Client.release, lettingGo):
-// once lost, the lock is no use to its holder, and its other keys go to
-// their waiters now rather than at the end of their lease. Once Close
-// began, Close releases it instead: the lock was among those it found held
-// (see Client.stopHolding).
-func (l *Lock) letGo(err error) {
-	counted := l.c.calls.Enter(1)
-	if !l.lose(err) || !counted {
-		if counted {
+	if !l.life.End(err) {
+		if how == endLetGo {
 			l.c.calls.Leave()
 		}
-		return
-	}
-	go func() {
-		defer l.c.calls.Leave()
-		_ = l.c.release(context.Background(), lettingGo, []releasing{{l: l}})
-	}()
-}
-
-// finish ends the lock with err; only the first end counts.
-func (l *Lock) finish(err error) bool {
-	if !l.life.End(err) {
 		return false
 	}
 	l.c.unhold(l)
@@ -487,6 +470,18 @@ func (l *Lock) finish(err error) bool {
 		l.maxHold.Stop()
 	}
 	l.mu.Unlock()
+	if how != endReleased {
+		l.c.watchdog.remove(l)
+	}
+	if how == endLost || how == endLetGo {
+		l.emit(Event{Kind: EventLost, Err: err})
+	}
+	if how == endLetGo {
+		go func() {
+			defer l.c.calls.Leave()
+			_ = l.c.release(context.Background(), lettingGo, []releasing{{l: l}})
+		}()
+	}
 	return true
 }
 

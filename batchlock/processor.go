@@ -506,7 +506,7 @@ func (p *Processor[T]) queue(pb *pendingBasket[T]) {
 	p.hold(pb.basket.keys)
 	exclusive, shared := pb.basket.split()
 	p.queuing.Go(func() {
-		l, err := p.c.lockWith(p.closing, exclusive, lockConfig{shared: shared, units: pb.basket.units}, true)
+		l, err := p.c.lock(p.closing, exclusive, lockConfig{shared: shared, units: pb.basket.units}, true)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		pb.queued = false

@@ -159,8 +159,7 @@ func (c *Client) rollback(ctx context.Context, l *Lock, groups []group) {
 // take), and rolls back shares, what of them it sent to Redis.
 func (c *Client) abandon(ctx context.Context, locks []*Lock, shares []releasing) {
 	for _, l := range locks {
-		c.watchdog.remove(l)
-		l.finish(fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
+		l.end(endAbandoned, fmt.Errorf("%w: the call that took it panicked", ErrNotHeld))
 	}
 	_ = c.release(ctx, rollingBack, shares)
 }
@@ -230,7 +229,7 @@ func (l *Lock) unlocked(out releaseOutcome, why releaseReason) error {
 	}
 	l.released = true
 	lost := l.Err()
-	l.finish(ErrNotHeld)
+	l.end(endReleased, ErrNotHeld)
 	l.emit(Event{Kind: EventReleased, Duration: held})
 	switch {
 	case out.unacked != nil && why == consuming:

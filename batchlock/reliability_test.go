@@ -311,7 +311,7 @@ func TestUnlockRetriedSendsOnlyWhatFailed(t *testing.T) {
 }
 
 // A renewal whose reply lands after the lock ended (an Unlock or Close ran
-// meanwhile) changes nothing: the loss timer finish stopped stays stopped,
+// meanwhile) changes nothing: the loss timer Lock.end stopped stays stopped,
 // also when it fired as it was stopped, so nothing of the lock runs after
 // Close.
 func TestRenewalLandingAfterTheEndChangesNothing(t *testing.T) {

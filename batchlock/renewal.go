@@ -193,7 +193,7 @@ func (wd *watchdog) renewBatch(ctx context.Context, locks []renewing, ack routin
 			// A lock removed meanwhile is being unlocked: its keys were
 			// released by its owner, not lost.
 			if wd.watching(l) {
-				l.letGo(fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.names.UserKeys(e.lost)[0]))
+				l.end(endLetGo, fmt.Errorf("%w: %d of %d keys no longer held, such as %q", ErrLockLost, len(e.lost), len(l.keys), wd.c.names.UserKeys(e.lost)[0]))
 			}
 			wd.remove(l)
 		case e.err == nil:
@@ -236,7 +236,7 @@ func (wd *watchdog) close() {
 		<-wd.done
 	}
 	for l := range locks {
-		l.lose(fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
+		l.end(endLost, fmt.Errorf("%w: %w", ErrLockLost, inner(ErrClosed)))
 	}
 }
 

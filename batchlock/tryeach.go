@@ -31,9 +31,6 @@ func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOp
 // tryEachOf is TryEach, which with explain also says why each refused
 // basket was, in basket order.
 func (c *Client) tryEachOf(ctx context.Context, baskets [][]string, opts []LockOption, explain bool) ([]*Lock, []refusal, error) {
-	if err := checkContext(ctx); err != nil {
-		return nil, nil, err
-	}
 	lc, err := lockConfigOf(opts)
 	if err != nil {
 		return nil, nil, err
@@ -190,7 +187,7 @@ type eachCall struct {
 	lc      lockConfig
 	baskets []eachBasket
 	hold    string
-	// fresh: every basket's owner is made for the call (see newLockFor),
+	// fresh: every basket's owner is made for the call (see newLock),
 	// so that it holds no key.
 	fresh bool
 	// locks are the baskets' locks, made once a basket is clear of the
@@ -271,7 +268,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 		if b.ofProcessor {
 			keys = slices.Clone(keys)
 		}
-		l := c.newLockFor(t.ctx, t.lc, keys, b.groups)
+		l := c.newLock(t.ctx, t.lc, keys, b.groups)
 		l.units = b.counted
 		t.locks[i] = l
 		gated, err := l.enterGates(ctx, false, nil)
