@@ -479,7 +479,7 @@ local function layout()
       if not elsewhere(there) and there == 1 then
         -- INCRBY, as acquires do: the commands a locking user needs stay
         -- as they were (see the README's ACL).
-        token = redis.pcall('INCRBY', fence, 1)
+        token = redis.pcall('INCRBY', fence, '1')
         if elsewhere(token) or token <= s.token then
           token = nil
         end

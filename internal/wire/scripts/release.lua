@@ -159,9 +159,10 @@ while i <= #ARGV do
     -- deleted is no longer local, and writing it again would fail half-way.
     local v = redis.pcall('GET', key)
     local capkey = consumed and consumed[key]
-    local alone = type(v) == 'string' and string.sub(v, -#fresh) == fresh
+    local text = type(v) == 'string'
+    local alone = text and string.sub(v, -#fresh) == fresh
     local leave, units
-    if type(v) == 'string' and not alone then
+    if text and not alone then
       counted_alone = counted_alone or alone_pattern(hold)
       leave, units = leave_quickly(key, v, owner, hold, counted_alone)
     end
