@@ -24,7 +24,8 @@ import (
 // key, an owner-checked delete) and the fenced floor (an INCRBY per slot, a
 // SET PX per key, a DEL per key), whose scripts are the bench's
 // (bench/floor). Each iteration locks and releases n fresh keys of one slot
-// with one call each way, as a batch does on each master; the server's CPU
+// (slots=33: 33 keys of a slot each) with one call each way, as a batch
+// does on each master; the server's CPU
 // and its in-command time per iteration are reported beside the client's
 // ns/op:
 //
@@ -116,6 +117,35 @@ func BenchmarkScript(b *testing.B) {
 			})
 		})
 	}
+	// Keys spread over the slots, as a batch spread over the masters is: a
+	// master's share of 100 keys over three masters, each key in a slot of
+	// its own, against the lock floor alike; what a slot costs beyond a key
+	// is the difference from the one-slot runs above.
+	spread := func(i int) (keys []string, slots []any) {
+		for j := range 33 {
+			k := fmt.Sprintf("{s%d}k:%d", j, i%64)
+			keys = append(keys, k)
+			slots = append(slots, fmt.Sprintf("fence:{s%d}", j), 1, k)
+		}
+		return keys, slots
+	}
+	b.Run("lock-floor/slots=33", func(b *testing.B) {
+		srv.measure(b, 0, func(i int, _ []string) {
+			keys, slots := spread(i)
+			mustRun(b, lockFloorLock.Run(b.Context(), rdb, keys[:1], append([]any{10000, owner}, slots...)...))
+			mustRun(b, lockFloorUnlock.Run(b.Context(), rdb, keys[:1], append([]any{owner}, anysOf(keys)...)...))
+		})
+	})
+	b.Run("batchlock/slots=33", func(b *testing.B) {
+		srv.measure(b, 0, func(i int, _ []string) {
+			keys, slots := spread(i)
+			hold := fmt.Sprintf("h:%016x", i)
+			args := []any{owner, hold, 10000, wire.ModeWait, "cancel:{s0}:" + hold, 3000}
+			mustRun(b, wire.AcquireScript.Run(b.Context(), rdb, nil, append(args, slots...)...))
+			rel := []any{owner, hold, 10000, 0, len(keys), 0}
+			mustRun(b, wire.ReleaseScript.Run(b.Context(), rdb, nil, append(rel, anysOf(keys)...)...))
+		})
+	})
 	// A tick on one master: 32 baskets of 8 fresh keys each, every key in
 	// a slot of its own (spread), taken by one TryEach call and let go by
 	// one release call, exclusively or in units (sold): what a tick costs
