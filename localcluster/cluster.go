@@ -18,8 +18,6 @@ import (
 )
 
 const (
-	masterCount = 3
-
 	// startTimeout bounds Start when its context has no deadline; building
 	// the docker image the first time is the slow part.
 	startTimeout = 3 * time.Minute
@@ -56,9 +54,10 @@ type member struct {
 	paused *replAuth
 }
 
-// Start starts a cluster of three masters, each with one replica (node
-// i+3 replicates node i; six nodes) or with the number [WithReplicasPerMaster]
-// asks for (node 3k+i replicates node i), and returns once it is ready
+// Start starts a cluster of three masters ([WithMasters] sets another
+// number, m), each with one replica (node i+m replicates node i; six nodes)
+// or with the number [WithReplicasPerMaster] asks for (node mk+i
+// replicates node i), and returns once it is ready
 // (see [Cluster.WaitReady]). Close it when done.
 //
 // The backend is, in order: External when BATCHLOCK_CLUSTER_ADDRS lists
@@ -88,11 +87,11 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	if c.launcher, err = newLauncher(ctx, b, c.id, cfg); err != nil {
 		return nil, err
 	}
-	if err := c.launchAll(ctx, masterCount*(1+cfg.replicas), true); err != nil {
+	if err := c.launchAll(ctx, cfg.masters*(1+cfg.replicas), true); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	addrs := c.Addrs()
-	if err := c.create(ctx, addrs[:masterCount], addrs[masterCount:]); err != nil {
+	if err := c.create(ctx, addrs[:cfg.masters], addrs[cfg.masters:]); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	c.logf("localcluster: %s cluster %s ready in %v: %v", b, c.id, time.Since(began).Round(time.Millisecond), addrs)

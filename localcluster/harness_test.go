@@ -565,6 +565,31 @@ func readOnReplica(ctx context.Context, t *testing.T, addr, key string) (string,
 	return conn.Get(ctx, key).Result()
 }
 
+// A cluster of more masters than three shares the slots evenly among them
+// and pairs each with its replica as three masters are.
+func TestHarnessMoreMasters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	const m = 4
+	c := startCluster(t, localcluster.WithMasters(m))
+	addrs := c.Addrs()
+	require.Len(t, addrs, 2*m)
+	masters, err := c.Masters(ctx)
+	require.NoError(t, err)
+	require.Len(t, masters, m)
+	for i, master := range masters {
+		assert.Equal(t, addrs[i], master.Addr, "masters first, in slot order")
+		require.Len(t, master.Slots, 1)
+		assert.Equal(t, [2]int{i * localcluster.SlotCount / m, (i+1)*localcluster.SlotCount/m - 1}, master.Slots[0])
+		r, err := c.ReplicaOf(ctx, master.Addr)
+		require.NoError(t, err)
+		assert.Equal(t, addrs[m+i], r.Addr, "node %d replicates node %d", m+i, i)
+	}
+	rdb := c.Client()
+	defer rdb.Close()
+	requireKeys(ctx, t, rdb, writeKeys(ctx, t, rdb, "more", 50))
+}
+
 func TestHarnessTwoReplicasPerMaster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()

@@ -44,11 +44,12 @@ type config struct {
 	backend  Backend
 	logf     func(format string, args ...any)
 	image    string
+	masters  int
 	replicas int // per master
 }
 
 func newConfig(opts []Option) config {
-	c := config{logf: func(string, ...any) {}, replicas: 1}
+	c := config{logf: func(string, ...any) {}, masters: 3, replicas: 1}
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -60,6 +61,9 @@ func newConfig(opts []Option) config {
 func (c config) check() error {
 	if c.replicas < 1 {
 		return fmt.Errorf("localcluster: WithReplicasPerMaster(%d): need at least one replica per master", c.replicas)
+	}
+	if c.masters < 3 {
+		return fmt.Errorf("localcluster: WithMasters(%d): need at least three masters, a majority to fail one over", c.masters)
 	}
 	return nil
 }
@@ -89,17 +93,28 @@ func WithImage(ref string) Option {
 	return optionFunc(func(c *config) { c.image = ref })
 }
 
-// WithReplicasPerMaster gives each of the three masters n replicas, so
-// that a test can make one replica lag while another acknowledges writes,
-// or promote a chosen one. [Start] then builds 3+3n nodes with a fixed
-// pairing: node 3k+i (k = 1..n) replicates node i, so with n = 2 nodes 3
-// and 6 replicate node 0, 4 and 7 node 1, 5 and 8 node 2. [Create] takes
-// the first len(addrs)/(n+1) addresses as masters, paired the same way.
-// Default 1 (six nodes). n < 1 makes Start and Create return an error
-// before starting anything. StartSingles and the external backend, whose
-// topology is what it is, ignore it.
+// WithReplicasPerMaster gives each master n replicas, so that a test can
+// make one replica lag while another acknowledges writes, or promote a
+// chosen one. With m masters (three, or [WithMasters]) [Start] then builds
+// m+mn nodes with a fixed pairing: node mk+i (k = 1..n) replicates node i,
+// so with three masters and n = 2 nodes 3 and 6 replicate node 0, 4 and 7
+// node 1, 5 and 8 node 2. [Create] takes the first len(addrs)/(n+1)
+// addresses as masters, paired the same way. Default 1 (six nodes). n < 1
+// makes Start and Create return an error before starting anything.
+// StartSingles and the external backend, whose topology is what it is,
+// ignore it.
 func WithReplicasPerMaster(n int) Option {
 	return optionFunc(func(c *config) { c.replicas = n })
+}
+
+// WithMasters makes [Start] build a cluster of n masters sharing the slots
+// evenly, each with its replicas (see [WithReplicasPerMaster]): what a
+// bench of a growing cluster needs. n < 3 makes Start and Create return
+// an error before starting anything; otherwise Create takes its masters
+// from its addresses, and StartSingles and the external backend ignore it.
+// Default 3.
+func WithMasters(n int) Option {
+	return optionFunc(func(c *config) { c.masters = n })
 }
 
 // FailoverOption configures [Cluster.Failover].

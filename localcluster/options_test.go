@@ -99,6 +99,17 @@ func TestWithReplicasPerMaster(t *testing.T) {
 	}
 }
 
+func TestWithMasters(t *testing.T) {
+	assert.Equal(t, 3, newConfig(nil).masters, "default")
+	assert.Equal(t, 9, newConfig([]Option{WithMasters(9)}).masters)
+	for _, n := range []int{2, 0, -1} {
+		// Refused before any backend is chosen, as WithReplicasPerMaster is.
+		t.Setenv(EnvBackend, "podman")
+		_, err := Start(context.Background(), WithMasters(n))
+		assert.ErrorContains(t, err, "need at least three masters")
+	}
+}
+
 func TestCreateNeedsWholeGroups(t *testing.T) {
 	// Checked before any address is dialled.
 	err := Create(context.Background(), []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"}, WithReplicasPerMaster(2))

@@ -1,7 +1,8 @@
 // Command localcluster runs a throwaway Redis Cluster for development.
 //
-//	localcluster up                  start a six-node cluster, print its
-//	                                 addresses, stop it on Ctrl-C
+//	localcluster up [-masters N]     start a cluster of N masters (3), each
+//	                                 with a replica, print its addresses,
+//	                                 stop it on Ctrl-C
 //	localcluster create ADDR,ADDR... build a cluster from fresh nodes
 //	                                 (first half masters), as make cluster-up does
 //
@@ -11,6 +12,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log"
 	"os"
@@ -31,7 +33,10 @@ func main() {
 	defer stop()
 	switch os.Args[1] {
 	case "up":
-		if err := up(ctx); err != nil {
+		fs := flag.NewFlagSet("up", flag.ExitOnError)
+		masters := fs.Int("masters", 3, "masters of the cluster, each with a replica")
+		_ = fs.Parse(os.Args[2:])
+		if err := up(ctx, *masters); err != nil {
 			log.Fatal(err)
 		}
 	case "create":
@@ -50,8 +55,8 @@ func main() {
 	}
 }
 
-func up(ctx context.Context) error {
-	c, err := localcluster.Start(ctx, localcluster.WithLogf(log.Printf))
+func up(ctx context.Context, masters int) error {
+	c, err := localcluster.Start(ctx, localcluster.WithLogf(log.Printf), localcluster.WithMasters(masters))
 	if err != nil {
 		return err
 	}
@@ -67,5 +72,5 @@ func printAddrs(addrs []string) {
 }
 
 func usage() {
-	log.Fatal("usage: localcluster up | localcluster create ADDR,ADDR,...")
+	log.Fatal("usage: localcluster up [-masters N] | localcluster create ADDR,ADDR,...")
 }
