@@ -66,7 +66,7 @@ func DescribeMachine(ctx context.Context, cl *localcluster.Cluster) (Machine, er
 // libraryVersion names the last commit of batchlock's own packages, and says
 // when the working tree changes them.
 func libraryVersion(ctx context.Context) string {
-	paths := []string{"--", "../batchlock", "../hashtag"}
+	paths := []string{"--", "../batchlock", "../hashtag", "../internal"}
 	out, err := exec.CommandContext(ctx, "git", append([]string{"log", "-1", "--format=%h"}, paths...)...).Output()
 	if err != nil || len(out) == 0 {
 		return "unknown"
