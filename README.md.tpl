@@ -122,8 +122,8 @@ persistence, replicas, clocks, ACL), reading `inspect`, `check` and the metrics,
 ## Tests, speed and docs
 
 `make test` is what CI runs ([what](docs/faults.md#how-the-tests-run)). `make bench` measures batchlock
-against redsync, redislock and the least a lock must do ([docs/bench.md](docs/bench.md), read in
-[docs/speed.md](docs/speed.md)). `make readme` makes this README from `README.md.tpl` and the `Example`s.
+against redsync, redislock and the least a lock must do ([bench.md](docs/bench.md), [speed.md](docs/speed.md),
+[scale.md](docs/scale.md)). `make readme` makes this README from `README.md.tpl` and the `Example`s.
 
 ## Layout and modules
 
