@@ -1042,9 +1042,6 @@ func (b BatchRun) section(p func(string, ...any), refNames ...string) {
 				Millis(w.Median), Millis(w.P99), Millis(w.Max), Millis(res.Small.P99), Millis(res.Big.P99), res.Overdue, res.Backlog, res.Oversold)
 		}
 	}
-	if b.Config.Rate > 0 {
-		return
-	}
 	p("\nWhere the masters' CPU per order goes, from `INFO commandstats` over the same turns (as in Contention: the script calls' own time, the lock's and the stock writes', and the rest):\n\n")
 	p("| processors | processor | masters' CPU per order | scripts µs (calls) | connections and pub/sub µs (calls) | other commands µs | outside commands µs |\n|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, res := range b.Results {
