@@ -31,7 +31,7 @@ failover takes tens of seconds ([why](docs/operators.md#the-client-side)). `lock
   live in other keys, another Redis or a SQL database. The fencing token ties the two together.
 - *Which lease?* The watchdog lease (`WithLease`, default 30 s) is how long a dead holder's keys stay
   held, and a third of it how soon a loss is noticed. A fixed `WithTTL` lease is for work of known length.
-- *One token per lock?* No, one per key, from its slot's counter: compare and store tokens per key.
+- *One token per lock?* No, one per key (keys of a slot taken by one call share it): store them per key.
 - *Owners?* Fresh per call by default (`host:pid:` and a random part). `WithOwner("order-42")` makes two
   processes that handle order 42 at once **both** hold its keys: use an id unique to the holder.
 
@@ -60,7 +60,7 @@ capacity fails at once with `ErrOverCapacity` (sold out). A `Processor` takes un
 `ConsumeEach`); `TryEach` takes none.
 
 **Errors: which to retry.** `WithWait(d)` bounds only the wait, not the work: past `d` the call fails
-holding nothing, with a `*ConflictError` naming the keys it waited for and who holds them. Every error
+holding nothing, with a `*ConflictError` naming the keys it waited for when it met held ones. Every error
 says `batchlock:` once, at its start, and matches each sentinel it wraps; test them in this order:
 
 {{example "retryable"}}
@@ -68,7 +68,7 @@ says `batchlock:` once, at its start, and matches each sentinel it wraps; test t
 ## Quick start
 
 ```sh
-make demo   # a batch order processor on a throwaway six-node cluster; audits that nothing is oversold
+make demo   # an order processor on a throwaway six-node cluster; audits that nothing is oversold
 make test   # lint, unit tests, the integration suite on a real six-node cluster (docker and process backends)
 ```
 

@@ -669,6 +669,7 @@ func TestNilContextIsInvalid(t *testing.T) {
 	calls := map[string]func() error{
 		"Lock":        func() error { _, err := c.Lock(nilCtx, basket); return err },
 		"TryLock":     func() error { _, err := c.TryLock(nilCtx, basket); return err },
+		"TryEach":     func() error { _, err := c.TryEach(nilCtx, [][]string{basket}); return err },
 		"Do":          func() error { return c.Do(nilCtx, basket, func(context.Context) error { return nil }) },
 		"Held":        func() error { _, err := c.Held(nilCtx, "*"); return err },
 		"Inspect":     func() error { _, err := c.Inspect(nilCtx, basket...); return err },

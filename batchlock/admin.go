@@ -197,8 +197,8 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 
 // Released is what ForceUnlock did to one key.
 type Released struct {
-	// HeldKey is what the key held when it was released (Lease and Master
-	// not filled in); Key alone when it was not held.
+	// HeldKey is what the key held when it was released (Lease, Master,
+	// Capacity and Free not filled in); Key alone when it was not held.
 	HeldKey
 	Held bool  // the key was held, and is now released
 	Err  error // why the key could not be released; the others are all the same

@@ -98,14 +98,12 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Close ends the Client: calls in flight fail with ErrClosed and roll back,
-// and every later call fails with ErrClosed. Every lock it handed out still
-// held ends (Err wraps ErrLockLost and ErrClosed: its holder must stop) and
-// is released, told as EventReleased, not EventLost: nothing the Client held
-// outlives it. It waits for those releases and rollbacks
-// (each at most 5s) and returns the releases' errors. It is idempotent: a
-// later Close, also one made meanwhile, returns nil once the first has
-// returned. No goroutine of the Client outlives it.
+// Close ends the Client: calls in flight and every later call fail with
+// ErrClosed. Every lock it handed out still held ends (Err wraps ErrLockLost
+// and ErrClosed: its holder must stop) and is released, told as
+// EventReleased. Close waits for those releases and rollbacks (each at most
+// 5s), returns their errors, and leaves no goroutine; a later Close returns
+// nil once the first has returned.
 func (c *Client) Close() error {
 	// Every lock held now, and none after: a call that would hand one out
 	// from now on rolls it back instead. One lost from now on, whose own
@@ -268,7 +266,7 @@ func (c *Client) handOut(l *Lock, lc lockConfig, start time.Time) {
 }
 
 // hold registers locks about to be handed out, until each ends (see
-// Lock.finish); one that ended already is not registered. Once Close
+// Lock.end); one that ended already is not registered. Once Close
 // began it registers none, and reports false: the locks must be rolled
 // back.
 func (c *Client) hold(locks ...*Lock) bool {

@@ -10,53 +10,29 @@ import (
 )
 
 var (
-	// ErrNotObtained means the lock was not taken: another owner holds some of
-	// the keys (see ConflictError), or the wait for them ended first.
+	// ErrNotObtained: the keys are held by another owner (see ConflictError), or the wait ended first.
 	ErrNotObtained = errors.New("batchlock: not obtained")
-
-	// ErrLockLost means a lock stopped being held while its holder still
-	// counted on it: a lease ran out, a key was taken or deleted behind the
-	// holder's back, or its Client was closed.
+	// ErrLockLost: a held lock ended while its holder counted on it (a lease ran out, a key was taken
+	// or deleted behind its back, its Client closed).
 	ErrLockLost = errors.New("batchlock: lock lost")
-
-	// ErrMaxHold is wrapped, with ErrLockLost, by the cause of a lock that
-	// ended because it had been held for its longest hold (WithMaxHold).
+	// ErrMaxHold is wrapped, with ErrLockLost, by the end of a lock held for WithMaxHold.
 	ErrMaxHold = errors.New("batchlock: held for its longest hold")
-
-	// ErrNotHeld means an Unlock or Extend found keys that no longer carry
-	// this lock's hold, or the lock had already been released.
+	// ErrNotHeld: an Unlock or Extend found keys without this lock's hold, or the lock released.
 	ErrNotHeld = errors.New("batchlock: not held")
-
-	// ErrInvalid is wrapped by every error about bad input. Such an error is
-	// returned before anything is sent to Redis.
+	// ErrInvalid is wrapped by every error about bad input, returned before anything is sent.
 	ErrInvalid = errors.New("batchlock: invalid argument")
-
-	// ErrNoReplicas means fewer replicas than WithReplicas asked for
-	// acknowledged an acquire in time; the lock was rolled back.
+	// ErrNoReplicas: fewer replicas than WithReplicas asks for acknowledged in time; rolled back.
 	ErrNoReplicas = errors.New("batchlock: not acknowledged by enough replicas")
-
-	// ErrUpgrade means the call asked for a key exclusively that its owner
-	// holds shared (see WithShared) or in units (see WithUnits), or for more
-	// units than its owner holds. Such a call fails at once, with
-	// ErrNotObtained, rather than wait: two owners doing it would each wait
-	// for the other's hold to go.
+	// ErrUpgrade (with ErrNotObtained, at once): a key asked for exclusively, or for more units, that
+	// its owner holds shared or in units; two owners waiting so would wait for each other.
 	ErrUpgrade = errors.New("batchlock: held shared or in units by this owner, asked for more")
-
-	// ErrNoCapacity means a call asked for units of a key that has no
-	// capacity set (see Client.SetCapacity); nothing was taken.
+	// ErrNoCapacity: units asked of a key with no capacity set (Client.SetCapacity); nothing taken.
 	ErrNoCapacity = errors.New("batchlock: no capacity set")
-
-	// ErrOverCapacity means a call asked for more units of a key than its
-	// capacity: only a capacity that grows could fit them, so the call
-	// fails at once rather than wait; nothing was taken.
+	// ErrOverCapacity: more units asked than the key's capacity, refused at once; nothing taken.
 	ErrOverCapacity = errors.New("batchlock: more units than the capacity")
-
-	// ErrUnitsHeld means a change of a key's capacity would leave it below
-	// the units held of it, or below 0; nothing was changed.
+	// ErrUnitsHeld: a capacity change would leave it below the units held, or 0; nothing changed.
 	ErrUnitsHeld = errors.New("batchlock: capacity below the units held")
-
-	// ErrClosed is returned by calls on a closed Client, and is the reason
-	// (with ErrLockLost) a lock ends when Close releases it.
+	// ErrClosed: the Client is closed; with ErrLockLost, why Close ended a lock.
 	ErrClosed = errors.New("batchlock: client closed")
 )
 

@@ -17,35 +17,25 @@ type Event struct {
 type EventKind string
 
 const (
-	// EventAcquired: a Lock, TryLock, Do or TryEach call now holds its keys;
-	// Duration is the time the call took, waiting included.
+	// EventAcquired: a call now holds its keys; Duration is the call's time, waiting included.
 	EventAcquired EventKind = "acquired"
-	// EventConflict: an attempt of Lock, TryLock or Do found keys held by
-	// another owner, in Redis or at the Client's gates.
+	// EventConflict: an attempt of Lock, TryLock or Do met keys another owner holds.
 	EventConflict EventKind = "conflict"
-	// EventRefused: TryEach refused a basket; Err is its *ConflictError. A
-	// refusal, not a failure.
+	// EventRefused: TryEach refused a basket, not a failure; Err is its *ConflictError.
 	EventRefused EventKind = "refused"
-	// EventQueued: a waiting call took a place in the queue, in Redis, of
-	// keys another Client holds; once per key waited for.
+	// EventQueued: a waiting call took a place in a key's queue in Redis, once per key.
 	EventQueued EventKind = "queued"
-	// EventHandedOff: a release handed the keys a waiting call waited for
-	// to it.
+	// EventHandedOff: a release handed a waiting call the keys it waited for.
 	EventHandedOff EventKind = "handed off"
-	// EventRenewed: the watchdog renewed the lock; Duration is the lease
-	// that was left when the renewal landed.
+	// EventRenewed: the watchdog renewed the lock; Duration is the lease left as it landed.
 	EventRenewed EventKind = "renewed"
 	// EventLost: the lock was lost (never for Close); Err says why.
 	EventLost EventKind = "lost"
-	// EventReleased: Unlock ran, or Close ended and released the lock;
-	// Duration is how long the lock was held, Err set when the release
-	// failed.
+	// EventReleased: Unlock or Close released the lock; Duration is how long it was held, Err
+	// set when the release failed.
 	EventReleased EventKind = "released"
-	// EventFailed: a call gave up without the lock after sending something
-	// to Redis (a TryEach failed as a whole: one per basket); Err says why.
+	// EventFailed: a call gave up after sending something (a TryEach: one per basket); Err says why.
 	EventFailed EventKind = "failed"
-	// EventAdmitted: a Processor's Next handed out the lock of a basket;
-	// Duration is how long the basket waited, from Add to its lock
-	// (Taken.Waited).
+	// EventAdmitted: a Processor's Next handed out a basket's lock; Duration is Taken.Waited.
 	EventAdmitted EventKind = "admitted"
 )

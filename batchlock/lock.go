@@ -157,10 +157,10 @@ var nilLock = func() *lifetime.Lifetime {
 }()
 
 // Token returns the fencing token of key (without the prefix) in this lock,
-// or 0 when key is not one of its keys or the lock ended (released, lost,
-// closed): tokens start at 1, so storage that refuses a token below 1
-// catches a wrong key and a write made after the lock ended. A key's token
-// grows with each new ownership of it (taken fresh, or handed on); locks of
+// or 0 when key is not one of its keys or the lock ended: tokens start at 1,
+// so storage that refuses a token below 1 catches a wrong key and a late
+// write. A key's token grows with each new ownership of it (taken fresh, or
+// handed on); keys of one slot taken by one call share theirs, and locks of
 // one owner share the token of the ownership they joined.
 func (l *Lock) Token(key string) int64 {
 	if l == nil || l.Err() != nil {

@@ -154,7 +154,7 @@ func NewProcessor[T any](c *Client, opts ...ProcessorOption) (*Processor[T], err
 }
 
 // Add queues item's basket, after every basket added before it. A bad
-// basket (no keys, an empty or reserved key, more than maxEachKeys keys)
+// basket (no keys, an empty or reserved key, more than 65,536 keys)
 // is ErrInvalid and queues nothing; after Close, Add is ErrClosed.
 func (p *Processor[T]) Add(item T, b Basket) error {
 	n := len(b.Keys) + len(b.Shared) + len(b.Units)

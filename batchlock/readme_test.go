@@ -35,6 +35,7 @@ func TestREADMEIsGenerated(t *testing.T) {
 	require.NoError(t, err)
 	readme, err := renderREADME(tpl, src)
 	require.NoError(t, err)
+	require.NotContains(t, string(readme), "{{", "a mark of README.md.tpl that is not one line as exampleMark reads it")
 	if os.Getenv("BATCHLOCK_UPDATE_README") == "1" {
 		require.NoError(t, os.WriteFile("../README.md", readme, 0o644))
 	}

@@ -17,12 +17,11 @@ import (
 
 // TryEach tries every basket at once: each is taken whole or not at all, and
 // an earlier basket wins a key over a later one. locks[i] is basket i's Lock,
-// an ordinary one with its own owner, or nil where basket i was refused,
-// holding nothing (EventRefused says why). err is set only where the call
-// failed as a whole (bad input, ctx, Redis, ErrUpgrade, ErrNoReplicas): then
-// nothing of it is held. It never waits, and never takes a key a waiter is
-// queued for. It costs one call per master for all the baskets, and one more
-// per master only where a basket spanning masters was refused on another.
+// with its own owner, or nil where basket i was refused, holding nothing
+// (EventRefused says why). err is set only where the call failed as a whole
+// (bad input, ctx, Redis, ErrUpgrade, ErrNoReplicas): then nothing of it is
+// held. It never waits, nor takes a key a waiter is queued for, and costs one
+// call per master, one more where a basket spanning masters was refused.
 func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOption) (locks []*Lock, err error) {
 	locks, _, err = c.tryEachOf(ctx, baskets, opts, false)
 	return locks, err

@@ -190,7 +190,7 @@ func TestHandOffInASlotBeingMigrated(t *testing.T) {
 	held, err := c.Inspect(ctx, key...)
 	require.NoError(t, err)
 	assert.Equal(t, 1, held[0].Holds, "the key is granted to the waiter, not deleted")
-	// Keys of a slot in migration cannot be taken (see the README); the
+	// Keys of a slot in migration cannot be taken (see docs/design.md, What is guaranteed); the
 	// waiter renews its grant once the slot is stable again, within the
 	// retry window.
 	stable()

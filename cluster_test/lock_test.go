@@ -285,7 +285,7 @@ func TestWaitingLockTakesOverAfterUnlock(t *testing.T) {
 }
 
 // A Lock whose context ends while it waits returns then, its rollback
-// landing in the background (the README's all-or-nothing claim): the
+// landing in the background (docs/design.md's all-or-nothing promise): the
 // moment it returns, every key but the blocker's is free or held by the
 // call's own owner, never anyone else's; within rollbackBound all are
 // free. 200 keys over every master, many times, since the rollback's

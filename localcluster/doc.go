@@ -1,11 +1,12 @@
 // Package localcluster starts a throwaway Redis Cluster on loopback and
 // injects faults into it, for integration tests, benchmarks and demos.
 //
-// [Start] builds three masters, each with one replica, with a fixed
-// pairing: master i owns the i-th third of the slots and node i+3
-// replicates it. With [WithReplicasPerMaster](n) each master has n
-// replicas, nodes 3k+i for k = 1..n (with two, nodes 3+i and 6+i), so a
-// test can let one replica acknowledge writes while another lags. Nodes
+// [Start] builds three masters ([WithMasters] sets another number, m),
+// each with one replica, with a fixed pairing: master i owns the i-th m-th
+// of the slots and node i+m replicates it. With [WithReplicasPerMaster](n)
+// each master has n replicas, nodes mk+i for k = 1..n (with three masters
+// and two replicas, nodes 3+i and 6+i), so a test can let one replica
+// acknowledge writes while another lags. Nodes
 // run as redis-server processes (process backend), as containers from a
 // local image (docker backend, through testcontainers-go), or are an
 // existing cluster named by BATCHLOCK_CLUSTER_ADDRS (external backend, no

@@ -24,7 +24,7 @@ import (
 // key, an owner-checked delete) and the fenced floor (an INCRBY per slot, a
 // SET PX per key, a DEL per key), whose scripts are the bench's
 // (bench/floor). Each iteration locks and releases n fresh keys of one slot
-// (slots=33: 33 keys of a slot each) with one call each way, as a batch
+// (slots=33: one key in each of 33 slots) with one call each way, as a batch
 // does on each master; the server's CPU
 // and its in-command time per iteration are reported beside the client's
 // ns/op:

@@ -67,7 +67,7 @@ while i <= #ARGV do
         note(locks, 1, key)
       elseif left < lease then
         -- SET rather than PEXPIRE: the commands a locking user needs stay as
-        -- they were (see the README's ACL).
+        -- they were (see docs/operators.md's ACL).
         redis.call('SET', key, v, 'XX', 'PX', lease)
       end
     else

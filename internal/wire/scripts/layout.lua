@@ -478,7 +478,7 @@ local function layout()
       local there = redis.pcall('EXISTS', fence)
       if not elsewhere(there) and there == 1 then
         -- INCRBY, as acquires do: the commands a locking user needs stay
-        -- as they were (see the README's ACL).
+        -- as they were (see docs/operators.md's ACL).
         token = redis.pcall('INCRBY', fence, '1')
         if elsewhere(token) or token <= s.token then
           token = nil

@@ -47,7 +47,7 @@ local now
 -- looking first costs two.
 local function sell(capkey, units)
   -- INCRBY, not DECRBY: the commands a locking user needs stay as they
-  -- were (see the README's ACL).
+  -- were (see docs/operators.md's ACL).
   local left = redis.pcall('INCRBY', capkey, -units)
   if layout().elsewhere(left) then
     return true

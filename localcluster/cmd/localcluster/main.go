@@ -36,6 +36,9 @@ func main() {
 		fs := flag.NewFlagSet("up", flag.ExitOnError)
 		masters := fs.Int("masters", 3, "masters of the cluster, each with a replica")
 		_ = fs.Parse(os.Args[2:])
+		if fs.NArg() > 0 {
+			usage()
+		}
 		if err := up(ctx, *masters); err != nil {
 			log.Fatal(err)
 		}
