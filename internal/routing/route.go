@@ -27,6 +27,7 @@ type plan struct {
 	declare bool   // declare the first part's route key
 	addr    string // "": the master of the route key
 	asking  bool
+	moved   bool // addr is where an earlier Route's MOVED pointed (movedSlots)
 }
 
 // Route runs b: one call per master (per run of consecutive parts when
@@ -86,7 +87,13 @@ func (r *Runner) Route(ctx context.Context, b Batch) []Result {
 func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 	last := make([]error, len(b.Parts)) // what each part's last attempt met
 	began := time.Now()
-	for attempt := 0; len(work) > 0; attempt++ {
+	// A round whose every call goes where a reply pointed (MOVED, ASK
+	// followed, or a key declared where a script found its slot gone) is
+	// sent at once: a slot that moved costs round trips, not pauses. Others
+	// pause, as do rounds past maxPointed in a row, lest two nodes that
+	// disagree bounce the calls between them.
+	waits, pointedInARow := 0, 0
+	for len(work) > 0 {
 		calls := make([]*Call, len(work))
 		for i, p := range work {
 			first := b.Parts[p.parts[0]]
@@ -103,6 +110,7 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 		var again []plan
 		var moved []int
 		var hints map[int]plan // by part: where a redirection pointed
+		pointed := true
 		for i, c := range calls {
 			p := work[i]
 			err := c.Reply.Err()
@@ -116,6 +124,12 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 					res[j].Err = Describe(ctx, b.Step, &Call{Slot: b.Parts[j].Slot}, errElsewhere)
 				}
 				moved = append(moved, elsewhere...)
+				for _, j := range elsewhere {
+					r.moved.forget(b.Parts[j].Slot)
+				}
+				// A call that declared its key ran where the slot is
+				// served, and still found keys gone: a migration.
+				pointed = pointed && (len(elsewhere) == 0 || !p.declare)
 				continue
 			}
 			described := Describe(ctx, b.Step, c, err)
@@ -134,17 +148,28 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 					// MOVED vouches for the whole slot.
 					for _, j := range p.parts {
 						hints[j] = plan{addr: addr}
+						r.moved.point(b.Parts[j].Slot, addr)
 					}
 				case b.Follow:
 					// ASK vouches only for the key declared, which the
 					// source no longer has: the others are asked about
 					// again, each declaring its own key.
 					hints[p.parts[0]] = plan{addr: addr, asking: true}
+				default:
+					pointed = false
 				}
 				continue
 			}
 			if Retryable(err) {
+				if p.moved {
+					// The master a MOVED named failed: the map decides again.
+					for _, j := range p.parts {
+						r.moved.forget(b.Parts[j].Slot)
+					}
+					p.addr, p.moved = "", false
+				}
 				again = append(again, p)
+				pointed = false
 			}
 		}
 		if len(moved) > 0 && r.single {
@@ -158,7 +183,16 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 			again = append(again, r.perSlot(b, moved, hints)...)
 		}
 		work = again
-		if len(work) > 0 && !r.wait(ctx, began, attempt) {
+		if len(work) == 0 {
+			break
+		}
+		pause := !pointed || pointedInARow >= maxPointed
+		if pause {
+			pointedInARow = 0
+		} else {
+			pointedInARow++
+		}
+		if !r.wait(ctx, began, waits, pause) {
 			// Given up: say what the last attempt met, and why it was
 			// the last.
 			for _, p := range work {
@@ -168,8 +202,14 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 			}
 			break
 		}
+		if pause {
+			waits++
+		}
 	}
 }
+
+// maxPointed bounds the rounds in a row sent at once (see run).
+const maxPointed = 3
 
 // redirection reads a MOVED or ASK reply: the node it names, and whether
 // the slot is being imported there (ASK).
@@ -191,7 +231,7 @@ func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) ([]plan, []
 	var out []plan
 	var open []string // by plan, its master; a master's open plan is its last one
 	var keys []int    // by plan, its keys
-	lastSlot, addr := -1, ""
+	lastSlot, addr, moved := -1, "", ""
 	for _, j := range parts {
 		part := b.Parts[j]
 		if part.Slot != lastSlot {
@@ -199,6 +239,10 @@ func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) ([]plan, []
 			var err error
 			if addr, err = r.master(ctx, part.Route); err != nil {
 				addr = "unknown:" + strconv.Itoa(part.Slot)
+			}
+			moved = r.moved.where(part.Slot, addr)
+			if moved != "" {
+				addr = moved
 			}
 			lastSlot = part.Slot
 		}
@@ -217,7 +261,7 @@ func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) ([]plan, []
 		}
 		if i < 0 || keys[i]+part.Keys > MaxCallKeys {
 			i = len(out)
-			out = append(out, plan{})
+			out = append(out, plan{addr: moved, moved: moved != ""})
 			open = append(open, addr)
 			keys = append(keys, 0)
 		}
@@ -229,14 +273,14 @@ func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) ([]plan, []
 
 // perSlot plans parts found elsewhere: one call per slot (at most MaxCallKeys
 // keys each) declaring a key of it, sent where a redirection pointed; with
-// Follow, one call per part, so that an ASK, which vouches for the key
-// declared, vouches for all that the call carries.
+// Follow, one call per part but where MOVED pointed, so that an ASK, which
+// vouches for the key declared, vouches for all that the call carries.
 func (r *Runner) perSlot(b Batch, parts []int, hints map[int]plan) []plan {
 	var out []plan
 	keys := 0
 	for _, j := range parts {
 		part, hint := b.Parts[j], hints[j]
-		if n := len(out); n == 0 || b.Follow || b.Parts[out[n-1].parts[0]].Slot != part.Slot ||
+		if n := len(out); n == 0 || b.Follow && (hint.asking || hint.addr == "") || b.Parts[out[n-1].parts[0]].Slot != part.Slot ||
 			out[n-1].addr != hint.addr || out[n-1].asking != hint.asking || keys+part.Keys > MaxCallKeys {
 			out = append(out, plan{declare: true, addr: hint.addr, asking: hint.asking})
 			keys = 0
@@ -248,11 +292,11 @@ func (r *Runner) perSlot(b Batch, parts []int, hints map[int]plan) []plan {
 	return out
 }
 
-// wait is the pause before attempt number attempt+1 of a round that began
-// at began: it refreshes the map of slots and sleeps a jittered backoff. It
-// reports false, at once, when ctx is done or the Window has passed since
-// began.
-func (r *Runner) wait(ctx context.Context, began time.Time, attempt int) bool {
+// wait comes before a round's next attempt: it refreshes the map of slots
+// and, with pause, sleeps a jittered backoff, the waits-th of the round
+// that began at began. It reports false, at once, when ctx is done or the
+// Window has passed since began.
+func (r *Runner) wait(ctx context.Context, began time.Time, waits int, pause bool) bool {
 	window := r.Window
 	if window <= 0 {
 		window = RetryWindow
@@ -262,5 +306,8 @@ func (r *Runner) wait(ctx context.Context, began time.Time, attempt int) bool {
 		return false
 	}
 	r.Refresh(ctx)
-	return sleep(ctx, min(jittered(attempt), left))
+	if !pause {
+		return true
+	}
+	return sleep(ctx, min(jittered(waits), left))
 }

@@ -1,9 +1,11 @@
 package routing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -213,4 +215,78 @@ func TestReadDescribesWithTheStep(t *testing.T) {
 	})
 	require.Len(t, results, 1)
 	assert.EqualError(t, results[0].Err, "test: slot 7: unexpected reply nonsense")
+}
+
+// movedAway models a slot that moved from "old" to "new" while the map of
+// slots, not reloaded yet, still names "old": old answers a declared key
+// with MOVED and reports undeclared ones elsewhere, as the scripts do.
+// down makes new refuse connections.
+type movedAway struct {
+	mapped string
+	down   bool
+	sent   []string // where each call went
+}
+
+func (f *movedAway) Send(ctx context.Context, _ *redis.Script, calls []*Call, _ Ack) {
+	for _, c := range calls {
+		c.Reply = redis.NewCmd(ctx)
+		node := cmp.Or(c.Addr, f.mapped)
+		f.sent = append(f.sent, node)
+		switch {
+		case node == "new" && f.down:
+			c.Reply.SetErr(&net.OpError{Op: "dial", Err: errors.New("connection refused")})
+		case node == "new":
+			c.Reply.SetVal([]any{})
+		case len(c.Keys) > 0:
+			c.Reply.SetErr(redisError("MOVED 7 new"))
+		default:
+			c.Reply.SetVal(c.Args) // every key elsewhere
+		}
+	}
+}
+
+// A MOVED reply is remembered for its slot: later calls go to the master it
+// named while the map of slots still names the old one, and by the map
+// again once it agrees, or once the named master fails.
+func TestRouteRemembersMovedSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mapped string // the map's master once the first Route learned the move
+		down   bool
+		want   []string // where the second Route's first calls went
+		kept   map[int]string
+	}{
+		{name: "map still stale", mapped: "old", want: []string{"new"}, kept: map[int]string{7: "new"}},
+		{name: "map caught up", mapped: "new", want: []string{"new"}, kept: map[int]string{}},
+		{name: "named master fails", mapped: "old", down: true, want: []string{"new", "old", "old"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &movedAway{mapped: "old"}
+			r := NewWith(f, func(context.Context, string) (string, error) { return f.mapped, nil }, nil)
+			route := func() []Result {
+				return r.Route(t.Context(), Batch{Step: "test", Parts: []Part{{Slot: 7, Route: "k", Keys: 1}},
+					Args: func([]int) []any { return []any{"k"} },
+					Read: func(c *Call, at []int) ([]int, error) {
+						if vals, _ := c.Reply.Slice(); len(vals) > 0 {
+							return at, nil
+						}
+						return nil, nil
+					}})
+			}
+			require.NoError(t, route()[0].Err)
+			require.Equal(t, []string{"old", "old", "new"}, f.sent, "found elsewhere, then MOVED, then served")
+
+			f.sent, f.mapped, f.down = nil, tc.mapped, tc.down
+			r.Window = 50 * time.Millisecond
+			res := route()
+			require.GreaterOrEqual(t, len(f.sent), len(tc.want))
+			assert.Equal(t, tc.want, f.sent[:len(tc.want)])
+			if tc.down {
+				assert.Error(t, res[0].Err, "new stays down")
+				return
+			}
+			require.NoError(t, res[0].Err)
+			assert.Equal(t, tc.kept, r.moved.to)
+		})
+	}
 }

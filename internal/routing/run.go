@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,49 @@ type Runner struct {
 	// single says the Runner was given a single-node client: a slot found
 	// elsewhere then means the node is a cluster node (ErrClusterNode).
 	single bool
+	moved  movedSlots
+}
+
+// movedSlots are the masters that MOVED replies named for slots which the
+// cluster client's map still places elsewhere: that map is reloaded from
+// some node, which may not know of the move yet, and then not again for
+// 200 ms, and meanwhile every call would go to the old master first. Calls
+// go where MOVED said until the map agrees; a slot's entry goes when it
+// does, or when a call sent there finds the slot gone, so the map holds at
+// most one entry a slot.
+type movedSlots struct {
+	mu sync.Mutex
+	to map[int]string
+}
+
+// point records that slot is at addr.
+func (m *movedSlots) point(slot int, addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.to == nil {
+		m.to = map[int]string{}
+	}
+	m.to[slot] = addr
+}
+
+// where returns the master a MOVED reply named for slot, if the map's
+// master, mapped, is not it yet; else "".
+func (m *movedSlots) where(slot int, mapped string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	addr, ok := m.to[slot]
+	if ok && addr == mapped {
+		delete(m.to, slot)
+		return ""
+	}
+	return addr
+}
+
+// forget drops what a MOVED reply said of slot.
+func (m *movedSlots) forget(slot int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.to, slot)
 }
 
 // NewCluster returns a Runner on a cluster client: each call goes to the
