@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
 	"github.com/batchlock/batchlock/localcluster"
 	"github.com/batchlock/batchlock/orders"
 )
@@ -38,10 +39,16 @@ type BatchConfig struct {
 	// Stall has the first processor hold a tick for stallFor, a third
 	// into each turn; only the Processor kinds run then.
 	Stall bool
+	// Moves runs the Processor in one space alone, in turns without and
+	// with its slot moved to the next master every moveEvery.
+	Moves bool
 }
 
 // stallFor is how long a stalling processor holds its tick.
 const stallFor = 3 * time.Second
+
+// moveEvery is how often the moves load moves the space's slot.
+const moveEvery = 500 * time.Millisecond
 
 // BatchMix is the orders of a batch workload.
 type BatchMix struct {
@@ -99,18 +106,23 @@ var DefaultBatch = BatchConfig{SKUs: 2000, Mix: MixUniform, Tick: 256, Processor
 // BatchLoad is one load of the batch workload: a mix, and the open loop's
 // arrivals per second in all (0: a closed loop, every tick full); with
 // Stall, three Processors, one of which stalls holding its tick, in one
-// turn of 15 s per kind.
+// turn of 15 s per kind; with Moves, three Processors in one space, in two
+// turns of 12 s without moves and two with.
 type BatchLoad struct {
 	Mix   BatchMix
 	Rate  float64
 	Stall bool
+	Moves bool
 }
 
 // On is cfg under the load.
 func (l BatchLoad) On(cfg BatchConfig) BatchConfig {
-	cfg.Mix, cfg.Rate, cfg.Stall = l.Mix, l.Rate, l.Stall
-	if l.Stall {
+	cfg.Mix, cfg.Rate, cfg.Stall, cfg.Moves = l.Mix, l.Rate, l.Stall, l.Moves
+	switch {
+	case l.Stall:
 		cfg.Processors, cfg.Rounds, cfg.Slice = []int{3}, 1, 15*time.Second
+	case l.Moves:
+		cfg.Processors, cfg.Rounds, cfg.Slice = []int{3}, 2, 12*time.Second
 	}
 	return cfg
 }
@@ -125,11 +137,12 @@ var (
 	LoadUniformOpen = BatchLoad{Mix: MixUniform, Rate: 1200}
 	LoadBigOpen     = BatchLoad{Mix: MixBig, Rate: 100}
 	LoadStall       = BatchLoad{Mix: MixUniform, Rate: 600, Stall: true}
+	LoadMoves       = BatchLoad{Mix: MixUniform, Rate: 600, Moves: true}
 )
 
 // FullBatchLoads are a full run's: the targets' loads, then every other
 // mix in a closed loop and in an open one at its own rate.
-var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniform400, LoadUniform800, LoadUniformOpen, LoadBigOpen, LoadStall,
+var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniform400, LoadUniform800, LoadUniformOpen, LoadBigOpen, LoadStall, LoadMoves,
 	{Mix: MixStream}, {Mix: MixStream, Rate: MixStream.Rate}, {Mix: MixZipf}, {Mix: MixZipf, Rate: MixZipf.Rate}, {Mix: MixBig}}
 
 // BatchRun is what every kind did under one load.
@@ -140,7 +153,7 @@ type BatchRun struct {
 
 // Is says whether the run was under load l.
 func (b BatchRun) Is(l BatchLoad) bool {
-	return b.Config.Mix.Name == l.Mix.Name && b.Config.Rate == l.Rate && b.Config.Stall == l.Stall
+	return b.Config.Mix.Name == l.Mix.Name && b.Config.Rate == l.Rate && b.Config.Stall == l.Stall && b.Config.Moves == l.Moves
 }
 
 // result is the result of a kind with n processors: empty where it did
@@ -159,6 +172,10 @@ func (b BatchRun) Title() string {
 	if b.Config.Stall {
 		return fmt.Sprintf("%s mix, open loop: %.0f orders/s, one of %d processors stalling %v holding its tick, %v into a %v turn",
 			b.Config.Mix.Name, b.Config.Rate, b.Config.Processors[0], stallFor, b.Config.Slice/3, b.Config.Slice)
+	}
+	if b.Config.Moves {
+		return fmt.Sprintf("%s mix, open loop: %.0f orders/s, %d processors in one space, turns of %v without and with its slot moved to the next master every %v",
+			b.Config.Mix.Name, b.Config.Rate, b.Config.Processors[0], b.Config.Slice, moveEvery)
 	}
 	if b.Config.Rate > 0 {
 		return fmt.Sprintf("%s mix, open loop: %.0f orders/s", b.Config.Mix.Name, b.Config.Rate)
@@ -181,6 +198,22 @@ type BatchKind struct {
 	// beside the stock before it is cleaned up.
 	Prepare func(ctx context.Context, stock *orders.Stock) error
 	Finish  func(ctx context.Context, stock *orders.Stock, a *orders.Audit) error
+	// Moved says that the slot of OneSlotSpace moves to the next master
+	// every moveEvery during each of the kind's turns.
+	Moved bool
+}
+
+// movedTwin is the kind of the Processor in one space again, its slot
+// moved during its turns: the moves load's pair.
+func movedTwin(kinds []BatchKind) ([]BatchKind, error) {
+	for _, k := range kinds {
+		if k.Name == NameTryEachOneSlot {
+			moved := k
+			moved.Name, moved.Moved = NameTryEachOneSlotMoved, true
+			return []BatchKind{k, moved}, nil
+		}
+	}
+	return nil, fmt.Errorf("the moves load needs the kind %q", NameTryEachOneSlot)
 }
 
 // sent is what the kind's Clients sent so far.
@@ -204,6 +237,16 @@ type BatchResult struct {
 	Backlog    int // orders arrived and not done at the ends of the turns
 	Overdue    int // of them, those that had waited orders.RunConfig.OverdueAfter
 	Small, Big Summary
+	Moves      []time.Duration // each move of its space's slot (BatchKind.Moved)
+}
+
+// moves summarizes the moves of the space's slot.
+func (r BatchResult) moves() string {
+	if len(r.Moves) == 0 {
+		return "no move"
+	}
+	s := Summarize(r.Moves)
+	return fmt.Sprintf("%d moves, median %s ms, longest %s ms", s.Samples, Millis(s.Median), Millis(s.Max))
 }
 
 // backlog tells the orders overdue and those waiting at the ends of the
@@ -414,8 +457,13 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Stall {
+	switch {
+	case cfg.Stall:
 		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k BatchKind) bool { return k.Batched == nil })
+	case cfg.Moves:
+		if kinds, err = movedTwin(kinds); err != nil {
+			return nil, err
+		}
 	}
 	stocks := make([]*orders.Stock, len(kinds))
 	sold := make([]map[string]int64, len(kinds))
@@ -514,11 +562,19 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 	results := make([]orders.Result, len(lists))
 	var res orders.Result // the processors' results, merged
 	var writes int64
+	var moveErr error
 	cost, err := measureCost(ctx, cl, masters, func() int64 { return writes }, kind.sent, func() {
 		stop := make(chan struct{})
 		t := time.AfterFunc(cfg.Slice, func() { close(stop) })
 		defer t.Stop()
 		var wg sync.WaitGroup
+		if kind.Moved {
+			wg.Go(func() {
+				var moves []time.Duration
+				moves, moveErr = moveSlot(ctx, cl, hashtag.Slot(OneSlotTag), stop)
+				r.Moves = append(r.Moves, moves...)
+			})
+		}
 		ticks := orders.Ticks{Size: cfg.Tick, Rate: cfg.Rate / float64(len(lists))}
 		run := orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop}
 		for p, list := range lists {
@@ -539,7 +595,7 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 			writes += units // one unit a line, one script call a line
 		}
 	})
-	if err != nil {
+	if err = errors.Join(err, moveErr); err != nil {
 		return err
 	}
 	if res.Unknown > 0 {
@@ -570,4 +626,33 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		*r.Sent = r.Sent.plus(cost.sent)
 	}
 	return nil
+}
+
+// moveSlot moves slot to the next master, as CLUSTER NODES lists them,
+// every moveEvery until stop is closed, and returns how long each move
+// took (its keys moved with MIGRATE, then the slot given to the target).
+func moveSlot(ctx context.Context, cl *localcluster.Cluster, slot int, stop <-chan struct{}) ([]time.Duration, error) {
+	t := time.NewTicker(moveEvery)
+	defer t.Stop()
+	var took []time.Duration
+	for {
+		select {
+		case <-stop:
+			return took, nil
+		case <-ctx.Done():
+			return took, ctx.Err()
+		case <-t.C:
+		}
+		masters, err := cl.Masters(ctx)
+		if err != nil {
+			return took, err
+		}
+		from := slices.IndexFunc(masters, func(m localcluster.Node) bool { return m.ServesSlot(slot) })
+		to := masters[(from+1)%len(masters)]
+		began := time.Now()
+		if err := cl.MigrateSlot(ctx, slot, to.Addr); err != nil {
+			return took, fmt.Errorf("moving slot %d to %s: %w", slot, to.Addr, err)
+		}
+		took = append(took, time.Since(began))
+	}
 }

@@ -926,7 +926,28 @@ func (r Report) oneSlotTargets() []Target {
 			t.Found += fmt.Sprintf("; spread: backlog %s, p99 %s ms, max %s ms", spread.backlog(), Millis(spread.LockWait.P99), Millis(spread.LockWait.Max))
 		}
 	}
-	return append(ts, t)
+	return append(ts, t, r.movesTarget())
+}
+
+// movesTarget checks the Processor in one space across moves of its slot
+// (issue 60): every order done, nothing oversold, no backlog, a p99 wait at
+// most 3x the same load's without moves, a max at most the longest move
+// plus 100 ms.
+func (r Report) movesTarget() Target {
+	t := Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, 3 Processors in one space, its slot moved to the next master every %v: no order failed, none oversold, no backlog, p99 wait at most 3x the same run's without moves, max at most the longest move + 100 ms",
+		LoadMoves.Mix.Name, LoadMoves.Rate, moveEvery), Found: "not measured"}
+	run := r.batchRun(LoadMoves)
+	still, moved := run.result(NameTryEachOneSlot, 3), run.result(NameTryEachOneSlotMoved, 3)
+	if still.LockWait.Samples == 0 || moved.LockWait.Samples == 0 || len(moved.Moves) == 0 {
+		return t
+	}
+	longest := slices.Max(moved.Moves)
+	t.Reached = moved.GaveUp == 0 && moved.Oversold == 0 && moved.Overdue == 0 &&
+		moved.LockWait.P99 <= 3*still.LockWait.P99 && moved.LockWait.Max <= longest+100*time.Millisecond
+	t.Found = fmt.Sprintf("p99 %s ms against %s ms without moves (%.1fx); max %s ms against %s ms without; %s; %d orders failed, %d units oversold, backlog %s",
+		Millis(moved.LockWait.P99), Millis(still.LockWait.P99), float64(moved.LockWait.P99)/float64(max(still.LockWait.P99, 1)),
+		Millis(moved.LockWait.Max), Millis(still.LockWait.Max), moved.moves(), moved.GaveUp, moved.Oversold, moved.backlog())
+	return t
 }
 
 // oneSlotOpenTarget checks the Processor's waits in one slot in the open

@@ -48,6 +48,8 @@ const (
 	// processors' locks co-located, the stock still spread.
 	NameCrossFloorOneSlot = NameCrossFloorProcessor + OneSlotSuffix
 	NameTryEachOneSlot    = NameTryEachProcessor + OneSlotSuffix
+	// The moves load's: the same Processor, its space's slot moving.
+	NameTryEachOneSlotMoved = NameTryEachOneSlot + "-moved"
 	// The sale workload's: the reference, and the Processor taking units.
 	NameDecrementFloor     = "decrement-floor"
 	NameCountedProcessor   = "batchlock-counted"
@@ -85,6 +87,7 @@ var labels = map[string]string{
 	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
 	NameCrossFloorOneSlot:    "cross-process floor, every lock key in one slot (the co-located floor)",
 	NameTryEachOneSlot:       "batchlock Processor, every lock key in one slot (one space)",
+	NameTryEachOneSlotMoved:  "batchlock Processor in one space, its slot moved to the next master every 500 ms",
 	// The sale workload's own.
 	NameDecrementFloor:     "decrement floor: per master one call that checks and decrements each basket's counts there, all or none, and one giving back the parts of baskets refused elsewhere",
 	NameCountedProcessor:   "batchlock Processor, each line in units of its SKU (counted holds), sold with the tick (ConsumeEach)",

@@ -60,6 +60,7 @@ func main() {
 	open := flag.Bool("open", false, "with --only batch: an open loop, orders arriving at each mix's own rate")
 	rate := flag.Float64("rate", 0, "with --only batch: an open loop, orders arriving this many a second in all")
 	stall := flag.Bool("stall", false, "with --only batch: the stall load alone (three Processors at 600 orders/s, one stalling 3 s holding its tick)")
+	moves := flag.Bool("moves", false, "with --only batch: the moves load alone (three Processors in one space at 600 orders/s, without and with its slot moved every 500 ms)")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -86,8 +87,8 @@ func main() {
 		log.Printf("benchreport: --uniform goes with --only orders")
 		os.Exit(2)
 	}
-	if (*mixNames != "" || *open || *rate != 0 || *stall) && *only != "batch" {
-		log.Printf("benchreport: --mix, --open, --rate and --stall go with --only batch")
+	if (*mixNames != "" || *open || *rate != 0 || *stall || *moves) && *only != "batch" {
+		log.Printf("benchreport: --mix, --open, --rate, --stall and --moves go with --only batch")
 		os.Exit(2)
 	}
 	loads, err := batchLoads(*mixNames, *open, *rate)
@@ -95,12 +96,19 @@ func main() {
 		log.Printf("benchreport: %v", err)
 		os.Exit(2)
 	}
-	if *stall {
-		if *mixNames != "" || *open || *rate != 0 {
-			log.Printf("benchreport: --stall is a load of its own: no --mix, --open or --rate with it")
+	for _, alone := range []struct {
+		set  bool
+		flag string
+		load bench.BatchLoad
+	}{{*stall, "--stall", bench.LoadStall}, {*moves, "--moves", bench.LoadMoves}} {
+		if !alone.set {
+			continue
+		}
+		if *mixNames != "" || *open || *rate != 0 || *stall && *moves {
+			log.Printf("benchreport: %s is a load of its own: no --mix, --open, --rate, --stall or --moves with it", alone.flag)
 			os.Exit(2)
 		}
-		loads = []bench.BatchLoad{bench.LoadStall}
+		loads = []bench.BatchLoad{alone.load}
 	}
 	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only, *uniform, loads); err != nil {
 		log.Printf("benchreport: %v", err)
