@@ -106,6 +106,26 @@ func (s *soak) basket(rng *rand.Rand) []string {
 	return keys
 }
 
+// spaceBasket is a basket of 1 to 20 keys of the space, one in ten of
+// them among its 10 hot keys.
+func (s *soak) spaceBasket(rng *rand.Rand) []string {
+	space := s.keys[len(s.keys)-soakSpaceKeys:]
+	n := 1 + rng.IntN(20)
+	seen := make(map[int]bool, n)
+	keys := make([]string, 0, n)
+	for len(keys) < n {
+		i := rng.IntN(len(space))
+		if rng.IntN(10) == 0 {
+			i = rng.IntN(10)
+		}
+		if !seen[i] {
+			seen[i] = true
+			keys = append(keys, space[i])
+		}
+	}
+	return keys
+}
+
 // soakPromos are a few keys that one call in three reads: hot keys taken
 // shared, now and then exclusively.
 const soakPromos = 4

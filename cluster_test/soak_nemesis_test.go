@@ -115,7 +115,14 @@ func (s *soak) faultKinds() []nemesisFault {
 			return false, cl.MigrateSlot(ctx, slot, to.Addr)
 		}},
 		{name: "slot migrated key by key", weight: 3, inject: func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
-			return false, s.migrateKeyByKey(ctx, rng)
+			slot, to, err := s.slotToMove(ctx, rng)
+			if err != nil {
+				return false, err
+			}
+			return false, s.migrateKeyByKey(ctx, rng, slot, to)
+		}},
+		{name: "space's slot moved again and again under its processors", weight: 2, inject: func(ctx context.Context, rng *rand.Rand, _, _ localcluster.Node) (bool, error) {
+			return false, s.moveSpace(ctx, rng)
 		}},
 		{name: "normal connections killed", weight: 2, inject: func(ctx context.Context, _ *rand.Rand, m, _ localcluster.Node) (bool, error) {
 			_, err := cl.Do(ctx, m.Addr, "CLIENT", "KILL", "TYPE", "normal")
@@ -338,15 +345,12 @@ func (s *soak) waitPromoted(ctx context.Context, m localcluster.Node) error {
 	}
 }
 
-// migrateKeyByKey moves a slot the way a slow resharding does: its keys
-// (lock keys, the fencing counter, cancel marks) one MIGRATE at a time with
-// pauses, half of them, a longer pause half-way, then the rest; one time in
-// four the migration is aborted half-way instead (the keys go back).
-func (s *soak) migrateKeyByKey(ctx context.Context, rng *rand.Rand) error {
-	slot, to, err := s.slotToMove(ctx, rng)
-	if err != nil {
-		return err
-	}
+// migrateKeyByKey moves slot to to the way a slow resharding does: its
+// keys (lock keys, the fencing counter, cancel marks) one MIGRATE at a time
+// with pauses, half of them, a longer pause half-way, then the rest; one
+// time in four the migration is aborted half-way instead (the keys go
+// back).
+func (s *soak) migrateKeyByKey(ctx context.Context, rng *rand.Rand, slot int, to localcluster.Node) error {
 	m, err := s.cl.BeginMigration(ctx, slot, to.Addr)
 	if err != nil {
 		return err
@@ -382,9 +386,15 @@ func (s *soak) slotToMove(ctx context.Context, rng *rand.Rand) (int, localcluste
 		key = s.holderKeys[rng.IntN(len(s.holderKeys))]
 	}
 	slot := hashtag.Slot(s.prefix + key)
+	to, err := s.otherMaster(ctx, rng, slot)
+	return slot, to, err
+}
+
+// otherMaster picks a master that does not serve slot.
+func (s *soak) otherMaster(ctx context.Context, rng *rand.Rand, slot int) (localcluster.Node, error) {
 	masters, err := s.cl.Masters(ctx)
 	if err != nil {
-		return 0, localcluster.Node{}, err
+		return localcluster.Node{}, err
 	}
 	var others []localcluster.Node
 	for _, m := range masters {
@@ -392,5 +402,30 @@ func (s *soak) slotToMove(ctx context.Context, rng *rand.Rand) (int, localcluste
 			others = append(others, m)
 		}
 	}
-	return slot, others[rng.IntN(len(others))], nil
+	return others[rng.IntN(len(others))], nil
+}
+
+// moveSpace moves the slot of the batch processors' space, with every
+// lock, queue and place in it, to another master 2 to 6 times, 200 to
+// 700 ms apart, as a resharding that rebalances a busy slot does: each
+// move whole (as redis-cli's resharding moves keys, in batches), or one
+// time in four key by key.
+func (s *soak) moveSpace(ctx context.Context, rng *rand.Rand) error {
+	slot := hashtag.Slot(s.prefix + soakSpace)
+	for n := 2 + rng.IntN(5); n > 0; n-- {
+		to, err := s.otherMaster(ctx, rng, slot)
+		if err != nil {
+			return err
+		}
+		if rng.IntN(4) == 0 {
+			err = s.migrateKeyByKey(ctx, rng, slot, to)
+		} else {
+			err = s.cl.MigrateSlot(ctx, slot, to.Addr)
+		}
+		if err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(200+rng.IntN(500)) * time.Millisecond) // the pace of the resharding is the fault
+	}
+	return nil
 }

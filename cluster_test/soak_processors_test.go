@@ -70,7 +70,11 @@ func (s *soak) processor(i int) {
 func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakOrder]) {
 	for s.running() {
 		for p.Stats().Pending < soakPending {
-			keys, shared := s.split(rng, s.basket(rng))
+			basket := s.basket(rng)
+			if rng.IntN(2) == 0 {
+				basket = s.spaceBasket(rng)
+			}
+			keys, shared := s.split(rng, basket)
 			o := soakOrder{keys: keys, shared: shared}
 			if err := p.Add(o, o.basket()); err != nil {
 				if !errors.Is(err, batchlock.ErrClosed) {

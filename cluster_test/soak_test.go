@@ -257,6 +257,11 @@ const (
 	soakClients = 3
 	soakKeys    = 1500
 	soakOrders  = 60 // keys sharing a hash tag, ten lines each
+	// soakSpaceKeys are in one slot, {space}: half the batch processors'
+	// baskets are drawn from them, so that the replicas meet in one
+	// script call, and the nemesis moves that slot under them.
+	soakSpaceKeys = 200
+	soakSpace     = "{space}"
 )
 
 func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.Duration) *soak {
@@ -283,6 +288,9 @@ func newSoak(t *testing.T, cl *localcluster.Cluster, seed uint64, duration time.
 		for line := range 10 {
 			s.keys = append(s.keys, fmt.Sprintf("{order-%d}:line:%d", o, line))
 		}
+	}
+	for i := range soakSpaceKeys {
+		s.keys = append(s.keys, fmt.Sprintf("%s:sku:%d", soakSpace, i))
 	}
 	s.link = newClientNet(t)
 	for i := range soakClients {
