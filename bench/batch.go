@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/backoff"
 	"github.com/batchlock/batchlock/localcluster"
 	"github.com/batchlock/batchlock/orders"
 )
@@ -40,8 +43,10 @@ type BatchConfig struct {
 	// into each turn; only the Processor kinds run then.
 	Stall bool
 	// Moves runs the Processor in one space alone, in turns without and
-	// with its slot moved to the next master every moveEvery.
-	Moves bool
+	// with its slot moved to the next master every moveEvery; Failover, in
+	// turns without and with its master failed over a third into the turn
+	// (gracefully, and killed).
+	Moves, Failover bool
 }
 
 // stallFor is how long a stalling processor holds its tick.
@@ -107,19 +112,19 @@ var DefaultBatch = BatchConfig{SKUs: 2000, Mix: MixUniform, Tick: 256, Processor
 // arrivals per second in all (0: a closed loop, every tick full); with
 // Stall, three Processors, one of which stalls holding its tick, in one
 // turn of 15 s per kind; with Moves, three Processors in one space, in two
-// turns of 12 s without moves and two with.
+// turns of 12 s without moves and two with; with Failover, in one turn of
+// 15 s without a failover and one with each.
 type BatchLoad struct {
-	Mix   BatchMix
-	Rate  float64
-	Stall bool
-	Moves bool
+	Mix                    BatchMix
+	Rate                   float64
+	Stall, Moves, Failover bool
 }
 
 // On is cfg under the load.
 func (l BatchLoad) On(cfg BatchConfig) BatchConfig {
-	cfg.Mix, cfg.Rate, cfg.Stall, cfg.Moves = l.Mix, l.Rate, l.Stall, l.Moves
+	cfg.Mix, cfg.Rate, cfg.Stall, cfg.Moves, cfg.Failover = l.Mix, l.Rate, l.Stall, l.Moves, l.Failover
 	switch {
-	case l.Stall:
+	case l.Stall, l.Failover:
 		cfg.Processors, cfg.Rounds, cfg.Slice = []int{3}, 1, 15*time.Second
 	case l.Moves:
 		cfg.Processors, cfg.Rounds, cfg.Slice = []int{3}, 2, 12*time.Second
@@ -138,11 +143,12 @@ var (
 	LoadBigOpen     = BatchLoad{Mix: MixBig, Rate: 100}
 	LoadStall       = BatchLoad{Mix: MixUniform, Rate: 600, Stall: true}
 	LoadMoves       = BatchLoad{Mix: MixUniform, Rate: 600, Moves: true}
+	LoadFailover    = BatchLoad{Mix: MixUniform, Rate: 600, Failover: true}
 )
 
 // FullBatchLoads are a full run's: the targets' loads, then every other
 // mix in a closed loop and in an open one at its own rate.
-var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniform400, LoadUniform800, LoadUniformOpen, LoadBigOpen, LoadStall, LoadMoves,
+var FullBatchLoads = []BatchLoad{LoadClosed, LoadUniform400, LoadUniform800, LoadUniformOpen, LoadBigOpen, LoadStall, LoadMoves, LoadFailover,
 	{Mix: MixStream}, {Mix: MixStream, Rate: MixStream.Rate}, {Mix: MixZipf}, {Mix: MixZipf, Rate: MixZipf.Rate}, {Mix: MixBig}}
 
 // BatchRun is what every kind did under one load.
@@ -153,7 +159,8 @@ type BatchRun struct {
 
 // Is says whether the run was under load l.
 func (b BatchRun) Is(l BatchLoad) bool {
-	return b.Config.Mix.Name == l.Mix.Name && b.Config.Rate == l.Rate && b.Config.Stall == l.Stall && b.Config.Moves == l.Moves
+	return b.Config.Mix.Name == l.Mix.Name && b.Config.Rate == l.Rate && b.Config.Stall == l.Stall && b.Config.Moves == l.Moves &&
+		b.Config.Failover == l.Failover
 }
 
 // result is the result of a kind with n processors: empty where it did
@@ -172,6 +179,10 @@ func (b BatchRun) Title() string {
 	if b.Config.Stall {
 		return fmt.Sprintf("%s mix, open loop: %.0f orders/s, one of %d processors stalling %v holding its tick, %v into a %v turn",
 			b.Config.Mix.Name, b.Config.Rate, b.Config.Processors[0], stallFor, b.Config.Slice/3, b.Config.Slice)
+	}
+	if b.Config.Failover {
+		return fmt.Sprintf("%s mix, open loop: %.0f orders/s, %d processors in one space, turns of %v without and with its master failed over %v into the turn",
+			b.Config.Mix.Name, b.Config.Rate, b.Config.Processors[0], b.Config.Slice, b.Config.Slice/3)
 	}
 	if b.Config.Moves {
 		return fmt.Sprintf("%s mix, open loop: %.0f orders/s, %d processors in one space, turns of %v without and with its slot moved to the next master every %v",
@@ -198,22 +209,38 @@ type BatchKind struct {
 	// beside the stock before it is cleaned up.
 	Prepare func(ctx context.Context, stock *orders.Stock) error
 	Finish  func(ctx context.Context, stock *orders.Stock, a *orders.Audit) error
-	// Moved says that the slot of OneSlotSpace moves to the next master
-	// every moveEvery during each of the kind's turns.
-	Moved bool
+	// Disturbed is what happens to the slot of OneSlotSpace, or its
+	// master, during each of the kind's turns.
+	Disturbed disturbance
 }
 
-// movedTwin is the kind of the Processor in one space again, its slot
-// moved during its turns: the moves load's pair.
-func movedTwin(kinds []BatchKind) ([]BatchKind, error) {
+// disturbance is what happens to the space's slot, or its master, during
+// a turn.
+type disturbance int
+
+const (
+	undisturbed  disturbance = iota
+	slotMoved                // to the next master every moveEvery
+	failedOver               // its master fails over gracefully (CLUSTER FAILOVER) a third into the turn
+	masterKilled             // its master is killed a third into the turn, restarted once its replica took over
+)
+
+// disturbedTwins are the Processor in one space, then the same kind again
+// under each of ds: the moves and failover loads' kinds.
+func disturbedTwins(kinds []BatchKind, ds ...disturbance) ([]BatchKind, error) {
+	names := map[disturbance]string{slotMoved: NameTryEachOneSlotMoved, failedOver: NameTryEachOneSlotFailedOver, masterKilled: NameTryEachOneSlotKilled}
 	for _, k := range kinds {
 		if k.Name == NameTryEachOneSlot {
-			moved := k
-			moved.Name, moved.Moved = NameTryEachOneSlotMoved, true
-			return []BatchKind{k, moved}, nil
+			out := []BatchKind{k}
+			for _, d := range ds {
+				twin := k
+				twin.Name, twin.Disturbed = names[d], d
+				out = append(out, twin)
+			}
+			return out, nil
 		}
 	}
-	return nil, fmt.Errorf("the moves load needs the kind %q", NameTryEachOneSlot)
+	return nil, fmt.Errorf("the moves and failover loads need the kind %q", NameTryEachOneSlot)
 }
 
 // sent is what the kind's Clients sent so far.
@@ -237,8 +264,18 @@ type BatchResult struct {
 	Backlog    int // orders arrived and not done at the ends of the turns
 	Overdue    int // of them, those that had waited orders.RunConfig.OverdueAfter
 	Small, Big Summary
-	Moves      []time.Duration // each move of its space's slot (BatchKind.Moved)
+	Moves      []time.Duration // each move of its space's slot (slotMoved)
+	// Failovers are how long each failover took, from the fault to the
+	// replica serving the slot, and Stops, per turn with a failover, the
+	// longest time no order was done from the fault on.
+	Failovers, Stops []time.Duration
+	NodeTimeout      time.Duration // the cluster's cluster-node-timeout
 }
+
+// rolesChanged says that masters failed over during the turns: the
+// masters' CPU and commands, read from the nodes that were masters when
+// the run began, mean nothing then.
+func (r BatchResult) rolesChanged() bool { return len(r.Failovers) > 0 }
 
 // moves summarizes the moves of the space's slot.
 func (r BatchResult) moves() string {
@@ -461,7 +498,11 @@ func RunBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 	case cfg.Stall:
 		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k BatchKind) bool { return k.Batched == nil })
 	case cfg.Moves:
-		if kinds, err = movedTwin(kinds); err != nil {
+		if kinds, err = disturbedTwins(kinds, slotMoved); err != nil {
+			return nil, err
+		}
+	case cfg.Failover:
+		if kinds, err = disturbedTwins(kinds, failedOver, masterKilled); err != nil {
 			return nil, err
 		}
 	}
@@ -562,21 +603,27 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 	results := make([]orders.Result, len(lists))
 	var res orders.Result // the processors' results, merged
 	var writes int64
-	var moveErr error
+	var disturbErr error
 	cost, err := measureCost(ctx, cl, masters, func() int64 { return writes }, kind.sent, func() {
 		stop := make(chan struct{})
-		t := time.AfterFunc(cfg.Slice, func() { close(stop) })
+		var stopped time.Time
+		t := time.AfterFunc(cfg.Slice, func() { stopped = time.Now(); close(stop) })
 		defer t.Stop()
 		var wg sync.WaitGroup
-		if kind.Moved {
-			wg.Go(func() {
-				var moves []time.Duration
-				moves, moveErr = moveSlot(ctx, cl, hashtag.Slot(OneSlotTag), stop)
-				r.Moves = append(r.Moves, moves...)
-			})
-		}
 		ticks := orders.Ticks{Size: cfg.Tick, Rate: cfg.Rate / float64(len(lists))}
 		run := orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop}
+		var gaps doneGaps
+		switch kind.Disturbed {
+		case slotMoved:
+			wg.Go(func() {
+				var moves []time.Duration
+				moves, disturbErr = moveSlot(ctx, cl, hashtag.Slot(OneSlotTag), stop)
+				r.Moves = append(r.Moves, moves...)
+			})
+		case failedOver, masterKilled:
+			run.Done = gaps.done
+			wg.Go(func() { disturbErr = failOver(ctx, cl, kind.Disturbed, cfg.Slice/3, stop, &gaps, r) })
+		}
 		for p, list := range lists {
 			if kind.Batched != nil {
 				b := kind.Batched(p, stock)
@@ -590,12 +637,16 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 			wg.Go(func() { results[p] = orders.RunTicks(ctx, proc, list, ticks, run) })
 		}
 		wg.Wait()
+		if kind.Disturbed == failedOver || kind.Disturbed == masterKilled {
+			// The processors saw stop closed, after stopped was set.
+			r.Stops = append(r.Stops, gaps.longest(cmp.Or(stopped, time.Now())))
+		}
 		res = orders.Merge(results...)
 		for _, units := range res.SoldBySKU {
 			writes += units // one unit a line, one script call a line
 		}
 	})
-	if err = errors.Join(err, moveErr); err != nil {
+	if err = errors.Join(err, disturbErr); err != nil {
 		return err
 	}
 	if res.Unknown > 0 {
@@ -655,4 +706,95 @@ func moveSlot(ctx context.Context, cl *localcluster.Cluster, slot int, stop <-ch
 		}
 		took = append(took, time.Since(began))
 	}
+}
+
+// doneGaps watches, from a fault on, the longest time no order was done.
+type doneGaps struct {
+	mu    sync.Mutex
+	fault time.Time
+	last  time.Time // the fault's moment, or the last order done since
+	most  time.Duration
+}
+
+// done is orders.RunConfig.Done: an order is done.
+func (g *doneGaps) done() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if !g.fault.IsZero() {
+		g.most = max(g.most, now.Sub(g.last))
+	}
+	g.last = now
+}
+
+// faulted marks the fault's moment.
+func (g *doneGaps) faulted() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fault = time.Now()
+	g.last = g.fault
+}
+
+// longest is the longest gap from the fault on, to the turn's end
+// included.
+func (g *doneGaps) longest(end time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fault.IsZero() {
+		return 0
+	}
+	return max(g.most, end.Sub(g.last))
+}
+
+// failOver fails over the master of the space's slot after at, unless stop
+// is closed first: gracefully (CLUSTER FAILOVER), or killed and, once its
+// replica serves the slot, restarted; it adds how long the failover took
+// and the cluster's node timeout to r once the cluster is ready again.
+func failOver(ctx context.Context, cl *localcluster.Cluster, d disturbance, at time.Duration, stop <-chan struct{}, gaps *doneGaps, r *BatchResult) error {
+	select {
+	case <-time.After(at):
+	case <-stop:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	slot := hashtag.Slot(OneSlotTag)
+	m, err := cl.MasterOfSlot(ctx, slot)
+	if err != nil {
+		return err
+	}
+	reply, err := cl.Do(ctx, m.Addr, "CONFIG", "GET", "cluster-node-timeout")
+	if err != nil {
+		return err
+	}
+	if kv, ok := reply.([]any); ok && len(kv) == 2 {
+		ms, _ := strconv.Atoi(fmt.Sprint(kv[1]))
+		r.NodeTimeout = time.Duration(ms) * time.Millisecond
+	}
+	gaps.faulted()
+	began := time.Now()
+	if d == failedOver {
+		_, err := cl.Failover(ctx, m.Addr, localcluster.Graceful())
+		r.Failovers = append(r.Failovers, time.Since(began))
+		return err
+	}
+	if err := cl.Kill(ctx, m.Addr); err != nil {
+		return err
+	}
+	for {
+		now, err := cl.MasterOfSlot(ctx, slot)
+		if err == nil && now.Addr != m.Addr {
+			break
+		}
+		if err := backoff.Sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	r.Failovers = append(r.Failovers, time.Since(began))
+	// Without persistence a master restarted before its replica took
+	// over would come back empty; now it comes back as a replica.
+	if err := cl.Restart(ctx, m.Addr); err != nil {
+		return err
+	}
+	return cl.WaitReady(ctx)
 }

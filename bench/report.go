@@ -926,7 +926,33 @@ func (r Report) oneSlotTargets() []Target {
 			t.Found += fmt.Sprintf("; spread: backlog %s, p99 %s ms, max %s ms", spread.backlog(), Millis(spread.LockWait.P99), Millis(spread.LockWait.Max))
 		}
 	}
-	return append(ts, t, r.movesTarget())
+	return append(ts, t, r.movesTarget(), r.failoverTarget())
+}
+
+// failoverTarget checks the Processor in one space across a failover of
+// its master (issue 60): orders done again within the cluster's node
+// timeout plus 1 s of the fault, gracefully and with the master killed.
+func (r Report) failoverTarget() Target {
+	t := Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, 3 Processors in one space, its master failed over a third into the turn, gracefully and killed: orders done again within the cluster's node timeout + 1 s of the fault",
+		LoadFailover.Mix.Name, LoadFailover.Rate), Found: "not measured"}
+	run := r.batchRun(LoadFailover)
+	var found []string
+	reached := true
+	for _, name := range []string{NameTryEachOneSlotFailedOver, NameTryEachOneSlotKilled} {
+		res := run.result(name, 3)
+		if len(res.Stops) == 0 || len(res.Failovers) == 0 {
+			return t
+		}
+		stop := slices.Max(res.Stops)
+		reached = reached && stop <= res.NodeTimeout+time.Second
+		found = append(found, fmt.Sprintf("%s: no order done for %s ms (the failover took %s ms), p99 wait %s ms, max %s ms, %d orders failed, %d units oversold",
+			map[string]string{NameTryEachOneSlotFailedOver: "CLUSTER FAILOVER", NameTryEachOneSlotKilled: "master killed"}[name],
+			Millis(stop), Millis(slices.Max(res.Failovers)), Millis(res.LockWait.P99), Millis(res.LockWait.Max), res.GaveUp, res.Oversold))
+		t.Found = fmt.Sprintf("node timeout %s ms", Millis(res.NodeTimeout))
+	}
+	t.Reached = reached
+	t.Found = strings.Join(found, "; ") + "; " + t.Found
+	return t
 }
 
 // movesTarget checks the Processor in one space across moves of its slot
@@ -1058,14 +1084,21 @@ func (b BatchRun) section(p func(string, ...any), refNames ...string) {
 				perTick = float64(res.Orders) / float64(res.Ticks)
 			}
 			w := res.LockWait
-			p("| %d | %s | %d | %.0f | %s | %d µs | %s | %.3f | %s | %.1f | %.2f | %s / %s / %s | %s / %s | %d / %d | %d |\n", n, Label(res.Library), res.Orders, res.PerSecond(),
-				strings.Join(shares, " / "), res.CPUPerOrder().Microseconds(), strings.Join(cpus, " / "), res.LockScriptsPerOrder(), byKind, perTick, res.refusalsPerOrder(),
+			cpu, scripts := fmt.Sprintf("%d µs", res.CPUPerOrder().Microseconds()), fmt.Sprintf("%.3f", res.LockScriptsPerOrder())
+			if res.rolesChanged() {
+				cpu, scripts = "—", "—"
+			}
+			p("| %d | %s | %d | %.0f | %s | %s | %s | %s | %s | %.1f | %.2f | %s / %s / %s | %s / %s | %d / %d | %d |\n", n, Label(res.Library), res.Orders, res.PerSecond(),
+				strings.Join(shares, " / "), cpu, strings.Join(cpus, " / "), scripts, byKind, perTick, res.refusalsPerOrder(),
 				Millis(w.Median), Millis(w.P99), Millis(w.Max), Millis(res.Small.P99), Millis(res.Big.P99), res.Overdue, res.Backlog, res.Oversold)
 		}
 	}
 	p("\nWhere the masters' CPU per order goes, from `INFO commandstats` over the same turns (as in Contention: the script calls' own time, the lock's and the stock writes', and the rest):\n\n")
 	p("| processors | processor | masters' CPU per order | scripts µs (calls) | connections and pub/sub µs (calls) | other commands µs | outside commands µs |\n|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, res := range b.Results {
+		if res.rolesChanged() {
+			continue
+		}
 		c := res.CPUSplitPerOrder()
 		p("| %d | %s | %d µs | %d (%.2f) | %d (%.2f) | %d | %d |\n", res.Workers, Label(res.Library), res.CPUPerOrder().Microseconds(),
 			c.Scripts.Microseconds(), c.ScriptCalls, c.Connections.Microseconds(), c.ConnectionCalls, c.Other.Microseconds(), c.Outside.Microseconds())

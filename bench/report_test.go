@@ -119,6 +119,9 @@ func sampleReport(bl100 time.Duration) Report {
 	}
 	moved := waited(NameTryEachOneSlotMoved, 3, 25*ms, 120*ms, 0)
 	moved.Moves = []time.Duration{5 * ms, 60 * ms, 7 * ms}
+	graceful, killed := waited(NameTryEachOneSlotFailedOver, 3, 30*ms, 100*ms, 0), waited(NameTryEachOneSlotKilled, 3, 3500*ms, 3800*ms, 0)
+	graceful.Stops, graceful.Failovers, graceful.NodeTimeout = []time.Duration{90 * ms}, []time.Duration{800 * ms}, 2*time.Second
+	killed.Stops, killed.Failovers, killed.NodeTimeout = []time.Duration{3700 * ms}, []time.Duration{3600 * ms}, 2*time.Second
 	r.Batches = []BatchRun{
 		{Config: LoadClosed.On(DefaultBatch), Results: []BatchResult{
 			batch(NameBatchFloorProcessor, 1, 10000, 100*us), batch(NameCrossFloorProcessor, 1, 9500, 105*us), batch(NameTryEachProcessor, 1, 9200, 110*us),
@@ -147,6 +150,9 @@ func sampleReport(bl100 time.Duration) Report {
 		// Moves: p99 2.5x the still run's; max 120 ms, within the longest
 		// move (60 ms) + 100 ms.
 		{Config: LoadMoves.On(DefaultBatch), Results: []BatchResult{waited(NameTryEachOneSlot, 3, 10*ms, 30*ms, 0), moved}},
+		// Failover: the killed master's orders stopped 3.7 s, past the
+		// node timeout (2 s) + 1 s.
+		{Config: LoadFailover.On(DefaultBatch), Results: []BatchResult{waited(NameTryEachOneSlot, 3, 10*ms, 30*ms, 0), graceful, killed}},
 	}
 	return r
 }
@@ -171,7 +177,8 @@ const (
 	spread400Goal     = "batch, open loop, uniform mix at 400 orders/s, keys spread: the Processor's p99 wait with 4 processors at most 50 ms"
 	stallGoal         = "batch, open loop, uniform mix at 600 orders/s, one of three processors stalling 3s holding its tick: no backlog at the end of the 15s turn, the Processor in one slot"
 	// Issue 60's: the Processor in one space across moves of its slot.
-	movesGoal = "batch, open loop, uniform mix at 600 orders/s, 3 Processors in one space, its slot moved to the next master every 500ms: no order failed, none oversold, no backlog, p99 wait at most 3x the same run's without moves, max at most the longest move + 100 ms"
+	movesGoal    = "batch, open loop, uniform mix at 600 orders/s, 3 Processors in one space, its slot moved to the next master every 500ms: no order failed, none oversold, no backlog, p99 wait at most 3x the same run's without moves, max at most the longest move + 100 ms"
+	failoverGoal = "batch, open loop, uniform mix at 600 orders/s, 3 Processors in one space, its master failed over a third into the turn, gracefully and killed: orders done again within the cluster's node timeout + 1 s of the fault"
 )
 
 var (
@@ -238,6 +245,8 @@ func TestTargets(t *testing.T) {
 		stallGoal:         {true, "backlog 0 overdue, 2 waiting, p99 15.0 ms, max 40.0 ms; spread: backlog 9 overdue, 11 waiting, p99 30.0 ms, max 40.0 ms"},
 		movesGoal: {true, "p99 25.0 ms against 10.0 ms without moves (2.5x); max 120 ms against 30.0 ms without; 3 moves, median 7.00 ms, longest 60.0 ms; " +
 			"0 orders failed, 0 units oversold, backlog 0 overdue, 2 waiting"},
+		failoverGoal: {false, "CLUSTER FAILOVER: no order done for 90.0 ms (the failover took 800 ms), p99 wait 30.0 ms, max 100 ms, 0 orders failed, 0 units oversold; " +
+			"master killed: no order done for 3700 ms (the failover took 3600 ms), p99 wait 3500 ms, max 3800 ms, 0 orders failed, 0 units oversold; node timeout 2000 ms"},
 	}
 	for _, st := range (Report{}).saleTargets() {
 		want[st.Goal] = struct {
@@ -317,7 +326,7 @@ func TestContentionAndHandoffTargets(t *testing.T) {
 		{"16 Clients not run", drop(NameBatchlock16Clients), clients16Goal, false, "not measured"},
 		{"redsync 8x slower", nil, redsyncGoal, true, "7200 orders/s against 900: 8.0x"},
 		{"redsync 4x slower", change(NameRedsyncSeq, func(o *OrderResult) { o.Orders = 1800 }), redsyncGoal, false, "7200 orders/s against 1800: 4.0x"},
-		{"nothing oversold", nil, noOversellGoal, true, "none, 27 processors audited"},
+		{"nothing oversold", nil, noOversellGoal, true, "none, 30 processors audited"},
 		{"oversold in the batch workload", func(r *Report) { r.Batches[0].Results[2].Oversold = 1 }, noOversellGoal, false,
 			"oversold units: batchlock Processor: one TryEach per tick, a refused basket offered again once a key that refused it may be free (uniform mix, closed loop) 1"},
 		{"oversold in a later batch run", func(r *Report) { r.Batches[2].Results[2].Oversold = 4 }, noOversellGoal, false,
@@ -489,15 +498,16 @@ func TestBatchSectionAgainstBothFloors(t *testing.T) {
 func TestBatchSectionHasATablePerLoad(t *testing.T) {
 	md := sampleReport(4 * time.Millisecond).BatchMarkdown()
 	for want, n := range map[string]int{
-		"## Batch admission: ticks of orders":                                 1,
-		"### uniform mix, closed loop\n":                                      1,
-		"### uniform mix, open loop: 1200 orders/s":                           1,
-		"### big mix, open loop: 100 orders/s":                                1,
-		"### uniform mix, open loop: 800 orders/s":                            1,
-		"### uniform mix, open loop: 400 orders/s":                            1,
-		"### uniform mix, open loop: 600 orders/s, 3 processors in one space": 1,
-		"| processors | processor | orders |":                                 7,
-		"Where the masters' CPU per order goes":                               7,
+		"## Batch admission: ticks of orders":       1,
+		"### uniform mix, closed loop\n":            1,
+		"### uniform mix, open loop: 1200 orders/s": 1,
+		"### big mix, open loop: 100 orders/s":      1,
+		"### uniform mix, open loop: 800 orders/s":  1,
+		"### uniform mix, open loop: 400 orders/s":  1,
+		"### uniform mix, open loop: 600 orders/s, 3 processors in one space, turns of 12s without and with its slot moved":    1,
+		"### uniform mix, open loop: 600 orders/s, 3 processors in one space, turns of 15s without and with its master failed": 1,
+		"| processors | processor | orders |":   8,
+		"Where the masters' CPU per order goes": 8,
 	} {
 		if got := strings.Count(md, want); got != n {
 			t.Errorf("%q %d times, want %d:\n%s", want, got, n, md)

@@ -48,8 +48,11 @@ const (
 	// processors' locks co-located, the stock still spread.
 	NameCrossFloorOneSlot = NameCrossFloorProcessor + OneSlotSuffix
 	NameTryEachOneSlot    = NameTryEachProcessor + OneSlotSuffix
-	// The moves load's: the same Processor, its space's slot moving.
-	NameTryEachOneSlotMoved = NameTryEachOneSlot + "-moved"
+	// The moves and failover loads': the same Processor, its space's slot
+	// moving, its master failed over gracefully, and killed.
+	NameTryEachOneSlotMoved      = NameTryEachOneSlot + "-moved"
+	NameTryEachOneSlotFailedOver = NameTryEachOneSlot + "-failed-over"
+	NameTryEachOneSlotKilled     = NameTryEachOneSlot + "-killed"
 	// The sale workload's: the reference, and the Processor taking units.
 	NameDecrementFloor     = "decrement-floor"
 	NameCountedProcessor   = "batchlock-counted"
@@ -81,13 +84,15 @@ var labels = map[string]string{
 	NameBatchlock4Clients:    "batchlock, 4 Clients (at 16 workers, 4 each)",
 	NameBatchlock16Clients:   "batchlock, 16 Clients (at 16 workers, one each: the cross-process case)",
 	// The batch workload's own.
-	NameBatchFloorProcessor:  "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
-	NameCrossFloorProcessor:  "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
-	NameTryEachProcessor:     "batchlock Processor: one TryEach per tick, a refused basket offered again once a key that refused it may be free",
-	NameTryLockLoopProcessor: "batchlock TryLock per basket on 16 goroutines, then Unlock",
-	NameCrossFloorOneSlot:    "cross-process floor, every lock key in one slot (the co-located floor)",
-	NameTryEachOneSlot:       "batchlock Processor, every lock key in one slot (one space)",
-	NameTryEachOneSlotMoved:  "batchlock Processor in one space, its slot moved to the next master every 500 ms",
+	NameBatchFloorProcessor:      "batch-floor processor: admission in process, then the lock floor's Redis work for every admitted key, one call per master",
+	NameCrossFloorProcessor:      "cross-process floor: admission among a processor's own baskets, then per master one call taking each basket's keys there, give-backs, one release",
+	NameTryEachProcessor:         "batchlock Processor: one TryEach per tick, a refused basket offered again once a key that refused it may be free",
+	NameTryLockLoopProcessor:     "batchlock TryLock per basket on 16 goroutines, then Unlock",
+	NameCrossFloorOneSlot:        "cross-process floor, every lock key in one slot (the co-located floor)",
+	NameTryEachOneSlot:           "batchlock Processor, every lock key in one slot (one space)",
+	NameTryEachOneSlotMoved:      "batchlock Processor in one space, its slot moved to the next master every 500 ms",
+	NameTryEachOneSlotFailedOver: "batchlock Processor in one space, its master failed over (CLUSTER FAILOVER) a third into the turn",
+	NameTryEachOneSlotKilled:     "batchlock Processor in one space, its master killed a third into the turn and restarted once its replica took over",
 	// The sale workload's own.
 	NameDecrementFloor:     "decrement floor: per master one call that checks and decrements each basket's counts there, all or none, and one giving back the parts of baskets refused elsewhere",
 	NameCountedProcessor:   "batchlock Processor, each line in units of its SKU (counted holds), sold with the tick (ConsumeEach)",

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -138,7 +139,7 @@ func (c *Cluster) Failover(ctx context.Context, masterAddr string, opts ...Failo
 		return "", fmt.Errorf("localcluster: %s serves no slots", masterAddr)
 	}
 	slots := master[i].Slots
-	c.logf("localcluster: failover %s -> %s (%s)", masterAddr, replica.Addr, cfg.mode)
+	c.logf("localcluster: failover %s -> %s (%s)", masterAddr, replica.Addr, cmp.Or(cfg.mode, "graceful"))
 
 	ready := c.readiness(false)
 	ready.exempt = c.pausedAddrs()
@@ -148,7 +149,11 @@ func (c *Cluster) Failover(ctx context.Context, masterAddr string, opts ...Failo
 		// A FORCE election can fail (masters refuse a second vote within
 		// twice the node timeout); ask again after that.
 		if !promoted(s, replica.Addr) && time.Since(asked) > failoverRetry {
-			if _, err := c.Do(ctx, replica.Addr, "CLUSTER", "FAILOVER", cfg.mode); err != nil {
+			args := []any{"CLUSTER", "FAILOVER"}
+			if cfg.mode != "" {
+				args = append(args, cfg.mode)
+			}
+			if _, err := c.Do(ctx, replica.Addr, args...); err != nil {
 				return err
 			}
 			asked = time.Now()

@@ -225,11 +225,15 @@ func TestHarnessFailoverMovesMaster(t *testing.T) {
 	requireKeys(ctx, t, rdb, keys)
 	require.NoError(t, rdb.Set(ctx, "{failover}:after", "x", 0).Err())
 
-	back, err := c.Failover(ctx, replica.Addr)
+	// Back, gracefully: the write just made is not lost.
+	back, err := c.Failover(ctx, replica.Addr, localcluster.Graceful())
 	require.NoError(t, err)
 	assert.Equal(t, old.Addr, back)
 	require.NoError(t, c.WaitReady(ctx))
 	requireKeys(ctx, t, rdb, keys)
+	after, err := rdb.Get(ctx, "{failover}:after").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "x", after)
 }
 
 func TestHarnessTakeoverWhileMasterFrozen(t *testing.T) {

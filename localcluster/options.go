@@ -136,6 +136,13 @@ func Takeover() FailoverOption {
 	return failoverFunc(func(c *failoverConfig) { c.mode = "TAKEOVER" })
 }
 
+// Graceful makes the failover the manual one (CLUSTER FAILOVER with no
+// option): the master stops taking writes until its replica has every
+// write it made, then the replica takes over, so nothing is lost.
+func Graceful() FailoverOption {
+	return failoverFunc(func(c *failoverConfig) { c.mode = "" })
+}
+
 // Promote chooses which replica of the master takes over: the one at
 // replicaAddr, which must be a replica of that master when Failover is
 // called. Default: the one [Cluster.ReplicaOf] returns.

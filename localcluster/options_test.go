@@ -124,4 +124,6 @@ func TestPromoteOption(t *testing.T) {
 		o.applyFailover(&cfg)
 	}
 	assert.Equal(t, failoverConfig{mode: "TAKEOVER", promote: "127.0.0.1:20007"}, cfg)
+	Graceful().applyFailover(&cfg)
+	assert.Equal(t, failoverConfig{promote: "127.0.0.1:20007"}, cfg, "CLUSTER FAILOVER with no option")
 }

@@ -61,6 +61,7 @@ func main() {
 	rate := flag.Float64("rate", 0, "with --only batch: an open loop, orders arriving this many a second in all")
 	stall := flag.Bool("stall", false, "with --only batch: the stall load alone (three Processors at 600 orders/s, one stalling 3 s holding its tick)")
 	moves := flag.Bool("moves", false, "with --only batch: the moves load alone (three Processors in one space at 600 orders/s, without and with its slot moved every 500 ms)")
+	failover := flag.Bool("failover", false, "with --only batch: the failover load alone (three Processors in one space at 600 orders/s, without and with its master failed over, gracefully and killed; not with --addrs, which cannot kill a node)")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -87,8 +88,8 @@ func main() {
 		log.Printf("benchreport: --uniform goes with --only orders")
 		os.Exit(2)
 	}
-	if (*mixNames != "" || *open || *rate != 0 || *stall || *moves) && *only != "batch" {
-		log.Printf("benchreport: --mix, --open, --rate, --stall and --moves go with --only batch")
+	if (*mixNames != "" || *open || *rate != 0 || *stall || *moves || *failover) && *only != "batch" {
+		log.Printf("benchreport: --mix, --open, --rate, --stall, --moves and --failover go with --only batch")
 		os.Exit(2)
 	}
 	loads, err := batchLoads(*mixNames, *open, *rate)
@@ -100,12 +101,12 @@ func main() {
 		set  bool
 		flag string
 		load bench.BatchLoad
-	}{{*stall, "--stall", bench.LoadStall}, {*moves, "--moves", bench.LoadMoves}} {
+	}{{*stall, "--stall", bench.LoadStall}, {*moves, "--moves", bench.LoadMoves}, {*failover, "--failover", bench.LoadFailover}} {
 		if !alone.set {
 			continue
 		}
-		if *mixNames != "" || *open || *rate != 0 || *stall && *moves {
-			log.Printf("benchreport: %s is a load of its own: no --mix, --open, --rate, --stall or --moves with it", alone.flag)
+		if *mixNames != "" || *open || *rate != 0 || len(loads) != 1 || loads[0] != (bench.BatchLoad{Mix: bench.MixUniform}) {
+			log.Printf("benchreport: %s is a load of its own: no --mix, --open, --rate, --stall, --moves or --failover with it", alone.flag)
 			os.Exit(2)
 		}
 		loads = []bench.BatchLoad{alone.load}
