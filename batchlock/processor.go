@@ -53,6 +53,13 @@ type Processor[T any] struct {
 	// and wakes every Next that waits.
 	closing context.Context
 	close   context.CancelFunc
+
+	// releasing lets go, on goroutines of its own, of the locks of ticks
+	// whose Done failed (a master down, frozen or failing over) as soon
+	// as their masters answer, until their leases end; Close lets go of
+	// those left, unreleased.
+	releasing  sync.WaitGroup
+	unreleased []*Lock
 }
 
 // wonBasket is a queued basket that got its keys.
@@ -587,9 +594,9 @@ func (t *Tick[T]) admitted() *Tick[T] {
 }
 
 // Done lets go of every basket of the tick, one call per master for all of
-// them (UnlockEach), and readies the Processor's baskets that waited for
-// their keys. It returns UnlockEach's error: the keys of a release that
-// failed go at the end of their lease. Later calls do nothing.
+// them (UnlockEach), and readies the baskets that waited for their keys. It
+// returns UnlockEach's error; the Processor then lets go of what that left
+// once its masters answer, until the leases end. Later calls do nothing.
 func (t *Tick[T]) Done(ctx context.Context) error {
 	var err error
 	t.done.Do(func() {
@@ -597,6 +604,9 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 		p := t.p
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if err != nil {
+			p.releaseLater(t.locks())
+		}
 		if _, ok := p.ticks[t]; ok {
 			delete(p.ticks, t)
 			p.forget(t)
@@ -605,6 +615,35 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// releaseLater lets go of what locks still hold, on a goroutine of
+// releasing: again and again, backing off, until it went through, their
+// leases ended, or the Processor or its Client closes. Called with p.mu
+// held.
+func (p *Processor[T]) releaseLater(locks []*Lock) {
+	left := slices.DeleteFunc(slices.Clone(locks), (*Lock).releasedAll)
+	if len(left) == 0 || p.closed {
+		// Closed: Close's own Done failed, and says so.
+		return
+	}
+	p.releasing.Go(func() {
+		for attempt := 0; len(left) > 0; attempt++ {
+			if backoff.Sleep(p.closing, backoff.Jittered(attempt, 10*time.Millisecond, p.c.cfg.pollMax)) != nil || p.c.closing.Err() != nil {
+				p.mu.Lock()
+				p.unreleased = append(p.unreleased, left...)
+				p.mu.Unlock()
+				return
+			}
+			now := time.Now()
+			// Past its lease a key is free again: nothing to let go.
+			left = slices.DeleteFunc(left, func(l *Lock) bool { return !l.ValidUntil().After(now) })
+			ctx, cancel := context.WithTimeout(p.closing, unlockTimeout)
+			_ = p.c.UnlockEach(ctx, left)
+			cancel()
+			left = slices.DeleteFunc(left, (*Lock).releasedAll)
+		}
+	})
 }
 
 // locks are the tick's baskets' locks.
@@ -634,12 +673,14 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	}
 	p.mu.Unlock()
 	// A queued basket's Lock returns at once, having given back what it
-	// took; one that got its keys first is won, let go below.
+	// took; one that got its keys first is won, let go below, as are the
+	// locks of failed Dones not let go yet.
 	p.close()
 	p.queuing.Wait()
+	p.releasing.Wait()
 	p.mu.Lock()
 	back := p.pending
-	var won []*Lock
+	won := p.unreleased
 	for _, w := range p.won {
 		back = append(back, w.pb)
 		won = append(won, w.l)
@@ -649,7 +690,7 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	for i, pb := range back {
 		left[i] = pb.item
 	}
-	p.pending, p.won = nil, nil
+	p.pending, p.won, p.unreleased = nil, nil, nil
 	p.mu.Unlock()
 	_ = p.c.UnlockEach(ctx, won)
 

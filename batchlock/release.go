@@ -244,6 +244,13 @@ func (l *Lock) unlocked(out releaseOutcome, why releaseReason) error {
 	return nil
 }
 
+// releasedAll says that a release of all l held went through.
+func (l *Lock) releasedAll() bool {
+	l.unlocking.Lock()
+	defer l.unlocking.Unlock()
+	return l.released
+}
+
 // owed is what l's release still owes: what its earlier releases left, all
 // of l at first. Called with l.unlocking held.
 func (l *Lock) owed() releasing {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/hashtag"
 )
 
 // A bad basket is refused alone, at Add, with its own error; the others
@@ -362,4 +363,49 @@ func TestProcessorsRecoverFromAStall(t *testing.T) {
 			assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 		})
 	}
+}
+
+// A tick whose Done fails (its master frozen past Done's context) is let go
+// by the Processor as soon as the master answers again, not at the end of
+// its lease: another replica takes its keys long before then, and Close
+// leaves nothing held.
+func TestProcessorLetsGoOfATickWhoseDoneFailed(t *testing.T) {
+	cl := newCluster(t)
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	const lease = time.Minute
+	c, prefix := newLocker(t, rdb, batchlock.WithLease(lease))
+	other := peerOf(t, rdb, prefix)
+	ctx := ctxTimeout(t, time.Minute)
+	keys := []string{"{frozen}sku:1", "{frozen}sku:2", "{frozen}sku:3"}
+	master, err := cl.MasterOfSlot(ctx, hashtag.Slot(prefix+keys[0]))
+	require.NoError(t, err)
+
+	p, err := batchlock.NewProcessor[int](c)
+	require.NoError(t, err)
+	require.NoError(t, p.Add(1, batchlock.Basket{Keys: keys}))
+	tick, err := p.Next(ctx)
+	require.NoError(t, err)
+	require.Len(t, tick.Baskets, 1)
+
+	require.NoError(t, cl.Freeze(ctx, master.Addr))
+	doneCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = tick.Done(doneCtx)
+	cancel()
+	require.NoError(t, cl.Thaw(ctx, master.Addr))
+	require.Error(t, err, "Done met a frozen master")
+
+	// Well within the lease: its keys go as soon as the master answers.
+	require.Eventually(t, func() bool {
+		l, err := other.TryLock(ctx, keys)
+		if err != nil {
+			return false
+		}
+		require.NoError(t, l.Unlock(ctx))
+		return true
+	}, lease/4, 20*time.Millisecond, "another replica takes the keys of the tick whose Done failed")
+	left, err := p.Close(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
 }
