@@ -267,7 +267,7 @@ type BatchResult struct {
 	Moves      []time.Duration // each move of its space's slot (slotMoved)
 	// Failovers are how long each failover took, from the fault to the
 	// replica serving the slot, and Stops, per turn with a failover, the
-	// longest time no order was done from the fault on.
+	// longest time no basket was admitted from the fault on.
 	Failovers, Stops []time.Duration
 	NodeTimeout      time.Duration // the cluster's cluster-node-timeout
 }
@@ -612,7 +612,7 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		var wg sync.WaitGroup
 		ticks := orders.Ticks{Size: cfg.Tick, Rate: cfg.Rate / float64(len(lists))}
 		run := orders.RunConfig{Attempts: 1, OrderTimeout: orderTimeout, Stop: stop}
-		var gaps doneGaps
+		var gaps admissionGaps
 		switch kind.Disturbed {
 		case slotMoved:
 			wg.Go(func() {
@@ -621,7 +621,7 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 				r.Moves = append(r.Moves, moves...)
 			})
 		case failedOver, masterKilled:
-			run.Done = gaps.done
+			run.Admitted = gaps.admitted
 			wg.Go(func() { disturbErr = failOver(ctx, cl, kind.Disturbed, cfg.Slice/3, stop, &gaps, r) })
 		}
 		for p, list := range lists {
@@ -708,16 +708,17 @@ func moveSlot(ctx context.Context, cl *localcluster.Cluster, slot int, stop <-ch
 	}
 }
 
-// doneGaps watches, from a fault on, the longest time no order was done.
-type doneGaps struct {
+// admissionGaps watches, from a fault on, the longest time no tick with
+// baskets was handed out.
+type admissionGaps struct {
 	mu    sync.Mutex
 	fault time.Time
-	last  time.Time // the fault's moment, or the last order done since
+	last  time.Time // the fault's moment, or the last admission since
 	most  time.Duration
 }
 
-// done is orders.RunConfig.Done: an order is done.
-func (g *doneGaps) done() {
+// admitted is orders.RunConfig.Admitted: a tick was handed out.
+func (g *admissionGaps) admitted() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -728,7 +729,7 @@ func (g *doneGaps) done() {
 }
 
 // faulted marks the fault's moment.
-func (g *doneGaps) faulted() {
+func (g *admissionGaps) faulted() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.fault = time.Now()
@@ -737,7 +738,7 @@ func (g *doneGaps) faulted() {
 
 // longest is the longest gap from the fault on, to the turn's end
 // included.
-func (g *doneGaps) longest(end time.Time) time.Duration {
+func (g *admissionGaps) longest(end time.Time) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.fault.IsZero() {
@@ -750,7 +751,7 @@ func (g *doneGaps) longest(end time.Time) time.Duration {
 // is closed first: gracefully (CLUSTER FAILOVER), or killed and, once its
 // replica serves the slot, restarted; it adds how long the failover took
 // and the cluster's node timeout to r once the cluster is ready again.
-func failOver(ctx context.Context, cl *localcluster.Cluster, d disturbance, at time.Duration, stop <-chan struct{}, gaps *doneGaps, r *BatchResult) error {
+func failOver(ctx context.Context, cl *localcluster.Cluster, d disturbance, at time.Duration, stop <-chan struct{}, gaps *admissionGaps, r *BatchResult) error {
 	select {
 	case <-time.After(at):
 	case <-stop:

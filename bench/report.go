@@ -933,7 +933,7 @@ func (r Report) oneSlotTargets() []Target {
 // its master (issue 60): orders done again within the cluster's node
 // timeout plus 1 s of the fault, gracefully and with the master killed.
 func (r Report) failoverTarget() Target {
-	t := Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, 3 Processors in one space, its master failed over a third into the turn, gracefully and killed: orders done again within the cluster's node timeout + 1 s of the fault",
+	t := Target{Goal: fmt.Sprintf("batch, open loop, %s mix at %.0f orders/s, 3 Processors in one space, its master failed over a third into the turn, gracefully and killed: baskets admitted again within the cluster's node timeout + 1 s of the fault",
 		LoadFailover.Mix.Name, LoadFailover.Rate), Found: "not measured"}
 	run := r.batchRun(LoadFailover)
 	var found []string
@@ -945,7 +945,7 @@ func (r Report) failoverTarget() Target {
 		}
 		stop := slices.Max(res.Stops)
 		reached = reached && stop <= res.NodeTimeout+time.Second
-		found = append(found, fmt.Sprintf("%s: no order done for %s ms (the failover took %s ms), p99 wait %s ms, max %s ms, %d orders failed, %d units oversold",
+		found = append(found, fmt.Sprintf("%s: no basket admitted for %s ms (the failover took %s ms), p99 wait %s ms, max %s ms, %d orders failed, %d units oversold",
 			map[string]string{NameTryEachOneSlotFailedOver: "CLUSTER FAILOVER", NameTryEachOneSlotKilled: "master killed"}[name],
 			Millis(stop), Millis(slices.Max(res.Failovers)), Millis(res.LockWait.P99), Millis(res.LockWait.Max), res.GaveUp, res.Oversold))
 		t.Found = fmt.Sprintf("node timeout %s ms", Millis(res.NodeTimeout))

@@ -178,7 +178,7 @@ const (
 	stallGoal         = "batch, open loop, uniform mix at 600 orders/s, one of three processors stalling 3s holding its tick: no backlog at the end of the 15s turn, the Processor in one slot"
 	// Issue 60's: the Processor in one space across moves of its slot.
 	movesGoal    = "batch, open loop, uniform mix at 600 orders/s, 3 Processors in one space, its slot moved to the next master every 500ms: no order failed, none oversold, no backlog, p99 wait at most 3x the same run's without moves, max at most the longest move + 100 ms"
-	failoverGoal = "batch, open loop, uniform mix at 600 orders/s, 3 Processors in one space, its master failed over a third into the turn, gracefully and killed: orders done again within the cluster's node timeout + 1 s of the fault"
+	failoverGoal = "batch, open loop, uniform mix at 600 orders/s, 3 Processors in one space, its master failed over a third into the turn, gracefully and killed: baskets admitted again within the cluster's node timeout + 1 s of the fault"
 )
 
 var (
@@ -245,8 +245,8 @@ func TestTargets(t *testing.T) {
 		stallGoal:         {true, "backlog 0 overdue, 2 waiting, p99 15.0 ms, max 40.0 ms; spread: backlog 9 overdue, 11 waiting, p99 30.0 ms, max 40.0 ms"},
 		movesGoal: {true, "p99 25.0 ms against 10.0 ms without moves (2.5x); max 120 ms against 30.0 ms without; 3 moves, median 7.00 ms, longest 60.0 ms; " +
 			"0 orders failed, 0 units oversold, backlog 0 overdue, 2 waiting"},
-		failoverGoal: {false, "CLUSTER FAILOVER: no order done for 90.0 ms (the failover took 800 ms), p99 wait 30.0 ms, max 100 ms, 0 orders failed, 0 units oversold; " +
-			"master killed: no order done for 3700 ms (the failover took 3600 ms), p99 wait 3500 ms, max 3800 ms, 0 orders failed, 0 units oversold; node timeout 2000 ms"},
+		failoverGoal: {false, "CLUSTER FAILOVER: no basket admitted for 90.0 ms (the failover took 800 ms), p99 wait 30.0 ms, max 100 ms, 0 orders failed, 0 units oversold; " +
+			"master killed: no basket admitted for 3700 ms (the failover took 3600 ms), p99 wait 3500 ms, max 3800 ms, 0 orders failed, 0 units oversold; node timeout 2000 ms"},
 	}
 	for _, st := range (Report{}).saleTargets() {
 		want[st.Goal] = struct {

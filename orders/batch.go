@@ -80,7 +80,7 @@ func (b *Batched) basket(o Order) batchlock.Basket {
 // and a locked order's lock wait runs from its arrival to its lock.
 // cfg.Workers and cfg.Attempts are not used (the Processor tries a tick
 // that failed as a whole again itself); cfg.Done is called after each
-// order. The result's Backlog is the orders added and not done when the
+// order, cfg.Admitted after each tick with baskets. The result's Backlog is the orders added and not done when the
 // run ended (Overdue as Result says), its Refusals the baskets the Processor's ticks refused.
 func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	cfg = cfg.withDefaults()
@@ -135,6 +135,9 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 		tick, err := p.Next(runCtx)
 		if err != nil {
 			break
+		}
+		if cfg.Admitted != nil && len(tick.Baskets) > 0 {
+			cfg.Admitted()
 		}
 		if !stalled && time.Since(start) >= b.Stall.At {
 			stalled = true

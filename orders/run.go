@@ -18,6 +18,9 @@ type RunConfig struct {
 	// Done, when set, is called after each order, from the worker that
 	// processed it.
 	Done func()
+	// Admitted, when set, is called in a batched run (RunBatched) as each
+	// tick with baskets is handed out, before its orders are processed.
+	Admitted func()
 	// Stop, when set, ends the run once closed: no order is taken up after
 	// it, and the orders under way finish (their time is counted), which
 	// ending ctx would cut short.
