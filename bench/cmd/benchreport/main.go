@@ -62,6 +62,7 @@ func main() {
 	stall := flag.Bool("stall", false, "with --only batch: the stall load alone (three Processors at 600 orders/s, one stalling 3 s holding its tick)")
 	moves := flag.Bool("moves", false, "with --only batch: the moves load alone (three Processors in one space at 600 orders/s, without and with its slot moved every 500 ms)")
 	failover := flag.Bool("failover", false, "with --only batch: the failover load alone (three Processors in one space at 600 orders/s, without and with its master failed over, gracefully and killed; not with --addrs, which cannot kill a node)")
+	masters := flag.Int("masters", 0, "masters of the throwaway cluster, each with a replica (default 3; not with --addrs)")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to the file: where the client's time goes")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -80,8 +81,12 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
-	if *only != "" && *only != "batch" && *only != "sale" && *only != "floors" && *only != "orders" {
-		log.Printf("benchreport: --only %q: the sections that run alone are batch, sale, floors and orders", *only)
+	if *only != "" && *only != "batch" && *only != "sale" && *only != "floors" && *only != "orders" && *only != "scale" {
+		log.Printf("benchreport: --only %q: the sections that run alone are batch, sale, floors, orders and scale", *only)
+		os.Exit(2)
+	}
+	if *masters != 0 && (*masters < 3 || *addrs != "") {
+		log.Printf("benchreport: --masters %d: at least 3, for a throwaway cluster (no --addrs)", *masters)
 		os.Exit(2)
 	}
 	if *uniform && *only != "orders" {
@@ -111,7 +116,7 @@ func main() {
 		}
 		loads = []bench.BatchLoad{alone.load}
 	}
-	if err := run(ctx, *addrs, localcluster.Backend(*backend), *out, *quick, *only, *uniform, loads); err != nil {
+	if err := run(ctx, *addrs, localcluster.Backend(*backend), *masters, *out, *quick, *only, *uniform, loads); err != nil {
 		log.Printf("benchreport: %v", err)
 		cancel()
 		stop()
@@ -164,7 +169,7 @@ func runBatches(ctx context.Context, cl *localcluster.Cluster, rdb redis.Univers
 	return nil
 }
 
-func run(ctx context.Context, addrs string, backend localcluster.Backend, out string, quick bool, only string, uniform bool, loads []bench.BatchLoad) (err error) {
+func run(ctx context.Context, addrs string, backend localcluster.Backend, masters int, out string, quick bool, only string, uniform bool, loads []bench.BatchLoad) (err error) {
 	command := "cd bench && go run ./cmd/benchreport"
 	if addrs != "" {
 		// localcluster adopts a running cluster named this way.
@@ -177,6 +182,10 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 	if backend != "" {
 		opts = append(opts, localcluster.WithBackend(backend))
 		command += " --backend " + string(backend)
+	}
+	if masters != 0 {
+		opts = append(opts, localcluster.WithMasters(masters))
+		command += fmt.Sprintf(" --masters %d", masters)
 	}
 	if quick {
 		command += " --quick"
@@ -228,6 +237,11 @@ func run(ctx context.Context, addrs string, backend localcluster.Backend, out st
 		if len(r.Batches) > 0 {
 			fmt.Println(r.BatchMarkdown())
 		}
+		return err
+	}
+	if only == "scale" {
+		res, err := bench.RunScale(ctx, cl, bench.ScaleLoads)
+		fmt.Println(bench.ScaleMarkdown(res))
 		return err
 	}
 	if only == "sale" {
