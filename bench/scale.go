@@ -18,15 +18,17 @@ import (
 // ScaleLoad is one load of the scale workload (issue 60): baskets of 1 to
 // MaxBasket of 2000 SKUs, locked with Lock (waiting) by processes that
 // meet in Redis, their lock keys on Touch masters of the cluster whatever
-// its size (0: spread over every master).
+// its size (0: spread over every master); with Hot, every basket has
+// one of the first Hot SKUs too, where baskets queue and are woken.
 type ScaleLoad struct {
 	MaxBasket int
 	Touch     int
+	Hot       int
 }
 
 // ScaleLoads are the scale workload's loads: baskets on three masters,
-// which every cluster size has, and spread.
-var ScaleLoads = []ScaleLoad{{MaxBasket: 40, Touch: 3}, {MaxBasket: 200, Touch: 3}, {MaxBasket: 40}}
+// which every cluster size has, with and without hot SKUs, and spread.
+var ScaleLoads = []ScaleLoad{{MaxBasket: 40, Touch: 3}, {MaxBasket: 200, Touch: 3}, {MaxBasket: 40, Touch: 3, Hot: 2}, {MaxBasket: 40}}
 
 // String names the load, for the report.
 func (l ScaleLoad) String() string {
@@ -34,7 +36,11 @@ func (l ScaleLoad) String() string {
 	if l.Touch > 0 {
 		where = fmt.Sprintf("on %d masters", l.Touch)
 	}
-	return fmt.Sprintf("1–%d SKUs %s", l.MaxBasket, where)
+	hot := ""
+	if l.Hot > 0 {
+		hot = fmt.Sprintf(", one of %d hot SKUs in each", l.Hot)
+	}
+	return fmt.Sprintf("1–%d SKUs %s%s", l.MaxBasket, where, hot)
 }
 
 // The scale workload's shape: baskets arrive scaleRate a second, each
@@ -131,13 +137,18 @@ func scaleKeys(l ScaleLoad, masters []localcluster.Node) ([]string, error) {
 // second, each locked (waiting) by a free worker, held and unlocked.
 func runScaleLoad(ctx context.Context, cl *localcluster.Cluster, masters []localcluster.Node, clients []*batchlock.Client, l ScaleLoad,
 	skus []string, prefix string) (ScaleResult, error) {
-	rng := rand.New(rand.NewPCG(uint64(l.MaxBasket), uint64(l.Touch)))
+	rng := rand.New(rand.NewPCG(uint64(l.MaxBasket), uint64(l.Touch*1000+l.Hot)))
 	n := int(scaleRate * scaleSlice.Seconds())
 	baskets := make([][]string, n)
 	touched := 0
 	for i := range baskets {
 		k := 1 + rng.IntN(l.MaxBasket)
 		seen := map[int]bool{}
+		if l.Hot > 0 {
+			j := rng.IntN(l.Hot)
+			seen[j] = true
+			baskets[i] = append(baskets[i], skus[j])
+		}
 		for len(baskets[i]) < k {
 			if j := rng.IntN(len(skus)); !seen[j] {
 				seen[j] = true
