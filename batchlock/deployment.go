@@ -2,6 +2,9 @@ package batchlock
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -114,4 +117,50 @@ func (d deployment) settings() (maxRetries int, contextTimeouts bool) {
 		return d.cluster.Options().MaxRetries, d.cluster.Options().ContextTimeoutEnabled
 	}
 	return d.node.Options().MaxRetries, d.node.Options().ContextTimeoutEnabled
+}
+
+// oneCluster checks that the cluster client's seeds (ClusterOptions.Addrs)
+// are nodes of one cluster: each seed that answers lists, in CLUSTER NODES,
+// every other that answers. A client whose seeds span two clusters reads
+// its map of slots from either, by chance, at each reload, and locks a key
+// on one cluster while another Client holds it on the other. A seed that
+// does not answer says nothing.
+func (d deployment) oneCluster(ctx context.Context) error {
+	if !d.isCluster() {
+		return nil
+	}
+	opt := d.cluster.Options()
+	type seed struct {
+		addr, id string
+		listed   map[string]bool // the node IDs its CLUSTER NODES lists
+	}
+	var seeds []seed
+	for _, addr := range slices.Compact(slices.Sorted(slices.Values(opt.Addrs))) {
+		node := redis.NewClient(routing.NodeOptions(opt, addr))
+		nodes, err := node.ClusterNodes(ctx).Result()
+		_ = node.Close()
+		if err != nil {
+			continue
+		}
+		s := seed{addr: addr, listed: map[string]bool{}}
+		for line := range strings.Lines(nodes) {
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				continue
+			}
+			s.listed[f[0]] = true
+			if strings.Contains(f[2], "myself") {
+				s.id = f[0]
+			}
+		}
+		seeds = append(seeds, s)
+	}
+	for _, a := range seeds {
+		for _, b := range seeds {
+			if !a.listed[b.id] {
+				return fmt.Errorf("seeds %s and %s are nodes of two clusters (%s's CLUSTER NODES does not list %s): a client with both maps its slots to either by chance", a.addr, b.addr, a.addr, b.id)
+			}
+		}
+	}
+	return nil
 }

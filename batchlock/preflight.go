@@ -22,7 +22,7 @@ import (
 // "redis version", "cross-slot scripts", "sharded pub/sub",
 // "maxmemory-policy", "client eviction" (a warning), "cluster state",
 // "replicas online" and "fence durability" (a warning); then come "clocks",
-// across the masters, and "client settings", the go-redis client's.
+// "one cluster" (the seeds') and "client settings" (the go-redis client's).
 type CheckName string
 
 const (
@@ -35,6 +35,7 @@ const (
 	checkReplicas       CheckName = "replicas online"
 	checkDurability     CheckName = "fence durability"
 	checkClocks         CheckName = "clocks"
+	checkSeeds          CheckName = "one cluster"
 	checkClientOpts     CheckName = "client settings"
 )
 
@@ -73,8 +74,8 @@ func (c *Client) Check(ctx context.Context) error {
 // Preflight checks, on every master, what batchlock relies on: Redis 7.0 or
 // newer, cross-slot scripts and SPUBLISH, maxmemory-policy noeviction, the
 // cluster state, the replicas WithReplicas asks for; then that the masters'
-// clocks agree within 500ms, and the go-redis client's settings (no per-node
-// retries, ContextTimeoutEnabled). It returns one result per check and
+// clocks agree within 500ms, that the seeds are nodes of one cluster, and
+// the go-redis client's settings (no per-node retries, ContextTimeoutEnabled). It returns one result per check and
 // master, the masters by address (see CheckName), sending only reads, a
 // script that reads two keys and one message.
 func (c *Client) Preflight(ctx context.Context) []CheckResult {
@@ -160,7 +161,8 @@ func (c *Client) preflight(ctx context.Context) ([]CheckResult, error) {
 		}
 		results = append(results, CheckResult{Check: checkClocks, Err: err})
 	}
-	return append(results, CheckResult{Check: checkClientOpts, Err: c.clientOptionsOK()}), nil
+	return append(results, CheckResult{Check: checkSeeds, Err: c.deployment.oneCluster(ctx)},
+		CheckResult{Check: checkClientOpts, Err: c.clientOptionsOK()}), nil
 }
 
 func versionOK(ctx context.Context, node *redis.Client) error {

@@ -40,7 +40,7 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	for _, m := range masters {
 		assert.Equal(t, 8, perMaster[m.Addr], "the checks of master %s", m.Addr)
 	}
-	assert.Equal(t, 2, perMaster[""], "the clocks and the client settings")
+	assert.Equal(t, 3, perMaster[""], "the clocks, the seeds and the client settings")
 
 	// In the order documented, the same on every run: the masters by
 	// address, each with its checks in one order, then the clocks, then
@@ -56,13 +56,52 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 			want = append(want, addr+" "+check)
 		}
 	}
-	want = append(want, " clocks", " client settings")
+	want = append(want, " clocks", " one cluster", " client settings")
 	for range 3 {
 		var got []string
 		for _, r := range c.Preflight(ctx) {
 			got = append(got, r.Node+" "+string(r.Check))
 		}
 		assert.Equal(t, want, got)
+	}
+}
+
+// A cluster client whose seeds are nodes of two clusters maps its slots to
+// either by chance: Check fails, naming the two seeds; seeds of one cluster,
+// one of them down, pass.
+func TestCheckRefusesSeedsOfTwoClusters(t *testing.T) {
+	ctx := ctxTimeout(t, time.Minute)
+	ours, theirs := sharedCluster(t).Addrs(), newCluster(t).Addrs()
+	for _, tc := range []struct {
+		name  string
+		seeds []string
+		want  string // in the error; "" for none
+	}{
+		{name: "one cluster", seeds: ours[:3]},
+		{name: "one cluster, a seed down", seeds: append([]string{"127.0.0.1:1"}, ours[:2]...)},
+		{name: "two clusters", seeds: []string{ours[0], theirs[0]}, want: "are nodes of two clusters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := sharedCluster(t).ClientOptions()
+			opts.Addrs = tc.seeds
+			rdb := redis.NewClusterClient(opts)
+			t.Cleanup(func() { _ = rdb.Close() })
+			c, _ := newLocker(t, rdb)
+			var seeds error
+			for _, r := range c.Preflight(ctx) {
+				if r.Check == "one cluster" {
+					seeds = r.Err
+				}
+			}
+			err := c.Check(ctx)
+			if tc.want == "" {
+				assert.NoError(t, seeds)
+				return
+			}
+			assert.ErrorContains(t, seeds, tc.want)
+			assert.ErrorContains(t, err, tc.want)
+			assert.ErrorContains(t, err, theirs[0], "the error names the other cluster's seed")
+		})
 	}
 }
 
@@ -142,7 +181,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 }
 
 // batchlock check prints one line per check, under its node (the masters
-// by address, then the clocks, then the client), and exits 0 on a healthy
+// by address, then the clocks, the seeds, the client), and exits 0 on a healthy
 // cluster, 1 when a master cannot give the replicas asked for.
 func TestCommandCheck(t *testing.T) {
 	bin := buildCommand(t)
@@ -155,9 +194,10 @@ func TestCommandCheck(t *testing.T) {
 			groups = append(groups, strings.TrimSpace(line))
 		}
 	}
-	require.Len(t, groups, 5, "three masters, the clocks and the client, each once: %q", out)
+	require.Len(t, groups, 6, "three masters, the clocks, the seeds and the client, each once: %q", out)
 	assert.True(t, slices.IsSorted(groups[:3]), "masters by address: %q", groups)
-	assert.Equal(t, []string{"masters", "this command's client"}, groups[3:])
+	assert.Equal(t, []string{"masters", "seeds (--addrs)", "this command's client"}, groups[3:])
+	assert.Contains(t, out, "ok    one cluster")
 	assert.Contains(t, out, "ok    maxmemory-policy")
 	assert.Contains(t, out, "ok    client settings")
 	assert.Contains(t, out, "WARN  fence durability")

@@ -52,7 +52,7 @@ func runCheck(ctx context.Context, e *cli.Env, o *checkOptions, args []string) e
 	defer closeAll()
 	failed, warned := 0, 0
 	// Preflight's order is stable (the masters by address, each with its
-	// checks in one order, then the clocks, then the client), so the
+	// checks in one order, then the clocks, the seeds, the client), so the
 	// results are printed under their node as they come.
 	results := locks.Preflight(ctx)
 	group := ""
@@ -62,6 +62,8 @@ func runCheck(ctx context.Context, e *cli.Env, o *checkOptions, args []string) e
 			where = r.Node
 		} else if r.Check == "clocks" {
 			where = "masters"
+		} else if r.Check == "one cluster" {
+			where = "seeds (--addrs)"
 		}
 		if where != group {
 			group = where

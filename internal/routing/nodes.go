@@ -66,7 +66,7 @@ func (n *nodes) at(ctx context.Context, addr string) (*redis.Client, error) {
 	if node := n.own[addr]; node != nil {
 		return node, nil
 	}
-	node = redis.NewClient(nodeOptions(n.rdb.Options(), addr))
+	node = redis.NewClient(NodeOptions(n.rdb.Options(), addr))
 	n.own[addr] = node
 	return node, nil
 }
@@ -84,9 +84,9 @@ func (n *nodes) close() error {
 	return errors.Join(errs...)
 }
 
-// nodeOptions are the settings of a client of the node at addr, taken from
+// NodeOptions are the settings of a client of the node at addr, taken from
 // the cluster client's, without retries of its own (batchlock retries).
-func nodeOptions(opt *redis.ClusterOptions, addr string) *redis.Options {
+func NodeOptions(opt *redis.ClusterOptions, addr string) *redis.Options {
 	return &redis.Options{
 		Addr:                         addr,
 		ClientName:                   opt.ClientName,
