@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,47 +120,50 @@ func (d deployment) settings() (maxRetries int, contextTimeouts bool) {
 }
 
 // oneCluster checks that the cluster client's seeds (ClusterOptions.Addrs)
-// are nodes of one cluster: each seed that answers lists, in CLUSTER NODES,
-// every other that answers. A client whose seeds span two clusters reads
-// its map of slots from either, by chance, at each reload, and locks a key
-// on one cluster while another Client holds it on the other. A seed that
-// does not answer says nothing.
+// are nodes of one cluster: the nodes serving slots that each seed lists
+// (CLUSTER SLOTS, by node ID, which the ACL of docs/operators.md allows)
+// meet those every other lists. A client whose seeds span two clusters
+// reads its map of slots from either, by chance, at each reload, and locks
+// a key on one while another Client holds it on the other. A seed that does
+// not answer, or serves no slot's cluster yet, says nothing.
 func (d deployment) oneCluster(ctx context.Context) error {
-	if !d.isCluster() {
-		return nil
-	}
 	opt := d.cluster.Options()
-	type seed struct {
-		addr, id string
-		listed   map[string]bool // the node IDs its CLUSTER NODES lists
-	}
-	var seeds []seed
-	for _, addr := range slices.Compact(slices.Sorted(slices.Values(opt.Addrs))) {
-		node := redis.NewClient(routing.NodeOptions(opt, addr))
-		nodes, err := node.ClusterNodes(ctx).Result()
-		_ = node.Close()
-		if err != nil {
-			continue
-		}
-		s := seed{addr: addr, listed: map[string]bool{}}
-		for line := range strings.Lines(nodes) {
-			f := strings.Fields(line)
-			if len(f) < 3 {
-				continue
+	seeds := slices.Compact(slices.Sorted(slices.Values(opt.Addrs)))
+	listed := make([]map[string]bool, len(seeds)) // by seed, the node IDs
+	var wg sync.WaitGroup
+	for i, addr := range seeds {
+		wg.Go(func() {
+			node := redis.NewClient(routing.NodeOptions(opt, addr))
+			defer node.Close()
+			slots, err := node.ClusterSlots(ctx).Result()
+			if err != nil || len(slots) == 0 {
+				return
 			}
-			s.listed[f[0]] = true
-			if strings.Contains(f[2], "myself") {
-				s.id = f[0]
+			listed[i] = map[string]bool{}
+			for _, s := range slots {
+				for _, n := range s.Nodes {
+					listed[i][n.ID] = true
+				}
 			}
-		}
-		seeds = append(seeds, s)
+		})
 	}
-	for _, a := range seeds {
-		for _, b := range seeds {
-			if !a.listed[b.id] {
-				return fmt.Errorf("seeds %s and %s are nodes of two clusters (%s's CLUSTER NODES does not list %s): a client with both maps its slots to either by chance", a.addr, b.addr, a.addr, b.id)
+	wg.Wait()
+	for i := range seeds {
+		for j := i + 1; j < len(seeds); j++ {
+			if listed[i] != nil && listed[j] != nil && !meet(listed[i], listed[j]) {
+				return fmt.Errorf("seeds %s and %s are nodes of two clusters (no node serves slots in both): a client with both maps its slots to either by chance", seeds[i], seeds[j])
 			}
 		}
 	}
 	return nil
+}
+
+// meet says whether sets a and b share a member.
+func meet(a, b map[string]bool) bool {
+	for k := range a {
+		if b[k] {
+			return true
+		}
+	}
+	return false
 }

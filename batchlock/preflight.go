@@ -21,8 +21,8 @@ import (
 // CheckName names a check of Preflight. Each master has, in this order,
 // "redis version", "cross-slot scripts", "sharded pub/sub",
 // "maxmemory-policy", "client eviction" (a warning), "cluster state",
-// "replicas online" and "fence durability" (a warning); then come "clocks",
-// "one cluster" (the seeds') and "client settings" (the go-redis client's).
+// "replicas online" and "fence durability" (a warning); then "clocks", "one
+// cluster" (the seeds', on a cluster) and "client settings" (go-redis's).
 type CheckName string
 
 const (
@@ -35,7 +35,7 @@ const (
 	checkReplicas       CheckName = "replicas online"
 	checkDurability     CheckName = "fence durability"
 	checkClocks         CheckName = "clocks"
-	checkSeeds          CheckName = "one cluster"
+	checkOneCluster     CheckName = "one cluster"
 	checkClientOpts     CheckName = "client settings"
 )
 
@@ -73,10 +73,10 @@ func (c *Client) Check(ctx context.Context) error {
 
 // Preflight checks, on every master, what batchlock relies on: Redis 7.0 or
 // newer, cross-slot scripts and SPUBLISH, maxmemory-policy noeviction, the
-// cluster state, the replicas WithReplicas asks for; then that the masters'
-// clocks agree within 500ms, that the seeds are nodes of one cluster, and
-// the go-redis client's settings (no per-node retries, ContextTimeoutEnabled). It returns one result per check and
-// master, the masters by address (see CheckName), sending only reads, a
+// cluster state, the replicas WithReplicas asks for; then the masters'
+// clocks (within 500ms), the seeds (one cluster) and go-redis's settings (no
+// per-node retries, ContextTimeoutEnabled). It returns one result per check
+// and master, the masters by address (see CheckName), sending only reads, a
 // script that reads two keys and one message.
 func (c *Client) Preflight(ctx context.Context) []CheckResult {
 	results, err := c.preflight(ctx)
@@ -161,8 +161,10 @@ func (c *Client) preflight(ctx context.Context) ([]CheckResult, error) {
 		}
 		results = append(results, CheckResult{Check: checkClocks, Err: err})
 	}
-	return append(results, CheckResult{Check: checkSeeds, Err: c.deployment.oneCluster(ctx)},
-		CheckResult{Check: checkClientOpts, Err: c.clientOptionsOK()}), nil
+	if c.deployment.isCluster() {
+		results = append(results, CheckResult{Check: checkOneCluster, Err: c.deployment.oneCluster(ctx)})
+	}
+	return append(results, CheckResult{Check: checkClientOpts, Err: c.clientOptionsOK()}), nil
 }
 
 func versionOK(ctx context.Context, node *redis.Client) error {

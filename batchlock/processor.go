@@ -54,12 +54,13 @@ type Processor[T any] struct {
 	closing context.Context
 	close   context.CancelFunc
 
-	// releasing lets go, on goroutines of its own, of the locks of ticks
-	// whose Done failed (a master down, frozen or failing over) as soon
-	// as their masters answer, until their leases end; Close lets go of
-	// those left, unreleased.
-	releasing  sync.WaitGroup
+	// unreleased are the locks of ticks whose Done failed (a master down,
+	// frozen or failing over): one goroutine of releasing lets go of them
+	// all, one call per master, as soon as their masters answer and until
+	// their leases end; Close lets go of those left.
 	unreleased []*Lock
+	releasing  sync.WaitGroup
+	letGoing   bool // that goroutine runs
 }
 
 // wonBasket is a queued basket that got its keys.
@@ -601,12 +602,14 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 	var err error
 	t.done.Do(func() {
 		err = t.p.c.UnlockEach(ctx, t.locks())
+		var left []*Lock
+		if err != nil {
+			left = slices.DeleteFunc(t.locks(), (*Lock).releasedAll)
+		}
 		p := t.p
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if err != nil {
-			p.releaseLater(t.locks())
-		}
+		p.releaseLater(left)
 		if _, ok := p.ticks[t]; ok {
 			delete(p.ticks, t)
 			p.forget(t)
@@ -617,33 +620,52 @@ func (t *Tick[T]) Done(ctx context.Context) error {
 	return err
 }
 
-// releaseLater lets go of what locks still hold, on a goroutine of
-// releasing: again and again, backing off, until it went through, their
-// leases ended, or the Processor or its Client closes. Called with p.mu
-// held.
+// releaseLater adds locks, which a failed Done left holding, to those the
+// goroutine of releasing lets go of, and starts it if it is not running.
+// Once the Processor is closed a failed Done's keys go at the end of their
+// lease. Called with p.mu held.
 func (p *Processor[T]) releaseLater(locks []*Lock) {
-	left := slices.DeleteFunc(slices.Clone(locks), (*Lock).releasedAll)
-	if len(left) == 0 || p.closed {
-		// Closed: Close's own Done failed, and says so.
+	if len(locks) == 0 || p.closed {
 		return
 	}
-	p.releasing.Go(func() {
-		for attempt := 0; len(left) > 0; attempt++ {
-			if backoff.Sleep(p.closing, backoff.Jittered(attempt, 10*time.Millisecond, p.c.cfg.pollMax)) != nil || p.c.closing.Err() != nil {
-				p.mu.Lock()
-				p.unreleased = append(p.unreleased, left...)
-				p.mu.Unlock()
-				return
-			}
-			now := time.Now()
-			// Past its lease a key is free again: nothing to let go.
-			left = slices.DeleteFunc(left, func(l *Lock) bool { return !l.ValidUntil().After(now) })
-			ctx, cancel := context.WithTimeout(p.closing, unlockTimeout)
-			_ = p.c.UnlockEach(ctx, left)
-			cancel()
-			left = slices.DeleteFunc(left, (*Lock).releasedAll)
+	p.unreleased = append(p.unreleased, locks...)
+	if p.letGoing {
+		return
+	}
+	p.letGoing = true
+	p.releasing.Go(p.letGoOfUnreleased)
+}
+
+// letGoOfUnreleased lets go of the unreleased locks, again and again,
+// backing off, until each went through or its lease ended, or the
+// Processor or its Client closes (Close lets go of the rest).
+func (p *Processor[T]) letGoOfUnreleased() {
+	for attempt := 0; ; attempt++ {
+		if backoff.Sleep(p.closing, backoff.Jittered(attempt, 10*time.Millisecond, p.c.cfg.pollMax)) != nil || p.c.closing.Err() != nil {
+			p.mu.Lock()
+			p.letGoing = false
+			p.mu.Unlock()
+			return
 		}
-	})
+		p.mu.Lock()
+		now := time.Now()
+		// Past its lease a key is free again: nothing to let go.
+		p.unreleased = slices.DeleteFunc(p.unreleased, func(l *Lock) bool { return !l.ValidUntil().After(now) })
+		locks := slices.Clone(p.unreleased)
+		if len(locks) == 0 {
+			p.letGoing = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(p.closing, unlockTimeout)
+		_ = p.c.UnlockEach(ctx, locks)
+		cancel()
+		released := slices.DeleteFunc(locks, func(l *Lock) bool { return !l.releasedAll() })
+		p.mu.Lock()
+		p.unreleased = slices.DeleteFunc(p.unreleased, func(l *Lock) bool { return slices.Contains(released, l) })
+		p.mu.Unlock()
+	}
 }
 
 // locks are the tick's baskets' locks.
@@ -692,6 +714,8 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	}
 	p.pending, p.won, p.unreleased = nil, nil, nil
 	p.mu.Unlock()
+	// What fails here goes at the end of its lease; Close reports the
+	// ticks' Dones alone.
 	_ = p.c.UnlockEach(ctx, won)
 
 	select {

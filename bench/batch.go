@@ -1,13 +1,13 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -606,8 +606,8 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 	var disturbErr error
 	cost, err := measureCost(ctx, cl, masters, func() int64 { return writes }, kind.sent, func() {
 		stop := make(chan struct{})
-		var stopped time.Time
-		t := time.AfterFunc(cfg.Slice, func() { stopped = time.Now(); close(stop) })
+		var stopped atomic.Int64 // when stop was closed, in Unix ns
+		t := time.AfterFunc(cfg.Slice, func() { stopped.Store(time.Now().UnixNano()); close(stop) })
 		defer t.Stop()
 		var wg sync.WaitGroup
 		ticks := orders.Ticks{Size: cfg.Tick, Rate: cfg.Rate / float64(len(lists))}
@@ -638,8 +638,11 @@ func runBatchTurn(ctx context.Context, cl *localcluster.Cluster, masters []local
 		}
 		wg.Wait()
 		if kind.Disturbed == failedOver || kind.Disturbed == masterKilled {
-			// The processors saw stop closed, after stopped was set.
-			r.Stops = append(r.Stops, gaps.longest(cmp.Or(stopped, time.Now())))
+			end := time.Now() // the turn ended by ctx
+			if ns := stopped.Load(); ns != 0 {
+				end = time.Unix(0, ns)
+			}
+			r.Stops = append(r.Stops, gaps.longest(end))
 		}
 		res = orders.Merge(results...)
 		for _, units := range res.SoldBySKU {

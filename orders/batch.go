@@ -80,8 +80,9 @@ func (b *Batched) basket(o Order) batchlock.Basket {
 // and a locked order's lock wait runs from its arrival to its lock.
 // cfg.Workers and cfg.Attempts are not used (the Processor tries a tick
 // that failed as a whole again itself); cfg.Done is called after each
-// order, cfg.Admitted after each tick with baskets. The result's Backlog is the orders added and not done when the
-// run ended (Overdue as Result says), its Refusals the baskets the Processor's ticks refused.
+// order, cfg.Admitted after each tick with baskets. The result's Backlog
+// is the orders added and not done when the run ended (Overdue as Result
+// says), its Refusals the baskets the Processor's ticks refused.
 func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	cfg = cfg.withDefaults()
 	r := newRecorder()

@@ -27,7 +27,7 @@ type plan struct {
 	declare bool   // declare the first part's route key
 	addr    string // "": the master of the route key
 	asking  bool
-	moved   bool // addr is where an earlier Route's MOVED pointed (movedSlots)
+	moved   bool // addr is where a MOVED pointed (movedSlots)
 }
 
 // Route runs b: one call per master (per run of consecutive parts when
@@ -146,9 +146,10 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 				switch {
 				case !asking:
 					// MOVED vouches for the whole slot.
+					stale, _ := r.master(ctx, b.Parts[p.parts[0]].Route)
 					for _, j := range p.parts {
-						hints[j] = plan{addr: addr}
-						r.moved.point(b.Parts[j].Slot, addr)
+						hints[j] = plan{addr: addr, moved: true}
+						r.moved.point(b.Parts[j].Slot, addr, stale)
 					}
 				case b.Follow:
 					// ASK vouches only for the key declared, which the
@@ -282,7 +283,7 @@ func (r *Runner) perSlot(b Batch, parts []int, hints map[int]plan) []plan {
 		part, hint := b.Parts[j], hints[j]
 		if n := len(out); n == 0 || b.Follow && (hint.asking || hint.addr == "") || b.Parts[out[n-1].parts[0]].Slot != part.Slot ||
 			out[n-1].addr != hint.addr || out[n-1].asking != hint.asking || keys+part.Keys > MaxCallKeys {
-			out = append(out, plan{declare: true, addr: hint.addr, asking: hint.asking})
+			out = append(out, plan{declare: true, addr: hint.addr, asking: hint.asking, moved: hint.moved})
 			keys = 0
 		}
 		last := &out[len(out)-1]

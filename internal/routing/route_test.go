@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/batchlock/batchlock/internal/backoff"
 )
 
 // slotMove models, for Route, a cluster with one slot on the move: "src"
@@ -247,17 +249,18 @@ func (f *movedAway) Send(ctx context.Context, _ *redis.Script, calls []*Call, _ 
 
 // A MOVED reply is remembered for its slot: later calls go to the master it
 // named while the map of slots still names the old one, and by the map
-// again once it agrees, or once the named master fails.
+// again once it names another, or once the named master fails.
 func TestRouteRemembersMovedSlots(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		mapped string // the map's master once the first Route learned the move
 		down   bool
 		want   []string // where the second Route's first calls went
-		kept   map[int]string
+		kept   map[int]movedTo
 	}{
-		{name: "map still stale", mapped: "old", want: []string{"new"}, kept: map[int]string{7: "new"}},
-		{name: "map caught up", mapped: "new", want: []string{"new"}, kept: map[int]string{}},
+		{name: "map still stale", mapped: "old", want: []string{"new"}, kept: map[int]movedTo{7: {addr: "new", stale: "old"}}},
+		{name: "map caught up", mapped: "new", want: []string{"new"}, kept: map[int]movedTo{}},
+		{name: "slot moved on", mapped: "third", want: []string{"third", "third", "new"}, kept: map[int]movedTo{7: {addr: "new", stale: "third"}}},
 		{name: "named master fails", mapped: "old", down: true, want: []string{"new", "old", "old"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -283,10 +286,66 @@ func TestRouteRemembersMovedSlots(t *testing.T) {
 			assert.Equal(t, tc.want, f.sent[:len(tc.want)])
 			if tc.down {
 				assert.Error(t, res[0].Err, "new stays down")
+				for i := 1; i < len(f.sent); i++ {
+					assert.False(t, f.sent[i-1] == "new" && f.sent[i] == "new", "a failed call to where MOVED pointed goes by the map next: %v", f.sent)
+				}
 				return
 			}
 			require.NoError(t, res[0].Err)
 			assert.Equal(t, tc.kept, r.moved.to)
 		})
 	}
+}
+
+// Rounds that only go where a reply pointed are sent without a pause; two
+// nodes that bounce a slot between them get a pause every maxPointed+1
+// rounds.
+func TestRoutePausesOnlyWhenNotPointed(t *testing.T) {
+	var pauses int
+	sleep = func(context.Context, time.Duration) bool { pauses++; return true }
+	t.Cleanup(func() {
+		sleep = func(ctx context.Context, d time.Duration) bool { return backoff.Sleep(ctx, d) == nil }
+	})
+	batch := Batch{Step: "test", Parts: []Part{{Slot: 7, Route: "k", Keys: 1}}, Args: func([]int) []any { return []any{"k"} },
+		Read: func(c *Call, at []int) ([]int, error) {
+			if vals, _ := c.Reply.Slice(); len(vals) > 0 {
+				return at, nil
+			}
+			return nil, nil
+		}}
+
+	f := &movedAway{mapped: "old"}
+	r := NewWith(f, func(context.Context, string) (string, error) { return f.mapped, nil }, nil)
+	require.NoError(t, r.Route(t.Context(), batch)[0].Err)
+	assert.Len(t, f.sent, 3)
+	assert.Zero(t, pauses, "found elsewhere, MOVED, then served: no pause")
+
+	rounds := 0
+	bounce := senderFunc(func(ctx context.Context, calls []*Call) {
+		for _, c := range calls {
+			rounds++
+			c.Reply = redis.NewCmd(ctx)
+			switch {
+			case len(c.Keys) == 0:
+				c.Reply.SetVal(c.Args)
+			case c.Addr == "a":
+				c.Reply.SetErr(redisError("MOVED 7 b"))
+			default:
+				c.Reply.SetErr(redisError("MOVED 7 a"))
+			}
+		}
+	})
+	r = NewWith(bounce, func(context.Context, string) (string, error) { return "a", nil }, nil)
+	r.Window = time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	sleep = func(context.Context, time.Duration) bool {
+		if pauses++; pauses == 5 {
+			cancel()
+		}
+		return true
+	}
+	pauses = 0
+	assert.Error(t, r.Route(ctx, batch)[0].Err)
+	assert.Equal(t, 5, pauses)
+	assert.LessOrEqual(t, rounds, 5*(maxPointed+1)+1, "a pause at least every %d rounds", maxPointed+1)
 }

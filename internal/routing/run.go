@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,42 +46,60 @@ type Runner struct {
 // cluster client's map still places elsewhere: that map is reloaded from
 // some node, which may not know of the move yet, and then not again for
 // 200 ms, and meanwhile every call would go to the old master first. Calls
-// go where MOVED said until the map agrees; a slot's entry goes when it
-// does, or when a call sent there finds the slot gone, so the map holds at
-// most one entry a slot.
+// go where MOVED said while the map still names the master it named then;
+// an entry goes once the map names any other (it caught up, or the slot
+// moved on), or a call sent there finds the slot gone or fails: at most
+// one entry a slot.
 type movedSlots struct {
+	n  atomic.Int32 // entries in to: none, as nearly always, costs no lock
 	mu sync.Mutex
-	to map[int]string
+	to map[int]movedTo
 }
 
-// point records that slot is at addr.
-func (m *movedSlots) point(slot int, addr string) {
+// movedTo is where a MOVED reply sent a slot, and the map's master then.
+type movedTo struct{ addr, stale string }
+
+// point records that slot is at addr, where the map names stale.
+func (m *movedSlots) point(slot int, addr, stale string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.to == nil {
-		m.to = map[int]string{}
+		m.to = map[int]movedTo{}
 	}
-	m.to[slot] = addr
+	m.to[slot] = movedTo{addr: addr, stale: stale}
+	m.n.Store(int32(len(m.to)))
 }
 
-// where returns the master a MOVED reply named for slot, if the map's
-// master, mapped, is not it yet; else "".
+// where returns the master a MOVED reply named for slot while the map's
+// master is still mapped, the one it named then; else "".
 func (m *movedSlots) where(slot int, mapped string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	addr, ok := m.to[slot]
-	if ok && addr == mapped {
-		delete(m.to, slot)
+	if m.n.Load() == 0 {
 		return ""
 	}
-	return addr
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	to, ok := m.to[slot]
+	if ok && to.stale != mapped {
+		m.drop(slot)
+		return ""
+	}
+	return to.addr
 }
 
 // forget drops what a MOVED reply said of slot.
 func (m *movedSlots) forget(slot int) {
+	if m.n.Load() == 0 {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.drop(slot)
+}
+
+// drop deletes slot's entry. Called with m.mu held.
+func (m *movedSlots) drop(slot int) {
 	delete(m.to, slot)
+	m.n.Store(int32(len(m.to)))
 }
 
 // NewCluster returns a Runner on a cluster client: each call goes to the
@@ -148,4 +167,5 @@ func (r *Runner) Send(ctx context.Context, s *redis.Script, calls []*Call, ack A
 
 func jittered(attempt int) time.Duration { return backoff.Jittered(attempt, retryBase, retryMax) }
 
-func sleep(ctx context.Context, d time.Duration) bool { return backoff.Sleep(ctx, d) == nil }
+// sleep pauses a retry; tests see the pauses asked for.
+var sleep = func(ctx context.Context, d time.Duration) bool { return backoff.Sleep(ctx, d) == nil }
