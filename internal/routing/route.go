@@ -27,8 +27,11 @@ type plan struct {
 	declare bool   // declare the first part's route key
 	addr    string // "": the master of the route key
 	asking  bool
-	moved   bool // addr is where a MOVED pointed (movedSlots)
 }
+
+// moved says that p goes where a MOVED pointed, this Route's or an earlier
+// one's (movedSlots): an address that is not an ASK's.
+func (p plan) moved() bool { return p.addr != "" && !p.asking }
 
 // Route runs b: one call per master (per run of consecutive parts when
 // Ordered), at most MaxCallKeys keys each, with no key declared, so that
@@ -148,7 +151,7 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 					// MOVED vouches for the whole slot.
 					stale, _ := r.master(ctx, b.Parts[p.parts[0]].Route)
 					for _, j := range p.parts {
-						hints[j] = plan{addr: addr, moved: true}
+						hints[j] = plan{addr: addr}
 						r.moved.point(b.Parts[j].Slot, addr, stale)
 					}
 				case b.Follow:
@@ -162,12 +165,12 @@ func (r *Runner) run(ctx context.Context, b Batch, work []plan, res []Result) {
 				continue
 			}
 			if Retryable(err) {
-				if p.moved {
+				if p.moved() {
 					// The master a MOVED named failed: the map decides again.
 					for _, j := range p.parts {
 						r.moved.forget(b.Parts[j].Slot)
 					}
-					p.addr, p.moved = "", false
+					p.addr = ""
 				}
 				again = append(again, p)
 				pointed = false
@@ -262,7 +265,7 @@ func (r *Runner) byMaster(ctx context.Context, b Batch, parts []int) ([]plan, []
 		}
 		if i < 0 || keys[i]+part.Keys > MaxCallKeys {
 			i = len(out)
-			out = append(out, plan{addr: moved, moved: moved != ""})
+			out = append(out, plan{addr: moved})
 			open = append(open, addr)
 			keys = append(keys, 0)
 		}
@@ -283,7 +286,7 @@ func (r *Runner) perSlot(b Batch, parts []int, hints map[int]plan) []plan {
 		part, hint := b.Parts[j], hints[j]
 		if n := len(out); n == 0 || b.Follow && (hint.asking || hint.addr == "") || b.Parts[out[n-1].parts[0]].Slot != part.Slot ||
 			out[n-1].addr != hint.addr || out[n-1].asking != hint.asking || keys+part.Keys > MaxCallKeys {
-			out = append(out, plan{declare: true, addr: hint.addr, asking: hint.asking, moved: hint.moved})
+			out = append(out, plan{declare: true, addr: hint.addr, asking: hint.asking})
 			keys = 0
 		}
 		last := &out[len(out)-1]
