@@ -29,6 +29,7 @@ const (
 // use.
 type Cluster struct {
 	backend  Backend
+	server   Server // "" on the external backend
 	id       string
 	logf     func(format string, args ...any)
 	launcher launcher // nil on the external backend
@@ -99,8 +100,13 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 }
 
 func newCluster(b Backend, cfg config) *Cluster {
+	server := cfg.server
+	if b == External {
+		server = ""
+	}
 	return &Cluster{
 		backend: b,
+		server:  server,
 		id:      fmt.Sprintf("%08x", rand.Uint32()),
 		logf:    cfg.logf,
 		clients: map[string]*redis.Client{},
@@ -111,7 +117,7 @@ func newLauncher(ctx context.Context, b Backend, id string, cfg config) (launche
 	if b == Docker {
 		return newDockerLauncher(ctx, id, cfg)
 	}
-	return newProcessLauncher(id)
+	return newProcessLauncher(ctx, id, cfg)
 }
 
 func redisServerOnPath() bool {
@@ -206,6 +212,10 @@ var errExited = errors.New("localcluster: server exited")
 
 // Backend returns the backend running the cluster.
 func (c *Cluster) Backend() Backend { return c.backend }
+
+// Server returns the server its nodes run (see [WithServer]); "" on the
+// external backend, whose servers are what they are.
+func (c *Cluster) Server() Server { return c.server }
 
 // ID returns a short random name of this cluster, used in its temporary
 // directory and as the value of its containers' batchlock.localcluster.id
@@ -324,9 +334,53 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 	ctx, cancel := defaultTimeout(ctx, waitTimeout)
 	defer cancel()
 	r := c.readiness(true)
+	silent := map[string]time.Time{}
 	return waitFor(ctx, "waiting for the cluster to be ready", func(ctx context.Context) error {
-		return r.check(c.snapshot(ctx))
+		s := c.snapshot(ctx)
+		if c.server == Redis80 {
+			c.restartHung(ctx, s.unreachable, silent)
+		}
+		return r.check(s)
 	})
+}
+
+// hungAfter is how long a running node that is neither frozen nor killed
+// may go silent before WaitReady takes it for hung (see restartHung).
+const hungAfter = 5 * time.Second
+
+// restartHung restarts the nodes of unreachable that have been silent,
+// neither frozen nor killed, for hungAfter since WaitReady first saw them
+// so (silent). Redis 8.0's clusterNodeGetMaster follows replicaof links
+// with no bound, and a master thawed after its replica took over can see
+// that replica's replicaof point back at itself: it spins there for ever,
+// answering nothing (Valkey bounds the walk since 8.0). A restart, as an
+// operator would do, brings it back as a replica.
+func (c *Cluster) restartHung(ctx context.Context, unreachable []string, silent map[string]time.Time) {
+	now := time.Now()
+	for addr := range silent {
+		if !slices.Contains(unreachable, addr) {
+			delete(silent, addr)
+		}
+	}
+	for _, addr := range unreachable {
+		m, err := c.fault(addr)
+		c.mu.Lock()
+		quiet := err == nil && !m.frozen && !m.killed
+		c.mu.Unlock()
+		since, seen := silent[addr]
+		switch {
+		case !quiet:
+			delete(silent, addr)
+		case !seen:
+			silent[addr] = now
+		case now.Sub(since) >= hungAfter:
+			c.logf("localcluster: %s: %s silent for %v though running: restarting it (its replicaof loop)", c.server, addr, now.Sub(since).Round(time.Millisecond))
+			if err := c.Restart(ctx, addr); err != nil {
+				c.logf("localcluster: %v", err)
+			}
+			delete(silent, addr)
+		}
+	}
 }
 
 // Nodes returns the current topology, asking every node. A node that

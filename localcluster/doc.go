@@ -10,7 +10,9 @@
 // run as redis-server processes (process backend), as containers from a
 // local image (docker backend, through testcontainers-go), or are an
 // existing cluster named by BATCHLOCK_CLUSTER_ADDRS (external backend, no
-// fault injection). See [Start] for how the backend is chosen.
+// fault injection). See [Start] for how the backend is chosen. They run
+// the host's Redis 7.0, or Valkey 8.1 or Redis 8.0 from Debian 13's
+// packages ([WithServer], BATCHLOCK_SERVER).
 //
 // Every node binds and announces 127.0.0.1 only, on ports picked free at
 // start, so several clusters can run side by side. Nodes detect a failure

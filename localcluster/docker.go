@@ -66,9 +66,10 @@ func dockerClient(ctx context.Context, logf func(format string, args ...any)) (*
 
 // dockerLauncher runs nodes as containers on the host network.
 type dockerLauncher struct {
-	cli   *testcontainers.DockerClient
-	image string
-	id    string
+	cli    *testcontainers.DockerClient
+	image  string
+	server Server
+	id     string
 }
 
 func newDockerLauncher(ctx context.Context, id string, cfg config) (*dockerLauncher, error) {
@@ -82,7 +83,7 @@ func newDockerLauncher(ctx context.Context, id string, cfg config) (*dockerLaunc
 	if err != nil {
 		return nil, errors.Join(err, cli.Close())
 	}
-	return &dockerLauncher{cli: cli, image: image, id: id}, nil
+	return &dockerLauncher{cli: cli, image: image, server: cfg.server, id: id}, nil
 }
 
 func (l *dockerLauncher) launch(ctx context.Context, port int, cluster bool) (server, error) {
@@ -91,7 +92,7 @@ func (l *dockerLauncher) launch(ctx context.Context, port int, cluster bool) (se
 		ContainerRequest: testcontainers.ContainerRequest{
 			Image:  l.image,
 			Name:   fmt.Sprintf("batchlock-%s-%d", l.id, port),
-			Cmd:    append([]string{"redis-server"}, nc.args()...),
+			Cmd:    append([]string{l.server.binary()}, nc.args()...),
 			Labels: map[string]string{LabelKey: "1", LabelID: l.id},
 			// Host networking: nodes are reached and announce themselves on
 			// 127.0.0.1, never on a container address.

@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 )
 
@@ -45,6 +47,9 @@ CMD ["redis-server", "--bind", "127.0.0.1", "--protected-mode", "no"]
 func ensureImage(ctx context.Context, cli *testcontainers.DockerClient, cfg config) (string, error) {
 	if cfg.image != "" {
 		return cfg.image, nil
+	}
+	if cfg.server.fromTrixie() {
+		return ensureTrixieImage(ctx, cli, cfg)
 	}
 	for _, ref := range []string{OfficialImage, LocalImage} {
 		if _, err := cli.ImageInspect(ctx, ref); err == nil {
@@ -153,4 +158,35 @@ func parseLdd(out string) ([]string, error) {
 		}
 	}
 	return libs, sc.Err()
+}
+
+// ensureTrixieImage returns TrixieImage, imported from the trixie tree's
+// archive when missing.
+func ensureTrixieImage(ctx context.Context, cli *testcontainers.DockerClient, cfg config) (string, error) {
+	if _, err := cli.ImageInspect(ctx, TrixieImage); err == nil {
+		return TrixieImage, nil
+	}
+	archive, _, err := trixieServer(ctx, cfg.server, cfg.logf)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		return "", fmt.Errorf("localcluster: %w", err)
+	}
+	defer f.Close()
+	cfg.logf("localcluster: importing %s from %s", TrixieImage, archive)
+	res, err := cli.ImageImport(ctx, client.ImageImportSource{Source: f, SourceName: "-"}, TrixieImage,
+		client.ImageImportOptions{Changes: []string{"WORKDIR " + imageWorkDir}})
+	if err != nil {
+		return "", fmt.Errorf("localcluster: import %s: %w", TrixieImage, err)
+	}
+	_, err = io.Copy(io.Discard, res)
+	if err = errors.Join(err, res.Close()); err != nil {
+		return "", fmt.Errorf("localcluster: import %s: %w", TrixieImage, err)
+	}
+	if _, err := cli.ImageInspect(ctx, TrixieImage); err != nil {
+		return "", fmt.Errorf("localcluster: import %s: %w", TrixieImage, err)
+	}
+	return TrixieImage, nil
 }

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"errors"
 	"fmt"
+	"os"
 )
 
 // Backend is how the nodes of a cluster are run.
@@ -46,10 +47,14 @@ type config struct {
 	image    string
 	masters  int
 	replicas int // per master
+	server   Server
 }
 
 func newConfig(opts []Option) config {
-	c := config{logf: func(string, ...any) {}, masters: 3, replicas: 1}
+	c := config{logf: func(string, ...any) {}, masters: 3, replicas: 1, server: Server(os.Getenv(EnvServer))}
+	if c.server == "" {
+		c.server = Redis70
+	}
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -65,7 +70,7 @@ func (c config) check() error {
 	if c.masters < 3 {
 		return fmt.Errorf("localcluster: WithMasters(%d): need at least three masters, a majority to fail one over", c.masters)
 	}
-	return nil
+	return checkServer(c.server)
 }
 
 // WithBackend forces a backend. Default: BATCHLOCK_BACKEND if set, else

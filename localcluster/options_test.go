@@ -127,3 +127,39 @@ func TestPromoteOption(t *testing.T) {
 	Graceful().applyFailover(&cfg)
 	assert.Equal(t, failoverConfig{promote: "127.0.0.1:20007"}, cfg, "CLUSTER FAILOVER with no option")
 }
+
+func TestServerChosen(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     string
+		opts    []Option
+		want    Server
+		wantErr string
+	}{
+		{name: "default", want: Redis70},
+		{name: "env", env: "valkey-8.1", want: Valkey81},
+		{name: "option before env", env: "valkey-8.1", opts: []Option{WithServer(Redis80)}, want: Redis80},
+		{name: "unknown env", env: "keydb-6", wantErr: `server "keydb-6": want redis-7.0, valkey-8.1 or redis-8.0 (BATCHLOCK_SERVER)`},
+		{name: "unknown option", opts: []Option{WithServer("valkey")}, wantErr: `server "valkey"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(EnvServer, tt.env)
+			cfg := newConfig(tt.opts)
+			err := cfg.check()
+			if tt.wantErr != "" {
+				assert.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, cfg.server)
+		})
+	}
+}
+
+func TestTrixieArgvRunsTheBinaryThroughTheTreesLoader(t *testing.T) {
+	root := t.TempDir()
+	assert.Equal(t, []string{root + "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "--library-path", root + "/usr/lib/x86_64-linux-gnu",
+		"--argv0", "valkey-server", root + "/usr/bin/valkey-server"}, trixieArgv(root, Valkey81))
+	assert.Equal(t, "redis-server", trixieArgv(root, Redis80)[4])
+}

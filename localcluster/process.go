@@ -17,20 +17,20 @@ import (
 // processLauncher runs nodes as redis-server children, each with a
 // directory under one temporary root.
 type processLauncher struct {
-	bin  string
+	argv []string // the server's command, its config file to follow
 	root string
 }
 
-func newProcessLauncher(id string) (*processLauncher, error) {
-	bin, err := exec.LookPath("redis-server")
+func newProcessLauncher(ctx context.Context, id string, cfg config) (*processLauncher, error) {
+	argv, err := serverCommand(ctx, cfg.server, cfg.logf)
 	if err != nil {
-		return nil, fmt.Errorf("%w (process backend: %v)", ErrNoBackend, err)
+		return nil, err
 	}
 	root := filepath.Join(os.TempDir(), "batchlock-localcluster-"+id)
 	if err := os.Mkdir(root, 0o700); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
-	return &processLauncher{bin: bin, root: root}, nil
+	return &processLauncher{argv: argv, root: root}, nil
 }
 
 func (l *processLauncher) launch(ctx context.Context, port int, cluster bool) (server, error) {
@@ -43,7 +43,7 @@ func (l *processLauncher) launch(ctx context.Context, port int, cluster bool) (s
 	if err := os.WriteFile(conf, []byte(nc.file()), 0o600); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
-	p := &process{bin: l.bin, conf: conf, dir: dir, log: nc.LogFile}
+	p := &process{argv: l.argv, conf: conf, dir: dir, log: nc.LogFile}
 	if err := p.start(ctx); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
@@ -57,9 +57,10 @@ func (l *processLauncher) close() error {
 	return nil
 }
 
-// process is one redis-server child.
+// process is one server child.
 type process struct {
-	bin, conf, dir, log string
+	argv           []string
+	conf, dir, log string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -74,7 +75,7 @@ func (p *process) start(context.Context) error {
 	}
 	// Not CommandContext: the node must outlive the ctx of the call that
 	// started it.
-	cmd := exec.Command(p.bin, p.conf)
+	cmd := exec.Command(p.argv[0], append(p.argv[1:], p.conf)...)
 	cmd.Dir = p.dir
 	// If the test binary dies without Close (a panic, a timeout), the
 	// kernel kills the nodes with it.
