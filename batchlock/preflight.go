@@ -19,14 +19,14 @@ import (
 )
 
 // CheckName names a check of Preflight. Each master has, in this order,
-// "redis version", "cross-slot scripts", "sharded pub/sub",
+// "server version", "cross-slot scripts", "sharded pub/sub",
 // "maxmemory-policy", "client eviction" (a warning), "cluster state",
 // "replicas online" and "fence durability" (a warning); then "clocks", "one
 // cluster" (the seeds', on a cluster) and "client settings" (go-redis's).
 type CheckName string
 
 const (
-	checkVersion        CheckName = "redis version"
+	checkVersion        CheckName = "server version"
 	checkScripts        CheckName = "cross-slot scripts"
 	checkPubSub         CheckName = "sharded pub/sub"
 	checkEviction       CheckName = "maxmemory-policy"
@@ -48,6 +48,9 @@ type CheckResult struct {
 	Node    string
 	Err     error
 	Warning bool
+	// Found is what the check read, where it names something: the
+	// server and its version ("valkey 8.1.1", "redis 7.0.15").
+	Found string
 }
 
 // Check runs Preflight and returns nil when every check passed or only
@@ -114,7 +117,8 @@ func (c *Client) preflight(ctx context.Context) ([]CheckResult, error) {
 		}
 		tags := c.slotTags(ctx, addr)
 		config, configErr := readConfig(ctx, node)
-		add(checkVersion, versionOK(ctx, node))
+		server, err := serverVersion(ctx, node)
+		results = append(results, CheckResult{Check: checkVersion, Node: addr, Err: err, Found: server})
 		add(checkScripts, c.scriptsOK(ctx, node, tags))
 		add(checkPubSub, node.SPublish(ctx, c.names.CheckKey(tags[0]), "check").Err())
 		add(checkEviction, or(configErr, func() error { return evictionOK(config) }))
@@ -167,17 +171,28 @@ func (c *Client) preflight(ctx context.Context) ([]CheckResult, error) {
 	return append(results, CheckResult{Check: checkClientOpts, Err: c.clientOptionsOK()}), nil
 }
 
-func versionOK(ctx context.Context, node *redis.Client) error {
+// serverVersion names the node's server and version, and fails below
+// Redis 7.0 or what calls itself compatible with it (Valkey's
+// redis_version).
+func serverVersion(ctx context.Context, node *redis.Client) (string, error) {
 	info, err := node.Info(ctx, "server").Result()
 	if err != nil {
-		return err
+		return "", err
 	}
-	version := infoField(info, "redis_version")
-	major, _, _ := strings.Cut(version, ".")
+	compatible := infoField(info, "redis_version")
+	server, version := "redis", compatible
+	if name := infoField(info, "server_name"); name != "" {
+		server = name
+		if v := infoField(info, name+"_version"); v != "" {
+			version = v
+		}
+	}
+	found := server + " " + version
+	major, _, _ := strings.Cut(compatible, ".")
 	if n, err := strconv.Atoi(major); err != nil || n < 7 {
-		return fmt.Errorf("redis_version %q: batchlock needs 7.0 or newer (script flags, sharded pub/sub)", version)
+		return found, fmt.Errorf("redis_version %q: batchlock needs 7.0 or newer (script flags, sharded pub/sub)", compatible)
 	}
-	return nil
+	return found, nil
 }
 
 // scriptsOK runs, with no key declared as batchlock's scripts do, a

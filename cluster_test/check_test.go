@@ -28,6 +28,9 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	require.NoError(t, err)
 	perMaster := map[string]int{}
 	for _, r := range results {
+		if r.Check == "server version" {
+			assert.Regexp(t, wantServer(t), r.Found, "the server and version of %s", r.Node)
+		}
 		if r.Check == "fence durability" {
 			assert.True(t, r.Warning, "a warning, not a failure")
 			assert.ErrorContains(t, r.Err, "appendonly no", "on %s", r.Node)
@@ -45,7 +48,7 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	// In the order documented, the same on every run: the masters by
 	// address, each with its checks in one order, then the clocks, then
 	// the client.
-	perNode := []string{"redis version", "cross-slot scripts", "sharded pub/sub", "maxmemory-policy",
+	perNode := []string{"server version", "cross-slot scripts", "sharded pub/sub", "maxmemory-policy",
 		"client eviction", "cluster state", "replicas online", "fence durability"}
 	var want []string
 	for _, addr := range slices.Sorted(maps.Keys(perMaster)) {

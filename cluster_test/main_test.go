@@ -88,6 +88,21 @@ func sharedCluster(tb testing.TB) *localcluster.Cluster {
 	return shared.cluster
 }
 
+// wantServer matches what Preflight's "server version" check finds on the
+// shared cluster's nodes: the server localcluster started, at the version
+// it names; on an external cluster, any server and version.
+func wantServer(tb testing.TB) string {
+	switch sharedCluster(tb).Server() {
+	case localcluster.Redis70:
+		return `^redis 7\.0\.\d+$`
+	case localcluster.Valkey81:
+		return `^valkey 8\.1\.\d+$`
+	case localcluster.Redis80:
+		return `^redis 8\.0\.\d+$`
+	}
+	return `^\w+ \d+\.\d+\.\d+$`
+}
+
 // newClient returns a cluster client of the shared cluster with settings
 // that recover fast after a failover, closed at the end of the test.
 func newClient(tb testing.TB) *redis.ClusterClient {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/cmd/batchlock/internal/cli"
 )
 
 type checkOptions struct {
@@ -20,9 +20,10 @@ func checkCommand() cli.Command {
 		Name: "check",
 		Summary: `Usage: batchlock check [--addrs host:port,...] [--prefix batchlock:] [--replicas n]
 
-Checks, on every master, what batchlock relies on (Redis 7.0+, cross-slot
-scripts, sharded pub/sub, maxmemory-policy noeviction, cluster state, the
-replicas online that --replicas n asks for, clocks that agree), and the
+Checks, on every master, what batchlock relies on (Redis 7.0+ or Valkey,
+named with its version, cross-slot scripts, sharded pub/sub,
+maxmemory-policy noeviction, cluster state, the replicas online that
+--replicas n asks for, clocks that agree, seeds of one cluster), and the
 go-redis settings of this command's own client; prints one line per check,
 masters by address, then a summary line, and exits 1 on any problem. Your
 application's client settings are checked by its own Client.Check.`,
@@ -76,6 +77,8 @@ func runCheck(ctx context.Context, e *cli.Env, o *checkOptions, args []string) e
 		case r.Err != nil:
 			failed++
 			fmt.Fprintf(e.Stdout, "  FAIL  %-20s %v\n", r.Check, r.Err)
+		case r.Found != "":
+			fmt.Fprintf(e.Stdout, "  ok    %-20s %s\n", r.Check, r.Found)
 		default:
 			fmt.Fprintf(e.Stdout, "  ok    %s\n", r.Check)
 		}
