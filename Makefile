@@ -1,7 +1,9 @@
 # make test runs everything CI runs: deps, go vet and staticcheck on every
 # module, unit tests, the harness's own tests and the integration suite on
 # the docker backend and on the process backend, the PostgreSQL order
-# processor's tests, then a short soak.
+# processor's tests, a short soak, then the servers' legs: the core of the
+# suite and a short soak on Valkey 8.1 and on Redis 8.0. BATCHLOCK_SERVER
+# (redis-7.0, valkey-8.1 or redis-8.0) runs the rest on another server.
 SHELL := bash
 GO    ?= go
 
@@ -33,12 +35,20 @@ SOAK_BACKEND ?=
 SOAK_REPLICAS ?= 1
 SOAK_LOG    ?= $${TMPDIR:-/tmp}/batchlock-soak.log
 TEST_SOAK   ?= 60s
+# The servers' legs (localcluster.WithServer): besides the host's Redis 7.0,
+# Debian 13's Valkey 8.1 and Redis 8.0, each running the harness's tests of
+# what differs between servers, the suite's core (a test of each mechanism
+# a server could change: scripts, pub/sub, WAIT, migrations, a restarted
+# node, client eviction, the ACL, Check) and a short soak.
+SERVERS     := valkey-8.1 redis-8.0
+SERVER_HARNESS := ^TestHarness(TopologyReady|KillRestartRejoins|TakeoverWhileMasterFrozen|MigrationHandle)$$
+SERVER_CORE := ^Test(Check.*|CommandCheck|ListenersKeptFromClientEviction|LostLockFailover|LockSpansAllMasters|TryLockAllOrNothing|MutualExclusionCounters|FencingTokensGrow|BadInputTouchesNothing|HandOffInArrivalOrder|HandoffByReleaseMessage|WakeUpsSurvivePubSubReconnect|HandOffInASlotBeingMigrated|SlotInMigrationBoundsCalls|MovedKeyBlocksNoOtherKey|ReplicaAcknowledgement|ConsumeWithReplicasWaitsForTheSale|CountedAllOrNothingAcrossMasters|SharedHoldersOverlap|ProcessorRefusesABadBasketAlone|ProcessorCloseHandsBackAndReleases|TryEachRefusedOnOneMasterLeavesNothing|ACLUserLimitedToPrefix|SingleNodeClient)$$
 COMPOSE     := $(shell if docker compose version >/dev/null 2>&1; then echo "docker compose"; \
                  elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi)
 COMPOSE_RUN  = $(COMPOSE) -f docker/docker-compose.yml -p batchlock-dev
 DEV_ADDRS    = 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005
 
-.PHONY: deps lint test test-unit test-docker test-process test-postgres test-external test-soak soak image bench demo readme \
+.PHONY: deps lint test test-unit test-docker test-process test-postgres test-external test-soak test-servers soak image bench demo readme \
         cluster-up cluster-down clean-containers
 
 deps:
@@ -63,6 +73,7 @@ test: deps
 	$(MAKE) test-process
 	$(MAKE) test-postgres
 	$(MAKE) test-soak
+	$(MAKE) test-servers
 
 test-unit:
 	@set -e; for m in $(UNIT_MODULES); do $(GO) -C $$m test -race -count=1 -skip '^TestHarness' ./...; done
@@ -90,6 +101,16 @@ test-postgres: deps
 # A short soak on one backend, as part of make test.
 test-soak:
 	$(MAKE) soak SOAK=$(TEST_SOAK) SOAK_BACKEND=process
+
+test-servers: deps
+	@set -e; for s in $(SERVERS); do \
+		echo "== $$s: the harness, the suite's core, a $(TEST_SOAK) soak (process backend)"; \
+		env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_SERVER=$$s BATCHLOCK_BACKEND=process \
+			$(GO) -C localcluster test -count=1 -timeout 15m -run '$(SERVER_HARNESS)' ./...; \
+		env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_SERVER=$$s BATCHLOCK_BACKEND=process \
+			$(GO) -C cluster_test test -count=1 -timeout 15m -run '$(SERVER_CORE)' ./...; \
+		BATCHLOCK_SERVER=$$s $(MAKE) --no-print-directory soak SOAK=$(TEST_SOAK) SOAK_BACKEND=process; \
+	done
 
 # The whole output goes to SOAK_LOG; the soak's own lines are shown, the
 # last of them its verdict: "soak: <n> operations, <n> faults, <n>

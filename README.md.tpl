@@ -20,7 +20,7 @@ lease on each key; a key taken fresh gets a new fencing *token*; a refused call 
 
 ## Using it
 
-`go get github.com/batchlock/batchlock` (Go 1.26, Redis 7.0+: a cluster, or one node) and import
+`go get github.com/batchlock/batchlock` (Go 1.26, Redis 7.0+ or Valkey 8.1+: a cluster, or one node) and import
 `github.com/batchlock/batchlock/batchlock`; go-redis is the one module it brings. Build the go-redis client
 from `batchlock.ClusterOptions(addrs...)`: with go-redis's defaults a call can outlive its context and a
 failover takes tens of seconds ([why](docs/operators.md#the-client-side)). `locks.Check(ctx)` (or
@@ -55,9 +55,8 @@ sale as it releases them, once however often it is sent.
 
 {{example "ExampleWithUnits" from "if err := locks.SetCapacity"}}
 
-A request waits in the key's queue, where small requests do not pass a big one; one for more than the
-capacity fails at once with `ErrOverCapacity` (sold out). A `Processor` takes units too (`Basket.Units`,
-`ConsumeEach`); `TryEach` takes none.
+A request waits in the key's queue, where small ones do not pass a big one; one for more than the capacity
+fails at once with `ErrOverCapacity` (sold out). A `Processor` takes units (`Basket.Units`, `ConsumeEach`).
 
 **Errors: which to retry.** `WithWait(d)` bounds only the wait, not the work: past `d` the call fails
 holding nothing, with a `*ConflictError` naming the keys it waited for when it met held ones. Every error
@@ -121,9 +120,10 @@ persistence, replicas, clocks, ACL), reading `inspect`, `check` and the metrics,
 
 ## Tests, speed and docs
 
-`make test` is what CI runs ([what](docs/faults.md#how-the-tests-run)). `make bench` measures batchlock
-against redsync, redislock and the least a lock must do ([bench.md](docs/bench.md), [speed.md](docs/speed.md),
-[scale.md](docs/scale.md)). `make readme` makes this README from `README.md.tpl` and the `Example`s.
+`make test` is what CI runs ([what](docs/faults.md#how-the-tests-run)): all on Redis 7.0, the core on Valkey
+8.1 and Redis 8.0 ([servers](docs/operators.md#servers); `BATCHLOCK_SERVER=valkey-8.1 make test`: all on one).
+`make bench` measures batchlock against redsync, redislock and the least a lock must do ([bench.md](docs/bench.md),
+[speed.md](docs/speed.md), [scale.md](docs/scale.md)). `make readme` writes this README from `README.md.tpl`.
 
 ## Layout and modules
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need and the machine may lack: redis-server and
-# redis-cli, and the PostgreSQL server (initdb, postgres), from Debian's
-# packages. It downloads nothing else. Not root, or no apt-get: it says
+# redis-cli, the PostgreSQL server (initdb, postgres), and mmdebstrap (which
+# localcluster runs once to build Debian 13's Valkey and Redis 8 servers),
+# from Debian's packages. It downloads nothing else. Not root, or no apt-get: it says
 # what to install and fails.
 set -euo pipefail
 
@@ -18,6 +19,9 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 fi
 if ! have_postgres; then
 	missing+=(postgresql)
+fi
+if ! command -v mmdebstrap >/dev/null 2>&1; then
+	missing+=(mmdebstrap)
 fi
 # Silent when everything is there, so that make demo starts with the demo.
 if [ ${#missing[@]} -eq 0 ]; then
