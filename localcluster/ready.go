@@ -65,6 +65,9 @@ func (r readiness) check(s snapshot) error {
 		if !sameRoles(first.entries, v.entries) {
 			return fmt.Errorf("%s and %s disagree on the topology", first.addr, v.addr)
 		}
+		if err := v.shardsAgree(); err != nil {
+			return err
+		}
 	}
 	if err := coverage(first.entries); err != nil {
 		return err
@@ -204,4 +207,25 @@ func defaultTimeout(ctx context.Context, d time.Duration) (context.Context, cont
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// shardsAgree, on a server whose nodes keep a shard ID, requires every
+// replica to be in its master's shard in the view. Until they are, a node
+// restarted may find its nodes.conf naming a replica in a shard of its own:
+// Valkey 8.1.1 then refuses to start ("corrupted cluster config file",
+// valkey-io/valkey#2090).
+func (v view) shardsAgree() error {
+	if v.shardOf == nil {
+		return nil
+	}
+	for _, e := range v.entries {
+		if e.Master || e.MasterID == "" {
+			continue
+		}
+		shard, ok := v.shardOf[e.ID]
+		if master, mok := v.shardOf[e.MasterID]; !ok || !mok || shard != master {
+			return fmt.Errorf("%s: replica %s not yet in the shard of its master", v.addr, e.Addr)
+		}
+	}
+	return nil
 }

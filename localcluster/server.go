@@ -72,6 +72,11 @@ func (s Server) binary() string {
 	return "redis-server"
 }
 
+// keepsShardIDs says whether the server's nodes agree on shard IDs, which
+// they write in nodes.conf (Redis 7.2 and later, Valkey): a cluster is
+// ready only once they agree (see view.shardsAgree).
+func (s Server) keepsShardIDs() bool { return s == Valkey81 || s == Redis80 }
+
 // fromTrixie says whether the server runs from the trixie tree.
 func (s Server) fromTrixie() bool { return s == Valkey81 || s == Redis80 }
 

@@ -129,6 +129,9 @@ type view struct {
 	info    map[string]string // CLUSTER INFO
 	entries []entry
 	repl    map[string]string // INFO replication
+	// shardOf is the shard (CLUSTER SHARDS) of each node ID, on servers
+	// whose nodes keep a shard ID (see Server.keepsShardIDs); nil on others.
+	shardOf map[string]int
 }
 
 func (v view) self() (entry, bool) {
@@ -193,10 +196,14 @@ func (c *Cluster) observe(ctx context.Context, addr string) (*view, error) {
 	ctx, cancel := context.WithTimeout(ctx, observeTimeout)
 	defer cancel()
 	var info, nodes, repl *redis.StringCmd
+	var shards *redis.ClusterShardsCmd
 	if _, err := cl.Pipelined(ctx, func(p redis.Pipeliner) error {
 		info = p.ClusterInfo(ctx)
 		nodes = p.ClusterNodes(ctx)
 		repl = p.Info(ctx, "replication")
+		if c.server.keepsShardIDs() {
+			shards = p.ClusterShards(ctx)
+		}
 		return nil
 	}); err != nil {
 		return nil, err
@@ -205,7 +212,16 @@ func (c *Cluster) observe(ctx context.Context, addr string) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &view{addr: addr, info: parseInfo(info.Val()), entries: entries, repl: parseInfo(repl.Val())}, nil
+	v := &view{addr: addr, info: parseInfo(info.Val()), entries: entries, repl: parseInfo(repl.Val())}
+	if shards != nil {
+		v.shardOf = map[string]int{}
+		for i, sh := range shards.Val() {
+			for _, n := range sh.Nodes {
+				v.shardOf[n.ID] = i
+			}
+		}
+	}
+	return v, nil
 }
 
 // nodes merges the views: a node that answered is described by itself

@@ -72,6 +72,7 @@ type fakeCluster struct {
 	linkUp   map[string]bool
 	unlisted map[string]bool // replicas their master does not list yet
 	replies  map[string]bool // answering nodes
+	shards   map[string]int  // CLUSTER SHARDS by node ID; nil: not asked
 }
 
 func newFakeCluster() *fakeCluster {
@@ -149,7 +150,7 @@ func (f *fakeCluster) view(self string) view {
 		}
 		repl = map[string]string{"role": "slave", "master_host": host, "master_port": port, "master_link_status": link}
 	}
-	return view{addr: f.addr[self], info: map[string]string{"cluster_state": f.state}, entries: es, repl: repl}
+	return view{addr: f.addr[self], info: map[string]string{"cluster_state": f.state}, entries: es, repl: repl, shardOf: f.shards}
 }
 
 func (f *fakeCluster) snapshot() snapshot {
@@ -168,6 +169,9 @@ var strict = readiness{all: true, nodes: 6, replicas: true}
 
 func TestReadinessHealthy(t *testing.T) {
 	assert.NoError(t, strict.check(newFakeCluster().snapshot()))
+	f := newFakeCluster()
+	f.shards = map[string]int{"m1": 0, "m2": 1, "m3": 2, "r1": 0, "r2": 1, "r3": 2}
+	assert.NoError(t, strict.check(f.snapshot()), "every replica in its master's shard")
 }
 
 func TestReadinessFailures(t *testing.T) {
@@ -186,6 +190,9 @@ func TestReadinessFailures(t *testing.T) {
 			f.master["r3"] = "m1"
 		}, "no linked replica"},
 		"not online on the master": {func(f *fakeCluster) { f.unlisted["r2"] = true }, "replica 127.0.0.1:20005 not online"},
+		"replica in a shard of its own": {func(f *fakeCluster) {
+			f.shards = map[string]int{"m1": 0, "m2": 1, "m3": 2, "r1": 0, "r2": 3, "r3": 2}
+		}, "replica 127.0.0.1:20005 not yet in the shard of its master"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
