@@ -24,11 +24,35 @@ type ScaleLoad struct {
 	MaxBasket int
 	Touch     int
 	Hot       int
+	// Batch, when set, takes the baskets with a batchlock Processor per
+	// Client (a replica each) rather than Lock.
+	Batch ScaleBatch
 }
 
+// ScaleBatch is how a batch load lays its lock keys out.
+type ScaleBatch int
+
+const (
+	// ScaleByLock: no Processor, every basket locked with Lock.
+	ScaleByLock ScaleBatch = iota
+	// ScaleBatchSpread: the keys as Touch says, a tick's baskets over the
+	// Touch masters.
+	ScaleBatchSpread
+	// ScaleBatchSpace: every lock key in one slot (one space, on the first
+	// master), where the replicas meet in one script call.
+	ScaleBatchSpace
+	// ScaleBatchSpacePerMaster: a space on each of the Touch masters (a
+	// warehouse each), every basket's keys in one of them.
+	ScaleBatchSpacePerMaster
+)
+
 // ScaleLoads are the scale workload's loads: baskets on three masters,
-// which every cluster size has, with and without hot SKUs, and spread.
-var ScaleLoads = []ScaleLoad{{MaxBasket: 40, Touch: 3}, {MaxBasket: 200, Touch: 3}, {MaxBasket: 40, Touch: 3, Hot: 2}, {MaxBasket: 40}}
+// which every cluster size has, with and without hot SKUs, and spread;
+// then the batch Processor on three masters spread, in one space, and in
+// a space on each of three masters.
+var ScaleLoads = []ScaleLoad{{MaxBasket: 40, Touch: 3}, {MaxBasket: 200, Touch: 3}, {MaxBasket: 40, Touch: 3, Hot: 2}, {MaxBasket: 40},
+	{MaxBasket: 40, Touch: 3, Batch: ScaleBatchSpread}, {MaxBasket: 40, Touch: 1, Batch: ScaleBatchSpace},
+	{MaxBasket: 40, Touch: 3, Batch: ScaleBatchSpacePerMaster}}
 
 // String names the load, for the report.
 func (l ScaleLoad) String() string {
@@ -39,6 +63,14 @@ func (l ScaleLoad) String() string {
 	hot := ""
 	if l.Hot > 0 {
 		hot = fmt.Sprintf(", one of %d hot SKUs in each", l.Hot)
+	}
+	switch l.Batch {
+	case ScaleBatchSpread:
+		hot += ", Processors"
+	case ScaleBatchSpace:
+		where, hot = "in one space", hot+", Processors"
+	case ScaleBatchSpacePerMaster:
+		where, hot = fmt.Sprintf("in a space on each of %d masters", l.Touch), hot+", Processors"
 	}
 	return fmt.Sprintf("1–%d SKUs %s%s", l.MaxBasket, where, hot)
 }
@@ -128,9 +160,39 @@ func scaleKeys(l ScaleLoad, masters []localcluster.Node) ([]string, error) {
 	}
 	for i := range keys {
 		first := masters[i%l.Touch].Slots[0][0]
-		keys[i] = fmt.Sprintf("{%s}sku:%d", hashtag.ForSlot(first+(i/l.Touch)%scaleTags), i)
+		tags := scaleTags
+		if l.Batch == ScaleBatchSpace || l.Batch == ScaleBatchSpacePerMaster {
+			tags = 1 // a space is one slot
+		}
+		keys[i] = fmt.Sprintf("{%s}sku:%d", hashtag.ForSlot(first+(i/l.Touch)%tags), i)
 	}
 	return keys, nil
+}
+
+// scaleBasket draws a basket of 1 to l.MaxBasket of skus, one of the
+// first l.Hot in it when set; in a space per master, all of one space's
+// (SKU i is in space i mod Touch).
+func scaleBasket(rng *rand.Rand, l ScaleLoad, skus []string) []string {
+	k := 1 + rng.IntN(l.MaxBasket)
+	pick := func() int { return rng.IntN(len(skus)) }
+	if l.Batch == ScaleBatchSpacePerMaster {
+		space := rng.IntN(l.Touch)
+		pick = func() int { return space + l.Touch*rng.IntN(len(skus)/l.Touch) }
+	}
+	var basket []string
+	seen := map[int]bool{}
+	if l.Hot > 0 {
+		j := rng.IntN(l.Hot)
+		seen[j] = true
+		basket = append(basket, skus[j])
+	}
+	for len(basket) < k {
+		if j := pick(); !seen[j] {
+			seen[j] = true
+			basket = append(basket, skus[j])
+		}
+	}
+	return basket
 }
 
 // runScaleLoad runs one load for scaleSlice: baskets arrive scaleRate a
@@ -142,19 +204,7 @@ func runScaleLoad(ctx context.Context, cl *localcluster.Cluster, masters []local
 	baskets := make([][]string, n)
 	touched := 0
 	for i := range baskets {
-		k := 1 + rng.IntN(l.MaxBasket)
-		seen := map[int]bool{}
-		if l.Hot > 0 {
-			j := rng.IntN(l.Hot)
-			seen[j] = true
-			baskets[i] = append(baskets[i], skus[j])
-		}
-		for len(baskets[i]) < k {
-			if j := rng.IntN(len(skus)); !seen[j] {
-				seen[j] = true
-				baskets[i] = append(baskets[i], skus[j])
-			}
-		}
+		baskets[i] = scaleBasket(rng, l, skus)
 		on := map[string]bool{}
 		for _, key := range baskets[i] {
 			slot := hashtag.Slot(prefix + key)
@@ -170,42 +220,14 @@ func runScaleLoad(ctx context.Context, cl *localcluster.Cluster, masters []local
 	if err != nil {
 		return ScaleResult{}, err
 	}
-	arrivals := make(chan int)
-	var mu sync.Mutex
-	var waits []time.Duration
-	failed := 0
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range scaleWorkers {
-		c := clients[w%len(clients)]
-		wg.Go(func() {
-			for i := range arrivals {
-				arrived := start.Add(time.Duration(float64(i) / scaleRate * float64(time.Second)))
-				lock, err := c.Lock(ctx, baskets[i], batchlock.WithTTL(10*time.Second))
-				wait := time.Since(arrived)
-				if err == nil {
-					time.Sleep(scaleHold) // the work under the lock
-					err = lock.Unlock(ctx)
-				}
-				mu.Lock()
-				if err != nil {
-					failed++
-				} else {
-					waits = append(waits, wait)
-				}
-				mu.Unlock()
-			}
-		})
+	run := runScaleLocks
+	if l.Batch != ScaleByLock {
+		run = runScaleBatches
 	}
-	for i := range n {
-		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / scaleRate * float64(time.Second)))))
-		select {
-		case arrivals <- i:
-		case <-ctx.Done():
-		}
+	waits, failed, err := run(ctx, clients, baskets)
+	if err != nil {
+		return ScaleResult{}, err
 	}
-	close(arrivals)
-	wg.Wait()
 	after, err := scaleCounters(ctx, cl, masters)
 	if err != nil {
 		return ScaleResult{}, err
@@ -224,6 +246,120 @@ func runScaleLoad(ctx context.Context, cl *localcluster.Cluster, masters []local
 		r.BusiestSpublish = max(r.BusiestSpublish, spublish)
 	}
 	return r, nil
+}
+
+// arrival is when basket i arrives, scaleRate a second from start.
+func arrival(start time.Time, i int) time.Time {
+	return start.Add(time.Duration(float64(i) / scaleRate * float64(time.Second)))
+}
+
+// runScaleLocks has scaleWorkers goroutines over clients lock each basket
+// as it arrives (waiting), hold it and unlock it; it returns each locked
+// basket's wait from its arrival, and how many failed.
+func runScaleLocks(ctx context.Context, clients []*batchlock.Client, baskets [][]string) ([]time.Duration, int, error) {
+	arrivals := make(chan int)
+	var mu sync.Mutex
+	var waits []time.Duration
+	failed := 0
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range scaleWorkers {
+		c := clients[w%len(clients)]
+		wg.Go(func() {
+			for i := range arrivals {
+				lock, err := c.Lock(ctx, baskets[i], batchlock.WithTTL(10*time.Second))
+				wait := time.Since(arrival(start, i))
+				if err == nil {
+					time.Sleep(scaleHold) // the work under the lock
+					err = lock.Unlock(ctx)
+				}
+				mu.Lock()
+				if err != nil {
+					failed++
+				} else {
+					waits = append(waits, wait)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range baskets {
+		time.Sleep(time.Until(arrival(start, i)))
+		select {
+		case arrivals <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(arrivals)
+	wg.Wait()
+	return waits, failed, nil
+}
+
+// runScaleBatches has a Processor on each of clients (a replica each) take
+// the baskets, basket i added to replica i mod len(clients) as it
+// arrives; each tick is held scaleHold and let go. It returns each taken
+// basket's wait from its arrival, and how many failed.
+func runScaleBatches(ctx context.Context, clients []*batchlock.Client, baskets [][]string) ([]time.Duration, int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	processors := make([]*batchlock.Processor[int], len(clients))
+	for i, c := range clients {
+		p, err := batchlock.NewProcessor[int](c)
+		if err != nil {
+			return nil, 0, err
+		}
+		processors[i] = p
+	}
+	var mu sync.Mutex
+	var waits []time.Duration
+	failed := 0
+	var wg sync.WaitGroup
+	for r, p := range processors {
+		owed := len(baskets) / len(processors)
+		if r < len(baskets)%len(processors) {
+			owed++
+		}
+		wg.Go(func() {
+			for done := 0; done < owed; {
+				tick, err := p.Next(ctx)
+				if err != nil {
+					mu.Lock()
+					failed += owed - done
+					mu.Unlock()
+					return
+				}
+				time.Sleep(scaleHold) // the work under the tick's locks
+				uerr := tick.Done(ctx)
+				mu.Lock()
+				for _, b := range tick.Baskets {
+					if uerr != nil {
+						failed++
+					} else {
+						waits = append(waits, b.Waited)
+					}
+				}
+				failed += len(tick.Failed)
+				mu.Unlock()
+				done += len(tick.Baskets) + len(tick.Failed)
+			}
+		})
+	}
+	var addErr error
+	start := time.Now()
+	for i := range baskets {
+		time.Sleep(time.Until(arrival(start, i)))
+		// Add fails only on a bad basket or a closed Processor: the load
+		// is broken, and the replicas waiting for it are stopped.
+		if addErr = processors[i%len(processors)].Add(i, batchlock.Basket{Keys: baskets[i]}); addErr != nil {
+			cancel()
+			break
+		}
+	}
+	wg.Wait()
+	for _, p := range processors {
+		_, _ = p.Close(ctx)
+	}
+	return waits, failed, addErr
 }
 
 // masterCounters are one master's process CPU and INFO commandstats.

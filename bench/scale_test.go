@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,6 +55,42 @@ func TestScaleKeys(t *testing.T) {
 				assert.True(t, masters[i%tc.touch].ServesSlot(slot), "%s on master %d", k, i%tc.touch)
 			}
 			assert.Len(t, slots, tc.touch*scaleTags)
+		})
+	}
+}
+
+// A space is one slot: in one space every key is in one slot of the first
+// master; in a space per master each basket's keys are in one slot, one
+// of Touch, each on a master of its own.
+func TestScaleSpaces(t *testing.T) {
+	masters := nineMasters()
+	const prefix = "scale1:"
+	for _, tc := range []struct {
+		load      ScaleLoad
+		wantSlots int
+	}{
+		{ScaleLoad{MaxBasket: 40, Touch: 1, Batch: ScaleBatchSpace}, 1},
+		{ScaleLoad{MaxBasket: 40, Touch: 3, Batch: ScaleBatchSpacePerMaster}, 3},
+	} {
+		t.Run(tc.load.String(), func(t *testing.T) {
+			keys, err := scaleKeys(tc.load, masters)
+			require.NoError(t, err)
+			slots := map[int]bool{}
+			for _, k := range keys {
+				slots[hashtag.Slot(prefix+k)] = true
+			}
+			assert.Len(t, slots, tc.wantSlots)
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 200 {
+				basket := scaleBasket(rng, tc.load, keys)
+				require.NotEmpty(t, basket)
+				assert.LessOrEqual(t, len(basket), tc.load.MaxBasket)
+				in := map[int]bool{}
+				for _, k := range basket {
+					in[hashtag.Slot(prefix+k)] = true
+				}
+				assert.Len(t, in, 1, "a basket's keys in one space: %v", basket)
+			}
 		})
 	}
 }

@@ -65,7 +65,7 @@ func (r readiness) check(s snapshot) error {
 		if !sameRoles(first.entries, v.entries) {
 			return fmt.Errorf("%s and %s disagree on the topology", first.addr, v.addr)
 		}
-		if err := v.shardsAgree(); err != nil {
+		if err := v.shardsAgree(func(addr string) bool { return r.all || answering[addr] }); err != nil {
 			return err
 		}
 	}
@@ -210,16 +210,17 @@ func defaultTimeout(ctx context.Context, d time.Duration) (context.Context, cont
 }
 
 // shardsAgree, on a server whose nodes keep a shard ID, requires every
-// replica to be in its master's shard in the view. Until they are, a node
+// replica that counts (a frozen or killed one may not) to be in its
+// master's shard in the view. Until they are, a node
 // restarted may find its nodes.conf naming a replica in a shard of its own:
 // Valkey 8.1.1 then refuses to start ("corrupted cluster config file",
 // valkey-io/valkey#2090).
-func (v view) shardsAgree() error {
+func (v view) shardsAgree(counts func(addr string) bool) error {
 	if v.shardOf == nil {
 		return nil
 	}
 	for _, e := range v.entries {
-		if e.Master || e.MasterID == "" {
+		if e.Master || e.MasterID == "" || !counts(e.Addr) {
 			continue
 		}
 		shard, ok := v.shardOf[e.ID]
