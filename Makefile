@@ -105,10 +105,9 @@ test-soak:
 test-servers: deps
 	@set -e; for s in $(SERVERS); do \
 		echo "== $$s: the harness, the suite's core, a $(TEST_SOAK) soak (process backend)"; \
-		env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_SERVER=$$s BATCHLOCK_BACKEND=process \
-			$(GO) -C localcluster test -count=1 -timeout 15m -run '$(SERVER_HARNESS)' ./...; \
-		env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_SERVER=$$s BATCHLOCK_BACKEND=process \
-			$(GO) -C cluster_test test -count=1 -timeout 15m -run '$(SERVER_CORE)' ./...; \
+		on="env -u BATCHLOCK_CLUSTER_ADDRS BATCHLOCK_SERVER=$$s BATCHLOCK_BACKEND=process"; \
+		$$on $(GO) -C localcluster test -count=1 -timeout 15m -run '$(SERVER_HARNESS)' ./...; \
+		$$on $(GO) -C cluster_test test -count=1 -timeout 15m -run '$(SERVER_CORE)' ./...; \
 		BATCHLOCK_SERVER=$$s $(MAKE) --no-print-directory soak SOAK=$(TEST_SOAK) SOAK_BACKEND=process; \
 	done
 

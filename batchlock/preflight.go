@@ -75,7 +75,7 @@ func (c *Client) Check(ctx context.Context) error {
 }
 
 // Preflight checks, on every master, what batchlock relies on: Redis 7.0 or
-// newer, cross-slot scripts and SPUBLISH, maxmemory-policy noeviction, the
+// newer (or Valkey), cross-slot scripts and SPUBLISH, maxmemory-policy noeviction, the
 // cluster state, the replicas WithReplicas asks for; then the masters'
 // clocks (within 500ms), the seeds (one cluster) and go-redis's settings (no
 // per-node retries, ContextTimeoutEnabled). It returns one result per check

@@ -93,7 +93,11 @@ func TestProcessorRefusedInRedisWaits(t *testing.T) {
 		assert.NoError(t, err)
 		got <- tick
 	}()
-	require.Eventually(t, func() bool { return p.Stats().RefusedInRedis >= 1 }, 5*time.Second, time.Millisecond)
+	began := time.Now()
+	require.Eventually(t, func() bool { return p.Stats().RefusedInRedis >= 6 }, 5*time.Second, time.Millisecond)
+	// Its retries after refusals 1 to 5 waited at least half of 2, 4, 8,
+	// 16 and 32 ms (the backoff's lower half), never at once.
+	assert.GreaterOrEqual(t, time.Since(began), 31*time.Millisecond, "refused, it waited between its tries")
 	sent := c.Stats().Acquires
 	require.NoError(t, l.Unlock(ctx))
 	tick := <-got

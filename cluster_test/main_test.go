@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,17 +92,14 @@ func sharedCluster(tb testing.TB) *localcluster.Cluster {
 
 // wantServer matches what Preflight's "server version" check finds on the
 // shared cluster's nodes: the server localcluster started, at the version
-// it names; on an external cluster, any server and version.
+// it names ("valkey 8.1.1" for valkey-8.1); on an external cluster, any
+// server and version.
 func wantServer(tb testing.TB) string {
-	switch sharedCluster(tb).Server() {
-	case localcluster.Redis70:
-		return `^redis 7\.0\.\d+$`
-	case localcluster.Valkey81:
-		return `^valkey 8\.1\.\d+$`
-	case localcluster.Redis80:
-		return `^redis 8\.0\.\d+$`
+	server, version, ok := strings.Cut(string(sharedCluster(tb).Server()), "-")
+	if !ok {
+		return `^\w+ \d+\.\d+\.\d+$`
 	}
-	return `^\w+ \d+\.\d+\.\d+$`
+	return "^" + server + " " + regexp.QuoteMeta(version) + `\.\d+$`
 }
 
 // newClient returns a cluster client of the shared cluster with settings

@@ -44,15 +44,8 @@ func WithServer(s Server) Option {
 const TrixieImage = "batchlock/servers:trixie"
 
 // trixie is the tree of Debian 13 that holds valkey-server and
-// redis-server: its packages, and how the tree is built.
-var trixie = struct {
-	suite, packages string
-	versions        map[Server]string // what --version must show
-}{
-	suite:    "trixie",
-	packages: "valkey-server,redis-server",
-	versions: map[Server]string{Valkey81: "Valkey server v=8.1.", Redis80: "Redis server v=8.0."},
-}
+// redis-server: its suite and packages.
+var trixie = struct{ suite, packages string }{suite: "trixie", packages: "valkey-server,redis-server"}
 
 // checkServer refuses a server this package cannot start.
 func checkServer(s Server) error {
@@ -63,22 +56,27 @@ func checkServer(s Server) error {
 	return fmt.Errorf("localcluster: server %q: want %s, %s or %s (%s)", s, Redis70, Valkey81, Redis80, EnvServer)
 }
 
+// name splits the server's name: "valkey" and "8.1" of valkey-8.1.
+func (s Server) name() (server, version string) {
+	server, version, _ = strings.Cut(string(s), "-")
+	return server, version
+}
+
 // binary is the server's program name, as its argv[0] and on the
 // image's PATH.
 func (s Server) binary() string {
-	if s == Valkey81 {
-		return "valkey-server"
-	}
-	return "redis-server"
+	server, _ := s.name()
+	return server + "-server"
 }
-
-// keepsShardIDs says whether the server's nodes agree on shard IDs, which
-// they write in nodes.conf (Redis 7.2 and later, Valkey): a cluster is
-// ready only once they agree (see view.shardsAgree).
-func (s Server) keepsShardIDs() bool { return s == Valkey81 || s == Redis80 }
 
 // fromTrixie says whether the server runs from the trixie tree.
 func (s Server) fromTrixie() bool { return s == Valkey81 || s == Redis80 }
+
+// keepsShardIDs says whether the server's nodes agree on shard IDs, which
+// they write in nodes.conf (Redis 7.2 and later, Valkey: every server here
+// but Redis 7.0): a cluster is ready only once they agree (see
+// view.shardsAgree).
+func (s Server) keepsShardIDs() bool { return s != Redis70 }
 
 // serverCommand returns the argv that runs the server with conf: the
 // host's redis-server, or the trixie tree's binary through the tree's
@@ -108,7 +106,9 @@ func trixieServer(ctx context.Context, s Server, logf func(string, ...any)) (arc
 	if err != nil {
 		return "", nil, fmt.Errorf("localcluster: %s --version: %w", s, err)
 	}
-	if want := trixie.versions[s]; !strings.HasPrefix(string(out), want) {
+	// "Valkey server v=8.1.1 sha=..." for valkey-8.1.
+	server, version := s.name()
+	if want := server + " server v=" + version + "."; !strings.HasPrefix(strings.ToLower(string(out)), want) {
 		return "", nil, fmt.Errorf("localcluster: %s: the trixie tree's %s is %q, not %s*", s, s.binary(), strings.TrimSpace(string(out)), want)
 	}
 	return archive, argv, nil
@@ -159,7 +159,11 @@ func trixieTree(ctx context.Context, logf func(string, ...any)) (root, archive s
 		return "", "", fmt.Errorf("%w (the %s servers need mmdebstrap: apt-get install mmdebstrap)", ErrNoBackend, trixie.suite)
 	}
 	logf("localcluster: building the %s tree (%s) in %s with mmdebstrap", trixie.suite, trixie.packages, dir)
-	if err := errors.Join(os.RemoveAll(root), os.Remove(archive)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// What a build cut short left.
+	if err := os.RemoveAll(root); err != nil {
+		return "", "", fmt.Errorf("localcluster: %w", err)
+	}
+	if err := os.Remove(archive); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", "", fmt.Errorf("localcluster: %w", err)
 	}
 	steps := [][]string{
