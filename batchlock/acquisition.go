@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,7 +107,7 @@ func (c *Client) lock(ctx context.Context, keys []string, lc lockConfig, wait bo
 		returned = true
 		return nil, err
 	}
-	c.handOut(l, lc, start)
+	c.handOut(l, lc, cmp.Or(lc.since, start))
 	returned = true
 	return l, nil
 }

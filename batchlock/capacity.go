@@ -13,7 +13,7 @@ import (
 // lives in a key of its own in the key's slot, which outlives the holds.
 
 // SetCapacity makes key's capacity units: a restock or a correction. It is
-// refused with ErrUnitsHeld, changing nothing, when more units are held of
+// refused with ErrOverCapacity, changing nothing, when more units are held of
 // key than that. Sent twice it sets the same capacity.
 func (c *Client) SetCapacity(ctx context.Context, key string, units int64) error {
 	if units < 0 {
@@ -25,7 +25,7 @@ func (c *Client) SetCapacity(ctx context.Context, key string, units int64) error
 
 // AddCapacity adds delta to key's capacity (a key with none has 0), taking
 // away when delta is negative, and returns the capacity after. It is
-// refused with ErrUnitsHeld, changing nothing, when the capacity would fall
+// refused with ErrOverCapacity, changing nothing, when the capacity would fall
 // below the units held of key. The library sends one call's change once,
 // however often it sends the call; a call that fails may still have made
 // it: read the capacity with Inspect before calling again.
@@ -64,7 +64,7 @@ func (c *Client) changeCapacity(ctx context.Context, key, op string, units int64
 		if op == "add" {
 			change = fmt.Sprintf("adding %d to its %d", units, reply[1])
 		}
-		return reply[1], fmt.Errorf("%w: %q: %s, with %d units held", ErrUnitsHeld, key, change, reply[2])
+		return reply[1], fmt.Errorf("%w: %q: %s, with %d units held", ErrOverCapacity, key, change, reply[2])
 	}
 	return reply[1], nil
 }

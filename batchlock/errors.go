@@ -15,8 +15,6 @@ var (
 	// ErrLockLost: a held lock ended while its holder counted on it (a lease ran out, a key was taken
 	// or deleted behind its back, its Client closed).
 	ErrLockLost = errors.New("batchlock: lock lost")
-	// ErrMaxHold is wrapped, with ErrLockLost, by the end of a lock held for WithMaxHold.
-	ErrMaxHold = errors.New("batchlock: held for its longest hold")
 	// ErrNotHeld: an Unlock or Extend found keys without this lock's hold, or the lock released.
 	ErrNotHeld = errors.New("batchlock: not held")
 	// ErrInvalid is wrapped by every error about bad input, returned before anything is sent.
@@ -26,12 +24,9 @@ var (
 	// ErrUpgrade (with ErrNotObtained, at once): a key asked for exclusively, or for more units, that
 	// its owner holds shared or in units; two owners waiting so would wait for each other.
 	ErrUpgrade = errors.New("batchlock: held shared or in units by this owner, asked for more")
-	// ErrNoCapacity: units asked of a key with no capacity set (Client.SetCapacity); nothing taken.
-	ErrNoCapacity = errors.New("batchlock: no capacity set")
-	// ErrOverCapacity: more units asked than the key's capacity, refused at once; nothing taken.
+	// ErrOverCapacity: more units asked than a key's capacity (none set: 0), refused at once, or
+	// a capacity change that would leave fewer than the units held; nothing taken or changed.
 	ErrOverCapacity = errors.New("batchlock: more units than the capacity")
-	// ErrUnitsHeld: a capacity change would leave it below the units held, or 0; nothing changed.
-	ErrUnitsHeld = errors.New("batchlock: capacity below the units held")
 	// ErrClosed: the Client is closed; with ErrLockLost, why Close ended a lock.
 	ErrClosed = errors.New("batchlock: client closed")
 )
@@ -62,11 +57,14 @@ func (e *ConflictError) Error() string {
 	return msg
 }
 
-// Unwrap returns why the call stopped waiting, if it waited.
-func (e *ConflictError) Unwrap() error { return e.cause }
-
-// Is reports ErrNotObtained as a match, so that callers need test for one error.
-func (e *ConflictError) Is(target error) bool { return target == ErrNotObtained }
+// Unwrap returns ErrNotObtained, so that callers need test for one error,
+// and why the call stopped waiting, if it waited.
+func (e *ConflictError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrNotObtained}
+	}
+	return []error{ErrNotObtained, e.cause}
+}
 
 // checkContext refuses a nil context, which every call that sends
 // something needs.

@@ -29,9 +29,9 @@ func TestErrorsSayBatchlockOnce(t *testing.T) {
 		{"held for its longest hold, then unlocked", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
 			l, err := c.Lock(t.Context(), []string{"a"}, WithMaxHold(5*time.Millisecond))
 			require.NoError(t, err)
-			<-l.Done()
+			<-l.Context().Done()
 			return []error{l.Err(), l.Unlock(t.Context())}
-		}, []error{ErrLockLost, ErrMaxHold}, false},
+		}, []error{ErrLockLost}, false},
 		{"released by Close", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
 			l, err := c.Lock(t.Context(), []string{"a"})
 			require.NoError(t, err)

@@ -8,7 +8,7 @@ type Event struct {
 	Kind     EventKind
 	Owner    string
 	Keys     []string // the lock's keys, without the prefix
-	Conflict []string // keys held by another owner (EventConflict, EventQueued, EventHandedOff, EventRefused)
+	Conflict []string // keys held by another owner (EventConflict, EventQueued, EventHandedOff)
 	Duration time.Duration
 	Err      error
 }
@@ -17,12 +17,12 @@ type Event struct {
 type EventKind string
 
 const (
-	// EventAcquired: a call now holds its keys; Duration is the call's time, waiting included.
+	// EventAcquired: a call now holds its keys; Duration is the call's time, waiting included (a
+	// Processor's basket: Taken.Waited, from its Add).
 	EventAcquired EventKind = "acquired"
-	// EventConflict: an attempt of Lock, TryLock or Do met keys another owner holds.
+	// EventConflict: an attempt met keys another owner holds; a basket TryEach refused (not a
+	// failure) has its *ConflictError in Err.
 	EventConflict EventKind = "conflict"
-	// EventRefused: TryEach refused a basket, not a failure; Err is its *ConflictError.
-	EventRefused EventKind = "refused"
 	// EventQueued: a waiting call took a place in a key's queue in Redis, once per key.
 	EventQueued EventKind = "queued"
 	// EventHandedOff: a release handed a waiting call the keys it waited for.
@@ -36,6 +36,4 @@ const (
 	EventReleased EventKind = "released"
 	// EventFailed: a call gave up after sending something (a TryEach: one per basket); Err says why.
 	EventFailed EventKind = "failed"
-	// EventAdmitted: a Processor's Next handed out a basket's lock; Duration is Taken.Waited.
-	EventAdmitted EventKind = "admitted"
 )

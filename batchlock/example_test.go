@@ -80,7 +80,7 @@ func ExampleWithUnits() {
 	l, err := locks.Lock(ctx, []string{"order:7"}, batchlock.WithUnits(map[string]int64{"sku:hot": 2, "sku:9": 1}),
 		batchlock.WithWait(5*time.Second))
 	if err != nil {
-		log.Fatal(err) // ErrNoCapacity: sku:9 has none set
+		log.Fatal(err) // ErrOverCapacity: sku:9 has no capacity set
 	}
 	// Write the sale to the store of record, fenced by l.Token("sku:hot"),
 	// then sell the units: the capacities go down by 2 and 1.
@@ -89,8 +89,8 @@ func ExampleWithUnits() {
 	}
 }
 
-// A Lock reports its loss through Done and Err.
-func ExampleLock_Done() {
+// A Lock reports its loss through its Context and Err.
+func ExampleLock_Context() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000"}})
 	defer rdb.Close()
 	locks, err := batchlock.New(rdb, batchlock.WithLease(10*time.Second))
@@ -106,7 +106,7 @@ func ExampleLock_Done() {
 	}
 	defer l.Unlock(ctx)
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 		log.Printf("lock lost: %v", l.Err())
 	case <-time.After(time.Minute): // the work
 	}
@@ -198,19 +198,19 @@ func ExampleClient_Do_errors() {
 }
 
 // retryable says whether a retry can cure err, an error of Do. ErrUpgrade,
-// ErrNoCapacity, ErrOverCapacity and ErrNoReplicas also match
+// ErrOverCapacity and ErrNoReplicas also match
 // ErrNotObtained, and a WithWait that runs out matches
 // context.DeadlineExceeded: the order of the cases matters.
 func retryable(ctx context.Context, err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade), errors.Is(err, batchlock.ErrNoCapacity):
+	case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade):
 		// A bug in the call: bad keys or options, an owner that holds a key shared
-		// asking for it exclusively, units of a key with no capacity.
+		// asking for it exclusively.
 		return false
 	case errors.Is(err, batchlock.ErrOverCapacity):
-		return false // sold out: more units than the key has; reject the order
+		return false // sold out: more units than the key has (or none set); reject the order
 	case errors.Is(err, batchlock.ErrClosed), ctx.Err() != nil:
 		return false // the Client is closed, or the caller gave up
 	case errors.Is(err, batchlock.ErrNoReplicas):
@@ -220,7 +220,7 @@ func retryable(ctx context.Context, err error) bool {
 		// while the keys were taken. fn did not run: retry later, with backoff.
 		return true
 	case errors.Is(err, batchlock.ErrLockLost):
-		// fn ran and the lock was lost meanwhile (ErrMaxHold too, at the cap):
+		// fn ran and the lock was lost meanwhile (or held for WithMaxHold):
 		// fenced writes after the loss were refused. Redo or repair the order.
 		return false
 	default:

@@ -156,7 +156,7 @@ func TestGatesEndWithTheirLock(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the gates were not let go when the lock ended")
 			}
-			<-held.Done()
+			<-held.Context().Done()
 			assert.True(t, errors.Is(held.Err(), ErrLockLost))
 			held = nil
 		})

@@ -135,9 +135,6 @@ func (l *Lock) Context() context.Context {
 	return l.life.Context()
 }
 
-// Done is closed when the lock is released or lost: Context().Done().
-func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
-
 // Err returns nil while the lock is held, then the cause of Context.
 func (l *Lock) Err() error {
 	if l == nil {
@@ -411,7 +408,7 @@ func (l *Lock) endAtMaxHold(d time.Duration) {
 	ended := l.released || l.Err() != nil
 	l.unlocking.Unlock()
 	if !ended {
-		l.end(endLetGo, fmt.Errorf("%w: %w: %v", ErrLockLost, inner(ErrMaxHold), d))
+		l.end(endLetGo, fmt.Errorf("%w: held for its longest hold, %v", ErrLockLost, d))
 	}
 }
 

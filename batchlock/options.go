@@ -109,6 +109,7 @@ type lockConfig struct {
 	ackSet   bool
 	shared   []string
 	units    map[string]int64
+	since    time.Time // when set, the start of the wait EventAcquired reports: a Processor's basket's Add
 }
 
 // lockConfigOf applies opts, and validates what they say.
@@ -232,7 +233,7 @@ func WithoutPubSub() Option {
 }
 
 // WithMaxHold caps how long a lock is held: d after it was handed out it
-// ends, lost with ErrMaxHold, however it was renewed, and its keys go to
+// ends, lost (ErrLockLost), however it was renewed, and its keys go to
 // their waiters. d <= 0 is ErrInvalid. Default: no cap.
 func WithMaxHold(d time.Duration) Setting {
 	m := maxHold{d, true}

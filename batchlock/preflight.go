@@ -18,33 +18,28 @@ import (
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
-// CheckName names a check of Preflight. Each master has, in this order,
-// "server version", "cross-slot scripts", "sharded pub/sub",
-// "maxmemory-policy", "client eviction" (a warning), "cluster state",
-// "replicas online" and "fence durability" (a warning); then "clocks", "one
-// cluster" (the seeds', on a cluster) and "client settings" (go-redis's).
-type CheckName string
-
+// The checks of Check, in the order each master has them, then those
+// across the masters and of the client.
 const (
-	checkVersion        CheckName = "server version"
-	checkScripts        CheckName = "cross-slot scripts"
-	checkPubSub         CheckName = "sharded pub/sub"
-	checkEviction       CheckName = "maxmemory-policy"
-	checkClientEviction CheckName = "client eviction"
-	checkState          CheckName = "cluster state"
-	checkReplicas       CheckName = "replicas online"
-	checkDurability     CheckName = "fence durability"
-	checkClocks         CheckName = "clocks"
-	checkOneCluster     CheckName = "one cluster"
-	checkClientOpts     CheckName = "client settings"
+	checkVersion        = "server version"
+	checkScripts        = "cross-slot scripts"
+	checkPubSub         = "sharded pub/sub"
+	checkEviction       = "maxmemory-policy"
+	checkClientEviction = "client eviction" // a warning
+	checkState          = "cluster state"
+	checkReplicas       = "replicas online"
+	checkDurability     = "fence durability" // a warning
+	checkClocks         = "clocks"
+	checkOneCluster     = "one cluster" // the seeds', on a cluster
+	checkClientOpts     = "client settings"
 )
 
-// CheckResult is one check of Preflight: on one master, or across them or
-// on the client (Node empty). Err is nil when it passed, and names the
-// setting otherwise; Warning marks an Err that is a risk to know of rather
-// than a fault, which Check passes.
+// CheckResult is one check of Check (its name in Check, as Check's doc
+// lists them): on one master, or across them or on the client (Node
+// empty). Err is nil when it passed, and names the setting otherwise;
+// Warning marks an Err that is a risk to know of rather than a fault.
 type CheckResult struct {
-	Check   CheckName
+	Check   string
 	Node    string
 	Err     error
 	Warning bool
@@ -53,13 +48,19 @@ type CheckResult struct {
 	Found string
 }
 
-// Check runs Preflight and returns nil when every check passed or only
-// warned, else every problem joined, each naming its node and setting: a
-// readiness probe.
-func (c *Client) Check(ctx context.Context) error {
-	results, err := c.preflight(ctx)
+// Check checks, on every master, what batchlock relies on: "server version"
+// (Redis 7.0 or newer, or Valkey), "cross-slot scripts", "sharded pub/sub",
+// "maxmemory-policy" noeviction, "client eviction" and "fence durability"
+// (warnings), "cluster state", "replicas online" (as WithReplicas asks);
+// then "clocks" (within 500ms), "one cluster" (the seeds) and "client
+// settings" (go-redis's). It returns a result per check and master, by
+// address, and every failure joined, naming node and setting (warnings
+// pass): a readiness probe. It sends reads, a script reading two keys, a
+// message.
+func (c *Client) Check(ctx context.Context) ([]CheckResult, error) {
+	results, err := c.checks(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var errs []error
 	for _, r := range results {
@@ -71,27 +72,12 @@ func (c *Client) Check(ctx context.Context) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return results, errors.Join(errs...)
 }
 
-// Preflight checks, on every master, what batchlock relies on: Redis 7.0 or
-// newer (or Valkey), cross-slot scripts and SPUBLISH, maxmemory-policy noeviction, the
-// cluster state, the replicas WithReplicas asks for; then the masters'
-// clocks (within 500ms), the seeds (one cluster) and go-redis's settings (no
-// per-node retries, ContextTimeoutEnabled). It returns one result per check
-// and master, the masters by address (see CheckName), sending only reads, a
-// script that reads two keys and one message.
-func (c *Client) Preflight(ctx context.Context) []CheckResult {
-	results, err := c.preflight(ctx)
-	if err != nil {
-		return []CheckResult{{Check: checkClientOpts, Err: err}}
-	}
-	return results
-}
-
-// preflight is Preflight's checks, or the error that kept the Client from
+// checks is Check's results, or the error that kept the Client from
 // making them (ErrClosed, a bad context).
-func (c *Client) preflight(ctx context.Context) ([]CheckResult, error) {
+func (c *Client) checks(ctx context.Context) ([]CheckResult, error) {
 	ctx, end, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -109,10 +95,10 @@ func (c *Client) preflight(ctx context.Context) ([]CheckResult, error) {
 	check := func(node *redis.Client) error {
 		addr := node.Options().Addr
 		var results []CheckResult
-		add := func(name CheckName, err error) {
+		add := func(name string, err error) {
 			results = append(results, CheckResult{Check: name, Node: addr, Err: err})
 		}
-		warn := func(name CheckName, err error) {
+		warn := func(name string, err error) {
 			results = append(results, CheckResult{Check: name, Node: addr, Err: err, Warning: err != nil})
 		}
 		tags := c.slotTags(ctx, addr)

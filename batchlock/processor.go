@@ -81,7 +81,6 @@ const (
 type pendingBasket[T any] struct {
 	item    T
 	basket  eachBasket
-	arrived time.Time
 	offered bool // a call of Next has it now
 	// readyAt is when it is offered again at the latest; zero: now.
 	readyAt time.Time
@@ -107,9 +106,8 @@ type Tick[T any] struct {
 	p       *Processor[T]
 	Baskets []Taken[T]
 	// Failed are baskets that no tick will take, each with its Err and no
-	// Lock: one that asks for units of a key with no capacity set
-	// (ErrNoCapacity), or for more than its capacity (ErrOverCapacity:
-	// sold out).
+	// Lock: one that asks for more units of a key than its capacity, or
+	// of one with none set (ErrOverCapacity: sold out).
 	Failed []Taken[T]
 	done   sync.Once
 	at     time.Time // handed out
@@ -210,7 +208,7 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 	for k := range units {
 		keys = append(keys, k)
 	}
-	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units, ofProcessor: true, named: &sortedKeys{}}, arrived: time.Now()}
+	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units, ofProcessor: true, named: &sortedKeys{}, arrived: time.Now()}}
 	if err := pb.basket.plan(p.c); err != nil {
 		return err
 	}
@@ -262,7 +260,7 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 			return nil, err
 		}
 		if won != nil {
-			return won.admitted(), nil
+			return won, nil
 		}
 		if len(offer) == 0 {
 			if err := p.await(ctx, until); err != nil {
@@ -273,7 +271,7 @@ func (p *Processor[T]) Next(ctx context.Context) (*Tick[T], error) {
 		tick, err := p.take(ctx, offer)
 		switch {
 		case err == nil && len(tick.Baskets)+len(tick.Failed) > 0:
-			return tick.admitted(), nil
+			return tick, nil
 		case err == nil:
 			failures = 0
 		case errors.Is(err, ErrClosed) || ctx.Err() != nil:
@@ -304,14 +302,14 @@ func (p *Processor[T]) offer() (won *Tick[T], offer []*pendingBasket[T], until t
 			// Ended while it waited to be handed out (its lease, a
 			// failover): offered again, as if never queued.
 			p.letGo(w.l.sortedKeys())
-			i, _ := slices.BinarySearchFunc(p.pending, w.pb.arrived, func(pb *pendingBasket[T], at time.Time) int { return pb.arrived.Compare(at) })
+			i, _ := slices.BinarySearchFunc(p.pending, w.pb.basket.arrived, func(pb *pendingBasket[T], at time.Time) int { return pb.basket.arrived.Compare(at) })
 			p.pending = slices.Insert(p.pending, i, w.pb)
 			continue
 		}
 		if won == nil {
 			won = &Tick[T]{p: p, at: time.Now()}
 		}
-		won.Baskets = append(won.Baskets, Taken[T]{Item: w.pb.item, Lock: w.l, Waited: w.at.Sub(w.pb.arrived)})
+		won.Baskets = append(won.Baskets, Taken[T]{Item: w.pb.item, Lock: w.l, Waited: w.at.Sub(w.pb.basket.arrived)})
 	}
 	p.won = nil
 	if won != nil {
@@ -409,7 +407,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 	for i, pb := range offer {
 		if l := locks[i]; l != nil {
 			taken[pb] = true
-			tick.Baskets = append(tick.Baskets, Taken[T]{Item: pb.item, Lock: l, Waited: now.Sub(pb.arrived)})
+			tick.Baskets = append(tick.Baskets, Taken[T]{Item: pb.item, Lock: l, Waited: now.Sub(pb.basket.arrived)})
 			p.hold(l.sortedKeys())
 			continue
 		}
@@ -514,7 +512,7 @@ func (p *Processor[T]) queue(pb *pendingBasket[T]) {
 	p.hold(pb.basket.keys)
 	exclusive, shared := pb.basket.split()
 	p.queuing.Go(func() {
-		l, err := p.c.lock(p.closing, exclusive, lockConfig{shared: shared, units: pb.basket.units}, true)
+		l, err := p.c.lock(p.closing, exclusive, lockConfig{shared: shared, units: pb.basket.units, since: pb.basket.arrived}, true)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		pb.queued = false
@@ -574,24 +572,6 @@ func (p *Processor[T]) letGo(keys []string) {
 		}
 	}
 	p.signal()
-}
-
-// admitted tells the observer of each basket's admission, and returns t.
-// An observer that panics loses the caller the tick: it is let go first.
-func (t *Tick[T]) admitted() *Tick[T] {
-	told := false
-	defer func() {
-		if !told {
-			ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
-			defer cancel()
-			_ = t.Done(ctx)
-		}
-	}()
-	for _, b := range t.Baskets {
-		b.Lock.emit(Event{Kind: EventAdmitted, Duration: b.Waited})
-	}
-	told = true
-	return t
 }
 
 // Done lets go of every basket of the tick, one call per master for all of
@@ -707,7 +687,7 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 		back = append(back, w.pb)
 		won = append(won, w.l)
 	}
-	slices.SortStableFunc(back, func(a, b *pendingBasket[T]) int { return a.arrived.Compare(b.arrived) })
+	slices.SortStableFunc(back, func(a, b *pendingBasket[T]) int { return a.basket.arrived.Compare(b.basket.arrived) })
 	left := make([]T, len(back))
 	for i, pb := range back {
 		left[i] = pb.item

@@ -374,3 +374,74 @@ func TestProcessorQueuedBasketOfAClosedClient(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, left)
 }
+
+// A Processor's basket reports its wait from Add, as Taken.Waited says,
+// in its EventAcquired: taken by a tick once an earlier tick let go, and
+// granted through its keys' queue once another Client let go.
+func TestProcessorAcquiredEventsTellTheWaitFromAdd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// hold holds "a" until the let go it returns, from another tick of
+		// the Processor or another Client.
+		hold func(t *testing.T, p *Processor[string], other *Client) (letGo func() error)
+		// queued: the basket waits in the key's queue (refused by another
+		// Client, over and over), not for a tick of its Processor.
+		queued bool
+	}{
+		{"a tick", func(t *testing.T, p *Processor[string], _ *Client) func() error {
+			require.NoError(t, p.Add("first", Basket{Keys: []string{"a"}}))
+			first, err := p.Next(t.Context())
+			require.NoError(t, err)
+			return func() error { return first.Done(t.Context()) }
+		}, false},
+		{"its keys' queue", func(t *testing.T, _ *Processor[string], other *Client) func() error {
+			l, err := other.Lock(t.Context(), []string{"a"})
+			require.NoError(t, err)
+			return func() error { return l.Unlock(t.Context()) }
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := wiretest.ServerClient(t)
+			other, _ := newReplica(t, rdb)
+			acquired := make(chan Event, 8)
+			c, err := New(rdb, WithPrefix(t.Name()+":"), WithPollInterval(10*time.Second),
+				WithObserver(func(e Event) {
+					if e.Kind == EventAcquired {
+						acquired <- e
+					}
+				}))
+			require.NoError(t, err)
+			p, err := NewProcessor[string](c)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				_, _ = p.Close(context.Background())
+				_ = c.Close()
+			})
+			letGo := tc.hold(t, p, other)
+			for len(acquired) > 0 {
+				<-acquired // the first tick's
+			}
+			require.NoError(t, p.Add("waits", Basket{Keys: []string{"a"}}))
+			added := time.Now()
+			ticks := make(chan *Tick[string], 1)
+			go func() {
+				tick, _ := p.Next(t.Context())
+				ticks <- tick
+			}()
+			if tc.queued {
+				require.Eventually(t, func() bool { return p.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
+			}
+			nothingFor(t, p, 50*time.Millisecond, "a is held")
+			held := time.Since(added)
+			require.NoError(t, letGo())
+			tick := <-ticks
+			require.NotNil(t, tick)
+			require.Equal(t, []string{"waits"}, itemsOf(tick))
+			e := <-acquired
+			assert.Equal(t, tick.Baskets[0].Lock.Owner(), e.Owner)
+			assert.GreaterOrEqual(t, e.Duration, held, "from Add, not from the call that took it")
+			assert.LessOrEqual(t, e.Duration, tick.Baskets[0].Waited)
+			require.NoError(t, tick.Done(t.Context()))
+		})
+	}
+}

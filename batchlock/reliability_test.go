@@ -127,7 +127,7 @@ func TestLockHandedOutWithHalfItsLeaseIsRenewedAtOnce(t *testing.T) {
 	require.Less(t, left, 2*lease/3, "the test needs a lock with about half its lease left")
 	before := renewed.Load()
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 		t.Fatalf("lost with %v of %v left at hand-out: %v", left, lease, l.Err())
 	case <-time.After(lease):
 	}
@@ -150,7 +150,7 @@ func TestForceUnlockEndsOwnLocksAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	for _, l := range []*Lock{renewed, fixed} {
 		select {
-		case <-l.Done():
+		case <-l.Context().Done():
 			assert.ErrorIs(t, l.Err(), ErrLockLost)
 			assert.ErrorContains(t, l.Err(), "force-unlocked")
 		default:

@@ -18,7 +18,7 @@ import (
 // TryEach tries every basket at once: each is taken whole or not at all, and
 // an earlier basket wins a key over a later one. locks[i] is basket i's Lock,
 // with its own owner, or nil where basket i was refused, holding nothing
-// (EventRefused says why). err is set only where the call failed as a whole
+// (EventConflict says why). err is set only where the call failed as a whole
 // (bad input, ctx, Redis, ErrUpgrade, ErrNoReplicas): then nothing of it is
 // held. It never waits, nor takes a key a waiter is queued for, and costs one
 // call per master, one more where a basket spanning masters was refused.
@@ -72,6 +72,7 @@ type eachBasket struct {
 	// refuse it before it has a lock.
 	ofProcessor bool
 	named       *sortedKeys
+	arrived     time.Time // a Processor's basket: when Add took it, its wait's start
 }
 
 // sortedKeys are a basket's keys sorted without repeats, made on first use.
@@ -224,7 +225,7 @@ func (t *eachCall) take(ctx context.Context, start time.Time) error {
 	}
 	for i, l := range t.locks {
 		if !t.refused[i] {
-			t.c.handOut(l, t.lc, start)
+			t.c.handOut(l, t.lc, cmp.Or(t.baskets[i].arrived, start))
 		}
 	}
 	return nil
@@ -335,7 +336,7 @@ func (t *eachCall) refuse(i int, r refusal, conflict *ConflictError) {
 		r.basket, r.keys = i, conflict.Keys
 		t.why = append(t.why, r)
 	}
-	e := Event{Kind: EventRefused, Conflict: conflict.Keys, Err: conflict}
+	e := Event{Kind: EventConflict, Conflict: conflict.Keys, Err: conflict}
 	if l := t.locks[i]; l != nil {
 		l.leaveGates()
 		l.emit(e)
@@ -471,8 +472,8 @@ func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, l
 }
 
 // badUnits are the replies that make a basket of counted keys bad, by
-// status, with their errors.
-var badUnits = map[int64]error{wire.AcquireNoUnits: ErrNoCapacity, wire.AcquireOverUnits: ErrOverCapacity}
+// status, with what their errors say.
+var badUnits = map[int64]string{wire.AcquireNoUnits: "no capacity set: ", wire.AcquireOverUnits: ""}
 
 // redisRefusal is why Redis refused a basket: its conflicts, and the
 // longest lease left of the keys held.
@@ -520,11 +521,11 @@ func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
 		if why == nil {
 			why = &redisRefusal{conflict: &ConflictError{Holders: map[string][]string{}}}
 		}
-		if bad := badUnits[r.Status]; bad != nil {
+		if bad, ok := badUnits[r.Status]; ok {
 			// A bad basket, refused alone: the call goes on.
 			key := c.names.UserKey(r.Key)
 			why.conflict.Keys = append(why.conflict.Keys, key)
-			why.err = fmt.Errorf("%w: %q", bad, key)
+			why.err = fmt.Errorf("%w: %s%q", ErrOverCapacity, bad, key)
 			refused[i] = why
 			continue
 		}

@@ -36,15 +36,15 @@ func TestTryEachEarlierBasketsWin(t *testing.T) {
 	conflicts := map[string][]string{}
 	refusedKeys := map[string][]string{}
 	c, err := New(rdb, WithObserver(func(e Event) {
-		switch e.Kind {
-		case EventRefused:
+		switch {
+		case e.Kind == EventConflict && e.Err != nil:
 			mu.Lock()
 			conflicts[e.Keys[0]] = e.Conflict
 			refusedKeys[e.Conflict[0]] = e.Keys
 			mu.Unlock()
 			assert.ErrorIs(t, e.Err, ErrNotObtained)
-		case EventFailed, EventConflict:
-			t.Errorf("a refused basket is neither a failure nor a call's conflict: %v", e.Kind)
+		case e.Kind == EventFailed, e.Kind == EventConflict:
+			t.Errorf("a refused basket is no failure, and has its ConflictError: %v", e.Kind)
 		}
 	}))
 	require.NoError(t, err)

@@ -46,7 +46,7 @@ func Gauges(mp metric.MeterProvider, c *batchlock.Client) (metric.Registration, 
 //	                               of the tick), client (another lock of the Client), redis
 //
 // Each basket's wait from Add to its lock is Observer's
-// batchlock.processor.wait.duration. Unregister the returned registration
+// batchlock.wait.duration. Unregister the returned registration
 // before closing p.
 func ProcessorGauges[T any](mp metric.MeterProvider, p *batchlock.Processor[T]) (metric.Registration, error) {
 	m := mp.Meter(ScopeName)

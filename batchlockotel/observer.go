@@ -27,7 +27,6 @@ const (
 type instruments struct {
 	acquisitions metric.Int64Counter
 	conflicts    metric.Int64Counter
-	refusals     metric.Int64Counter
 	wait         metric.Float64Histogram
 	hold         metric.Float64Histogram
 	keys         metric.Int64Histogram
@@ -37,16 +36,16 @@ type instruments struct {
 	handoffs     metric.Int64Counter
 	losses       metric.Int64Counter
 	releases     metric.Int64Counter
-	admission    metric.Float64Histogram
 }
 
 // Observer returns a function for batchlock.WithObserver that records:
 //
 //	batchlock.acquisitions     counter of Lock, TryLock and Do calls and of TryEach's baskets not
 //	                           refused, by outcome (acquired, conflict, no_replicas, timeout, closed, error)
-//	batchlock.conflicts        counter of attempts that found keys held by another owner
-//	batchlock.refusals         counter of TryEach baskets refused (a refusal, not a failure)
-//	batchlock.wait.duration    histogram, seconds from asking for a lock to holding it
+//	batchlock.conflicts        counter of attempts that found keys held by another owner, TryEach
+//	                           baskets refused (a refusal, not a failure) included
+//	batchlock.wait.duration    histogram, seconds from asking for a lock (a Processor's basket: its Add)
+//	                           to holding it
 //	batchlock.hold.duration    histogram, seconds from holding a lock to its unlock
 //	batchlock.lock.keys        histogram, keys per acquired lock
 //	batchlock.renewals         counter of watchdog renewals
@@ -55,8 +54,6 @@ type instruments struct {
 //	batchlock.handoffs         counter of hand-offs that reached a waiting call
 //	batchlock.losses           counter of locks lost
 //	batchlock.releases         counter of unlocks, by result (ok, error)
-//	batchlock.processor.wait.duration
-//	                           histogram, seconds a Processor's basket waited from Add to its lock
 func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	m := mp.Meter(ScopeName)
 	var in instruments
@@ -65,11 +62,9 @@ func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	var err error
 	in.acquisitions, err = m.Int64Counter("batchlock.acquisitions", metric.WithDescription("Lock, TryLock and Do calls, and TryEach baskets not refused, by outcome"), metric.WithUnit("{call}"))
 	add(err)
-	in.conflicts, err = m.Int64Counter("batchlock.conflicts", metric.WithDescription("Attempts that found keys held by another owner"), metric.WithUnit("{attempt}"))
+	in.conflicts, err = m.Int64Counter("batchlock.conflicts", metric.WithDescription("Attempts that found keys held by another owner, TryEach baskets refused included"), metric.WithUnit("{attempt}"))
 	add(err)
-	in.refusals, err = m.Int64Counter("batchlock.refusals", metric.WithDescription("TryEach baskets refused: another basket, lock or Client held a key"), metric.WithUnit("{basket}"))
-	add(err)
-	in.wait, err = m.Float64Histogram("batchlock.wait.duration", metric.WithDescription("Time from asking for a lock to holding it"), metric.WithUnit("s"))
+	in.wait, err = m.Float64Histogram("batchlock.wait.duration", metric.WithDescription("Time from asking for a lock (a Processor's basket: its Add) to holding it"), metric.WithUnit("s"))
 	add(err)
 	in.hold, err = m.Float64Histogram("batchlock.hold.duration", metric.WithDescription("Time a lock was held until its unlock"), metric.WithUnit("s"))
 	add(err)
@@ -86,8 +81,6 @@ func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	in.losses, err = m.Int64Counter("batchlock.losses", metric.WithDescription("Locks lost while held"), metric.WithUnit("{lock}"))
 	add(err)
 	in.releases, err = m.Int64Counter("batchlock.releases", metric.WithDescription("Unlocks by result"), metric.WithUnit("{call}"))
-	add(err)
-	in.admission, err = m.Float64Histogram("batchlock.processor.wait.duration", metric.WithDescription("Time a Processor's basket waited from Add to its lock"), metric.WithUnit("s"))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("batchlockotel: creating instruments: %w", err)
@@ -108,8 +101,6 @@ func (in *instruments) record(e batchlock.Event) {
 		in.acquisitions.Add(ctx, 1, outcome(Outcome(e.Err)))
 	case batchlock.EventConflict:
 		in.conflicts.Add(ctx, 1)
-	case batchlock.EventRefused:
-		in.refusals.Add(ctx, 1)
 	case batchlock.EventRenewed:
 		in.renewals.Add(ctx, 1)
 		in.margin.Record(ctx, e.Duration.Seconds())
@@ -126,8 +117,6 @@ func (in *instruments) record(e batchlock.Event) {
 		}
 		in.releases.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
 		in.hold.Record(ctx, e.Duration.Seconds())
-	case batchlock.EventAdmitted:
-		in.admission.Record(ctx, e.Duration.Seconds())
 	}
 }
 

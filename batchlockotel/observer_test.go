@@ -12,7 +12,7 @@ import (
 	"github.com/batchlock/batchlock/batchlockotel"
 )
 
-// A refused TryEach basket is counted as a refusal, apart from the
+// A refused TryEach basket is counted as a conflict, apart from the
 // acquisitions: a healthy batch processor's refusals do not look like
 // failed calls.
 func TestRefusalsAreCountedApart(t *testing.T) {
@@ -21,7 +21,7 @@ func TestRefusalsAreCountedApart(t *testing.T) {
 	require.NoError(t, err)
 	conflict := &batchlock.ConflictError{Keys: []string{"sku:1"}}
 	for range 3 {
-		observe(batchlock.Event{Kind: batchlock.EventRefused, Keys: []string{"sku:1"}, Conflict: conflict.Keys, Err: conflict})
+		observe(batchlock.Event{Kind: batchlock.EventConflict, Keys: []string{"sku:1"}, Conflict: conflict.Keys, Err: conflict})
 	}
 	observe(batchlock.Event{Kind: batchlock.EventFailed, Keys: []string{"sku:2"}, Err: conflict})
 
@@ -37,5 +37,5 @@ func TestRefusalsAreCountedApart(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, map[string]int64{"batchlock.refusals": 3, "batchlock.acquisitions": 1}, sums)
+	assert.Equal(t, map[string]int64{"batchlock.conflicts": 3, "batchlock.acquisitions": 1}, sums)
 }

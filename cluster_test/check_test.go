@@ -22,8 +22,8 @@ import (
 func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	c, _ := newLocker(t, newClient(t), batchlock.WithReplicas(1, time.Second))
-	require.NoError(t, c.Check(ctx))
-	results := c.Preflight(ctx)
+	results, err := c.Check(ctx)
+	require.NoError(t, err)
 	masters, err := sharedCluster(t).Masters(ctx)
 	require.NoError(t, err)
 	perMaster := map[string]int{}
@@ -62,8 +62,9 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	want = append(want, " clocks", " one cluster", " client settings")
 	for range 3 {
 		var got []string
-		for _, r := range c.Preflight(ctx) {
-			got = append(got, r.Node+" "+string(r.Check))
+		results, _ := c.Check(ctx)
+		for _, r := range results {
+			got = append(got, r.Node+" "+r.Check)
 		}
 		assert.Equal(t, want, got)
 	}
@@ -91,12 +92,12 @@ func TestCheckRefusesSeedsOfTwoClusters(t *testing.T) {
 			t.Cleanup(func() { _ = rdb.Close() })
 			c, _ := newLocker(t, rdb)
 			var seeds error
-			for _, r := range c.Preflight(ctx) {
+			results, err := c.Check(ctx)
+			for _, r := range results {
 				if r.Check == "one cluster" {
 					seeds = r.Err
 				}
 			}
-			err := c.Check(ctx)
 			if tc.want == "" {
 				assert.NoError(t, seeds)
 				return
@@ -121,7 +122,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 			_, err := cl.Do(ctx, masters[0].Addr, "CONFIG", "SET", "maxmemory-policy", policy)
 			require.NoError(t, err)
 			c, _ := newLocker(t, cl.Client())
-			err = c.Check(ctx)
+			_, err = c.Check(ctx)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), masters[0].Addr+": maxmemory-policy")
 			assert.Contains(t, err.Error(), policy)
@@ -136,7 +137,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		rdb := redis.NewClusterClient(opts)
 		t.Cleanup(func() { _ = rdb.Close() })
 		c, _ := newLocker(t, rdb)
-		err := c.Check(ctx)
+		_, err := c.Check(ctx)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "client settings: MaxRetries 3")
 		assert.Contains(t, err.Error(), "ContextTimeoutEnabled is off")
@@ -154,7 +155,8 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		rdb := redis.NewClusterClient(opts)
 		t.Cleanup(func() { _ = rdb.Close() })
 		evictable, _ := newLocker(t, rdb)
-		require.NoError(t, evictable.Check(ctx), "a warning does not fail Check")
+		_, err = evictable.Check(ctx)
+		require.NoError(t, err, "a warning does not fail Check")
 		assert.Equal(t, []string{masters[0].Addr + ": maxmemory-clients 1073741824 may evict the connections waiters listen on: start from ClusterOptions, whose OnConnect keeps them (CLIENT NO-EVICT on)"},
 			warnings(ctx, evictable, "client eviction"))
 	})
@@ -177,7 +179,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		t.Cleanup(func() { _ = cl.Restart(context.Background(), replica.Addr) })
 		c, _ := newLocker(t, cl.Client(), batchlock.WithReplicas(1, time.Second))
 		require.Eventually(t, func() bool {
-			err := c.Check(ctx)
+			_, err := c.Check(ctx)
 			return err != nil && strings.Contains(err.Error(), masters[1].Addr+": replicas online: 0 online")
 		}, 20*time.Second, 50*time.Millisecond, "the master reports its replica gone")
 	})
@@ -211,10 +213,11 @@ func TestCommandCheck(t *testing.T) {
 	assert.Contains(t, out, "FAIL  replicas online")
 }
 
-// warnings are the warnings of check in c's Preflight, as "node: message".
-func warnings(ctx context.Context, c *batchlock.Client, check batchlock.CheckName) []string {
+// warnings are the warnings of check in c's Check, as "node: message".
+func warnings(ctx context.Context, c *batchlock.Client, check string) []string {
 	var out []string
-	for _, r := range c.Preflight(ctx) {
+	results, _ := c.Check(ctx)
+	for _, r := range results {
 		if r.Check == check && r.Warning {
 			out = append(out, r.Node+": "+r.Err.Error())
 		}

@@ -135,7 +135,7 @@ func TestCountedLockReplicatedAndLost(t *testing.T) {
 	_, err = c.ForceUnlock(ctx, keys[1])
 	require.NoError(t, err)
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("the loss was not told")
 	}

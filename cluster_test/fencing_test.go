@@ -90,7 +90,7 @@ func TestFencingRejectsPausedHolder(t *testing.T) {
 	// Had it looked, it would have known; and its unlock cannot free the
 	// new holder's keys.
 	select {
-	case <-stale.Done():
+	case <-stale.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("the stale lock was never reported done")
 	}
@@ -120,7 +120,7 @@ func TestTokenIsZeroOnceTheLockEnds(t *testing.T) {
 			require.NoError(t, err)
 		}},
 		{"lease ran out", []batchlock.LockOption{batchlock.WithTTL(200 * time.Millisecond)}, func(l *batchlock.Lock, _ []string) {
-			<-l.Done()
+			<-l.Context().Done()
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

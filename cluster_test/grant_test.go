@@ -141,7 +141,7 @@ func TestGrantedLockHandedOutWithHalfItsLease(t *testing.T) {
 	_, err = cl.Do(ctx, master.Addr, "CLIENT", "PAUSE", 2500, "WRITE")
 	require.NoError(t, err)
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 		t.Fatalf("lost during the pause: %v", l.Err())
 	case <-time.After(3 * time.Second): // the pause and past the grant's end: what is checked
 	}

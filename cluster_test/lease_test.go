@@ -48,7 +48,7 @@ func TestFixedTTLIsNotRenewedAndEndsTheLock(t *testing.T) {
 	l, err := c.Lock(ctx, []string{"ttl-a", "ttl-b"}, batchlock.WithTTL(300*time.Millisecond))
 	require.NoError(t, err)
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("Done did not close when the fixed lease ran out")
 	}
@@ -76,7 +76,7 @@ func TestExtendPushesFixedLease(t *testing.T) {
 
 	require.NoError(t, rdb.Del(ctx, prefix+"ext").Err())
 	assert.ErrorIs(t, l.Extend(ctx, time.Minute), batchlock.ErrNotHeld)
-	<-l.Done()
+	<-l.Context().Done()
 	assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
 }
 
@@ -287,7 +287,7 @@ func TestCloseEndsAndReleasesEveryLock(t *testing.T) {
 	assert.Equal(t, 2, told[batchlock.EventReleased], "each lock told released")
 	mu.Unlock()
 	for i, l := range []*batchlock.Lock{renewed, fixed} {
-		<-l.Done()
+		<-l.Context().Done()
 		assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
 		assert.ErrorIs(t, l.Err(), batchlock.ErrClosed)
 		assert.Zero(t, l.Token(fmt.Sprintf("c%d", i+1)), "no token once closed")
@@ -366,7 +366,7 @@ func TestLostLockLetsItsOtherKeysGo(t *testing.T) {
 			for range keys[1:] {
 				assert.Less(t, (<-got).Sub(forcedAt), tc.bound, "the waiter got its key once the loss was noticed")
 			}
-			<-held.Done()
+			<-held.Context().Done()
 			assert.ErrorIs(t, held.Err(), batchlock.ErrLockLost)
 			assert.ErrorIs(t, held.Unlock(ctx), batchlock.ErrNotHeld)
 			waiters.Wait() // their unlocks, before the Clients close
@@ -487,7 +487,7 @@ func TestExpiredNestedHoldDoesNotKeepTheKey(t *testing.T) {
 	require.NoError(t, err)
 	taken := time.Now()
 	select {
-	case <-inner.Done():
+	case <-inner.Context().Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the inner lease did not end")
 	}
@@ -520,7 +520,7 @@ func TestExtendReportsLossDespiteAnotherMastersError(t *testing.T) {
 	cancel()
 	require.NoError(t, <-woke)
 	require.ErrorIs(t, err, batchlock.ErrNotHeld, "the deleted key is reported")
-	<-l.Done()
+	<-l.Context().Done()
 	assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
 	_ = l.Unlock(ctx)
 }

@@ -39,7 +39,7 @@ func TestLockSpansAllMasters(t *testing.T) {
 
 	require.NoError(t, l.Unlock(ctx))
 	assert.Empty(t, lockKeysUnder(t, rdb, prefix))
-	<-l.Done()
+	<-l.Context().Done()
 	assert.ErrorIs(t, l.Unlock(ctx), batchlock.ErrNotHeld, "a second unlock reports the lock not held")
 }
 
@@ -423,7 +423,7 @@ func TestAdminHeldAndForceUnlock(t *testing.T) {
 		}
 		assert.Equal(t, want, h.Holds, h.Key)
 	}
-	<-inner.Done()
+	<-inner.Context().Done()
 	eventuallyPastServerLease(t, taken, ttl, func() bool {
 		held, err = c.Held(ctx, keys[0])
 		return err == nil && len(held) == 1 && held[0].Holds == 1

@@ -90,7 +90,7 @@ func sharedCluster(tb testing.TB) *localcluster.Cluster {
 	return shared.cluster
 }
 
-// wantServer matches what Preflight's "server version" check finds on the
+// wantServer matches what Check's "server version" check finds on the
 // shared cluster's nodes: the server localcluster started, at the version
 // it names ("valkey 8.1.1" for valkey-8.1); on an external cluster, any
 // server and version.

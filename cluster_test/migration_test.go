@@ -87,9 +87,9 @@ func TestMovedKeyBlocksNoOtherKey(t *testing.T) {
 
 		// Four leases: each lock must be renewed a dozen times.
 		select {
-		case <-onA.Done():
+		case <-onA.Context().Done():
 			t.Fatalf("the lock on the moved key was lost: %v", onA.Err())
-		case <-onB.Done():
+		case <-onB.Context().Done():
 			t.Fatalf("the lock on the key that did not move was lost: %v", onB.Err())
 		case <-time.After(4 * lease):
 		}

@@ -54,7 +54,7 @@ func TestPartitionedHolderLearnsItsLossInTime(t *testing.T) {
 				close(got)
 			}()
 			select {
-			case <-l.Done():
+			case <-l.Context().Done():
 			case <-ctx.Done():
 				t.Fatal("the holder was never told of its loss")
 			}

@@ -111,14 +111,14 @@ func TestNoStrayLogLines(t *testing.T) {
 
 		_, err = a.ForceUnlock(ctx, keys[:3]...)
 		require.NoError(t, err)
-		<-handed.Done()
+		<-handed.Context().Done()
 		require.ErrorIs(t, handed.Err(), batchlock.ErrLockLost)
 
 		atClose, err := a.Lock(ctx, keys[5:])
 		require.NoError(t, err)
 		require.NoError(t, b.Close())
 		require.NoError(t, a.Close())
-		<-atClose.Done()
+		<-atClose.Context().Done()
 		require.ErrorIs(t, atClose.Err(), batchlock.ErrClosed)
 		require.NoError(t, rdbB.Close())
 		require.NoError(t, rdbA.Close())

@@ -67,7 +67,7 @@ func TestRenewalNeedsReplicaAcknowledgement(t *testing.T) {
 	require.NoError(t, cl.Kill(ctx, replica.Addr))
 
 	select {
-	case <-acked.Done():
+	case <-acked.Context().Done():
 		assert.ErrorIs(t, acked.Err(), batchlock.ErrLockLost)
 	case <-time.After(10 * lease):
 		t.Fatal("a lock whose renewals are no longer acknowledged was not reported lost")

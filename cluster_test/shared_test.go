@@ -308,7 +308,7 @@ func TestSharedLockRenewedAcknowledgedAndLost(t *testing.T) {
 	require.NoError(t, err)
 	for i, l := range readers {
 		select {
-		case <-l.Done():
+		case <-l.Context().Done():
 		case <-ctx.Done():
 			t.Fatalf("reader %d was not told its shared key went", i)
 		}

@@ -98,7 +98,7 @@ func (s *soak) countedWorker(i int) {
 		lock := s.recordUnits(l, units, replicas, called, from)
 		doneAt := make(chan time.Time, 1)
 		s.locks.Go(func() {
-			<-l.Done()
+			<-l.Context().Done()
 			doneAt <- time.Now()
 		})
 		time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond) // the holder's work

@@ -121,7 +121,7 @@ func (s *soak) holdOn(ctx context.Context, c *batchlock.Client, lease time.Durat
 		}
 		s.count(s.ops, "holder Lock")
 		select {
-		case <-l.Done():
+		case <-l.Context().Done():
 			s.mu.Lock()
 			s.holderLosses = append(s.holderLosses, holderLoss{owner: l.Owner(), keys: keys, lease: lease, at: time.Now(), err: l.Err()})
 			s.mu.Unlock()

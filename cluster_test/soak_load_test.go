@@ -317,7 +317,7 @@ func (s *soak) operateEach(rng *rand.Rand) {
 		s.writeAll(h, tokens)
 		select {
 		case <-time.After(time.Duration(rng.IntN(5)) * time.Millisecond):
-		case <-l.Done():
+		case <-l.Context().Done():
 		}
 		s.writeAll(h, tokens)
 		s.record(h, tokens)
@@ -383,7 +383,7 @@ func (s *soak) watch(l *batchlock.Lock, shared map[string]bool, lease time.Durat
 		s.problem("lock of %s handed out with %v of its %v lease left", l.Owner(), left, lease)
 	}
 	s.locks.Go(func() {
-		<-l.Done()
+		<-l.Context().Done()
 		h.doneAt <- time.Now()
 	})
 	return h
@@ -414,7 +414,7 @@ func (s *soak) hold(rng *rand.Rand, sc *soakClient, h *holding, ctx context.Cont
 	default:
 		select {
 		case <-time.After(time.Duration(rng.IntN(20)) * time.Millisecond):
-		case <-l.Done():
+		case <-l.Context().Done():
 		case <-ctx.Done():
 		}
 	}

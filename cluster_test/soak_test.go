@@ -337,7 +337,8 @@ const eachOwners = "soak-each:"
 // keys of every TryEach basket that failed (refused, or its call failed)
 // checked once the rollback bound has passed.
 func (s *soak) observe(e batchlock.Event) {
-	if (e.Kind == batchlock.EventRefused || e.Kind == batchlock.EventFailed) && strings.HasPrefix(e.Owner, eachOwners) {
+	refused := e.Kind == batchlock.EventConflict && e.Err != nil // a TryEach basket's
+	if (refused || e.Kind == batchlock.EventFailed) && strings.HasPrefix(e.Owner, eachOwners) {
 		s.checkRolledBack(e.Owner, slices.Clone(e.Keys), time.Now())
 	}
 	if e.Kind != batchlock.EventConflict {

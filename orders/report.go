@@ -25,7 +25,7 @@ type Counters struct {
 // Observe counts e.
 func (c *Counters) Observe(e batchlock.Event) {
 	switch e.Kind {
-	case batchlock.EventConflict, batchlock.EventRefused:
+	case batchlock.EventConflict:
 		c.conflicts.Add(1)
 	case batchlock.EventLost:
 		c.lost.Add(1)

@@ -18,8 +18,8 @@
 // a majority still hold it, and the remaining minority is released.
 // batchlock.WithMaxHold caps a lock here as there, per lock or for every lock
 // through WithClientOptions: at the cap every deployment's part ends and
-// releases its keys, and the lock is lost with a cause that wraps both
-// ErrLockLost and ErrMaxHold.
+// releases its keys, and the lock is lost with a cause that wraps
+// ErrLockLost and says so.
 //
 // # What is guaranteed
 //

@@ -52,10 +52,14 @@ func runCheck(ctx context.Context, e *cli.Env, o *checkOptions, args []string) e
 	}
 	defer closeAll()
 	failed, warned := 0, 0
-	// Preflight's order is stable (the masters by address, each with its
+	// Check's order is stable (the masters by address, each with its
 	// checks in one order, then the clocks, the seeds, the client), so the
-	// results are printed under their node as they come.
-	results := locks.Preflight(ctx)
+	// results are printed under their node as they come; its error joins
+	// the failures printed, unless no check could be made.
+	results, err := locks.Check(ctx)
+	if results == nil {
+		return err
+	}
 	group := ""
 	for _, r := range results {
 		where := "this command's client"

@@ -74,7 +74,7 @@ func (s *Store) Setup(ctx context.Context, skus []string, initial int64) error {
 // SetCapacities makes the capacity of each SKU's key its row's units, for
 // a Processor.Counted: at the start, and to set right a capacity left above
 // its row by a sale whose consume failed. A key whose holds hold more units
-// than its row has is left as it is (batchlock.ErrUnitsHeld), in the error.
+// than its row has is left as it is (batchlock.ErrOverCapacity), in the error.
 func (s *Store) SetCapacities(ctx context.Context, locker *batchlock.Client) error {
 	_, keys, units, err := s.capacities(ctx)
 	if err != nil {
