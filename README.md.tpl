@@ -89,8 +89,8 @@ in [docs/design.md](docs/design.md#what-is-guaranteed); [docs/faults.md](docs/fa
 
 ## Observability, redlock, data in Redis
 
-batchlock never logs. `WithObserver(fn)` hands `fn` every event (acquired, conflict, refused, queued,
-handed off, renewed, lost, released, failed, and a `Processor`'s admitted, with the basket's wait);
+batchlock never logs. `WithObserver(fn)` hands `fn` every event (acquired, with a `Processor` basket's wait from
+`Add`; conflict, a refused `TryEach` basket's too; queued, handed off, renewed, lost, released, failed);
 `batchlockotel.Observer(meterProvider)`, `batchlockotel.Gauges(mp, client)`,
 `batchlockotel.ProcessorGauges(mp, processor)` and `batchlockotel.UnitsGauges(mp, client, keys...)` make
 OpenTelemetry metrics of them, `batchlockslog.Observer(logger)` logs them with `log/slog`.

@@ -103,7 +103,7 @@ func (c *Client) lock(ctx context.Context, keys []string, lc lockConfig, wait bo
 	}
 	if err != nil {
 		l.leaveGates()
-		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
+		l.emit(Event{Kind: EventFailed, Duration: time.Since(cmp.Or(lc.since, start)), Err: err})
 		returned = true
 		return nil, err
 	}

@@ -120,7 +120,7 @@ func TestCountedBadInput(t *testing.T) {
 		{"no capacity set", func() error {
 			_, err := c.TryLock(ctx, []string{"a", "z"}, WithUnits(map[string]int64{"sku:1": 1, "sku:2": 1}))
 			return err
-		}, ErrOverCapacity, `no capacity set: "sku:2"`},
+		}, ErrNoCapacity, `"sku:2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
@@ -334,7 +334,7 @@ func TestProcessorCountedBaskets(t *testing.T) {
 	assert.Equal(t, []string{"order:0", "order:1", "order:2"}, itemsOf(tick), "9 units of 10 fit, 12 do not")
 	require.Len(t, tick.Failed, 2, "a basket of a key with no capacity, or too little, is dropped alone")
 	assert.Equal(t, "no capacity", tick.Failed[0].Item)
-	require.ErrorIs(t, tick.Failed[0].Err, ErrOverCapacity)
+	require.ErrorIs(t, tick.Failed[0].Err, ErrNoCapacity)
 	assert.Equal(t, "sold out", tick.Failed[1].Item)
 	require.ErrorIs(t, tick.Failed[1].Err, ErrOverCapacity)
 	assert.Empty(t, inspectOne(t, c, "order:x").Holders)

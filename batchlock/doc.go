@@ -6,8 +6,8 @@
 // A Client works on a go-redis client made from ClusterOptions; Check says
 // whether a deployment is fit. Lock waits for its keys, TryLock makes one
 // attempt, Do runs a function while it holds them. A Lock gives each key's
-// fencing token, and ends with Unlock, Consume or its loss (Done, Err,
-// Context). WithShared keys are shared by readers; WithUnits keys are
+// fencing token, and ends with Unlock, Consume or its loss (Context,
+// Err). WithShared keys are shared by readers; WithUnits keys are
 // counted, held by many owners at once for their units within a capacity
 // (SetCapacity). TryEach takes many baskets in one call, each whole or not
 // at all; a Processor is a batch processor's admission on it, one per

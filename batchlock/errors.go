@@ -24,15 +24,17 @@ var (
 	// ErrUpgrade (with ErrNotObtained, at once): a key asked for exclusively, or for more units, that
 	// its owner holds shared or in units; two owners waiting so would wait for each other.
 	ErrUpgrade = errors.New("batchlock: held shared or in units by this owner, asked for more")
-	// ErrOverCapacity: more units asked than a key's capacity (none set: 0), refused at once, or
-	// a capacity change that would leave fewer than the units held; nothing taken or changed.
+	// ErrNoCapacity: units asked of a key with no capacity set (Client.SetCapacity); nothing taken.
+	ErrNoCapacity = errors.New("batchlock: no capacity set")
+	// ErrOverCapacity: more units asked than a key's capacity, refused at once, or a capacity
+	// change that would leave fewer than the units held; nothing taken or changed.
 	ErrOverCapacity = errors.New("batchlock: more units than the capacity")
 	// ErrClosed: the Client is closed; with ErrLockLost, why Close ended a lock.
 	ErrClosed = errors.New("batchlock: client closed")
 )
 
-// ConflictError is returned when keys are held by another owner, and Is
-// ErrNotObtained: the caller's keys (without the prefix) found held, and
+// ConflictError is returned when keys are held by another owner, and
+// matches ErrNotObtained: the caller's keys (without the prefix) found held, and
 // who holds them. TryLock lists every key found held; a Lock whose WithWait
 // ran out lists only the keys it waited for last (it asks in the global
 // order and stops at the first held), and also wraps

@@ -18,7 +18,7 @@ type EventKind string
 
 const (
 	// EventAcquired: a call now holds its keys; Duration is the call's time, waiting included (a
-	// Processor's basket: Taken.Waited, from its Add).
+	// Processor's basket: from its Add, as Taken.Waited).
 	EventAcquired EventKind = "acquired"
 	// EventConflict: an attempt met keys another owner holds; a basket TryEach refused (not a
 	// failure) has its *ConflictError in Err.

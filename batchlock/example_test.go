@@ -80,7 +80,7 @@ func ExampleWithUnits() {
 	l, err := locks.Lock(ctx, []string{"order:7"}, batchlock.WithUnits(map[string]int64{"sku:hot": 2, "sku:9": 1}),
 		batchlock.WithWait(5*time.Second))
 	if err != nil {
-		log.Fatal(err) // ErrOverCapacity: sku:9 has no capacity set
+		log.Fatal(err) // ErrNoCapacity: sku:9 has none set
 	}
 	// Write the sale to the store of record, fenced by l.Token("sku:hot"),
 	// then sell the units: the capacities go down by 2 and 1.
@@ -198,19 +198,19 @@ func ExampleClient_Do_errors() {
 }
 
 // retryable says whether a retry can cure err, an error of Do. ErrUpgrade,
-// ErrOverCapacity and ErrNoReplicas also match
+// ErrNoCapacity, ErrOverCapacity and ErrNoReplicas also match
 // ErrNotObtained, and a WithWait that runs out matches
 // context.DeadlineExceeded: the order of the cases matters.
 func retryable(ctx context.Context, err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade):
+	case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade), errors.Is(err, batchlock.ErrNoCapacity):
 		// A bug in the call: bad keys or options, an owner that holds a key shared
-		// asking for it exclusively.
+		// asking for it exclusively, units of a key with no capacity.
 		return false
 	case errors.Is(err, batchlock.ErrOverCapacity):
-		return false // sold out: more units than the key has (or none set); reject the order
+		return false // sold out: more units than the key has; reject the order
 	case errors.Is(err, batchlock.ErrClosed), ctx.Err() != nil:
 		return false // the Client is closed, or the caller gave up
 	case errors.Is(err, batchlock.ErrNoReplicas):

@@ -17,7 +17,7 @@ import (
 
 // Lock is a batch of keys held by one owner, safe for concurrent use. A nil
 // *Lock, what a failed call returns, holds nothing: Unlock and Extend return
-// ErrNotHeld, Err returns it, Done is closed, and the rest return zero
+// ErrNotHeld, Err returns it, Context is done, and the rest return zero
 // values, so that a deferred Unlock before the error check does not panic.
 type Lock struct {
 	c     *Client

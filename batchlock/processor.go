@@ -106,8 +106,9 @@ type Tick[T any] struct {
 	p       *Processor[T]
 	Baskets []Taken[T]
 	// Failed are baskets that no tick will take, each with its Err and no
-	// Lock: one that asks for more units of a key than its capacity, or
-	// of one with none set (ErrOverCapacity: sold out).
+	// Lock: one that asks for units of a key with no capacity set
+	// (ErrNoCapacity), or for more than its capacity (ErrOverCapacity:
+	// sold out).
 	Failed []Taken[T]
 	done   sync.Once
 	at     time.Time // handed out
@@ -208,7 +209,7 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 	for k := range units {
 		keys = append(keys, k)
 	}
-	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units, ofProcessor: true, named: &sortedKeys{}, arrived: time.Now()}}
+	pb := &pendingBasket[T]{item: item, basket: eachBasket{keys: keys, isShared: isShared, units: units, named: &sortedKeys{}, arrived: time.Now()}}
 	if err := pb.basket.plan(p.c); err != nil {
 		return err
 	}

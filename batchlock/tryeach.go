@@ -62,7 +62,8 @@ type eachBasket struct {
 	userKeys []string // nil until planned
 	groups   []group
 	counted  map[string]int64
-	// ofProcessor: a Processor's basket, offered by many calls. Its plan is
+	// arrived, set for a Processor's basket, is when Add took it: its
+	// wait's start. Such a basket is offered by many calls. Its plan is
 	// every call's, so that its Lock gets a copy of its keys, which a Lock
 	// sorts in place; a refusal in the process names only the first key
 	// an earlier basket took (all of them are the same tick's, let go
@@ -70,10 +71,12 @@ type eachBasket struct {
 	// read in full. named, when set, is shared by every copy of the
 	// basket: its keys sorted once, for the events of the calls that
 	// refuse it before it has a lock.
-	ofProcessor bool
-	named       *sortedKeys
-	arrived     time.Time // a Processor's basket: when Add took it, its wait's start
+	arrived time.Time
+	named   *sortedKeys
 }
+
+// ofProcessor reports whether b is a Processor's basket.
+func (b *eachBasket) ofProcessor() bool { return !b.arrived.IsZero() }
 
 // sortedKeys are a basket's keys sorted without repeats, made on first use.
 type sortedKeys struct {
@@ -249,7 +252,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			// Redis.
 			if was, ok := taken[k]; ok && (was.exclusive || b.exclusive(k)) && was.metBy != i+1 {
 				busy = append(busy, k)
-				if b.ofProcessor {
+				if b.ofProcessor() {
 					break
 				}
 				taken[k] = takenKey{was.exclusive, i + 1}
@@ -265,7 +268,7 @@ func (t *eachCall) admit(ctx context.Context) error {
 			}
 		}
 		keys := b.userKeys
-		if b.ofProcessor {
+		if b.ofProcessor() {
 			keys = slices.Clone(keys)
 		}
 		l := c.newLock(t.ctx, t.lc, keys, b.groups)
@@ -472,8 +475,8 @@ func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, l
 }
 
 // badUnits are the replies that make a basket of counted keys bad, by
-// status, with what their errors say.
-var badUnits = map[int64]string{wire.AcquireNoUnits: "no capacity set: ", wire.AcquireOverUnits: ""}
+// status, with their errors.
+var badUnits = map[int64]error{wire.AcquireNoUnits: ErrNoCapacity, wire.AcquireOverUnits: ErrOverCapacity}
 
 // redisRefusal is why Redis refused a basket: its conflicts, and the
 // longest lease left of the keys held.
@@ -521,11 +524,11 @@ func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
 		if why == nil {
 			why = &redisRefusal{conflict: &ConflictError{Holders: map[string][]string{}}}
 		}
-		if bad, ok := badUnits[r.Status]; ok {
+		if bad := badUnits[r.Status]; bad != nil {
 			// A bad basket, refused alone: the call goes on.
 			key := c.names.UserKey(r.Key)
 			why.conflict.Keys = append(why.conflict.Keys, key)
-			why.err = fmt.Errorf("%w: %s%q", ErrOverCapacity, bad, key)
+			why.err = fmt.Errorf("%w: %q", bad, key)
 			refused[i] = why
 			continue
 		}

@@ -27,6 +27,7 @@ const (
 type instruments struct {
 	acquisitions metric.Int64Counter
 	conflicts    metric.Int64Counter
+	refusals     metric.Int64Counter
 	wait         metric.Float64Histogram
 	hold         metric.Float64Histogram
 	keys         metric.Int64Histogram
@@ -42,8 +43,9 @@ type instruments struct {
 //
 //	batchlock.acquisitions     counter of Lock, TryLock and Do calls and of TryEach's baskets not
 //	                           refused, by outcome (acquired, conflict, no_replicas, timeout, closed, error)
-//	batchlock.conflicts        counter of attempts that found keys held by another owner, TryEach
-//	                           baskets refused (a refusal, not a failure) included
+//	batchlock.conflicts        counter of attempts that found keys held by another owner
+//	batchlock.refusals         counter of TryEach baskets refused (a refusal, not a failure): the
+//	                           conflicts whose Err is the basket's *ConflictError
 //	batchlock.wait.duration    histogram, seconds from asking for a lock (a Processor's basket: its Add)
 //	                           to holding it
 //	batchlock.hold.duration    histogram, seconds from holding a lock to its unlock
@@ -62,7 +64,9 @@ func Observer(mp metric.MeterProvider) (func(batchlock.Event), error) {
 	var err error
 	in.acquisitions, err = m.Int64Counter("batchlock.acquisitions", metric.WithDescription("Lock, TryLock and Do calls, and TryEach baskets not refused, by outcome"), metric.WithUnit("{call}"))
 	add(err)
-	in.conflicts, err = m.Int64Counter("batchlock.conflicts", metric.WithDescription("Attempts that found keys held by another owner, TryEach baskets refused included"), metric.WithUnit("{attempt}"))
+	in.conflicts, err = m.Int64Counter("batchlock.conflicts", metric.WithDescription("Attempts that found keys held by another owner"), metric.WithUnit("{attempt}"))
+	add(err)
+	in.refusals, err = m.Int64Counter("batchlock.refusals", metric.WithDescription("TryEach baskets refused: another basket, lock or Client held a key"), metric.WithUnit("{basket}"))
 	add(err)
 	in.wait, err = m.Float64Histogram("batchlock.wait.duration", metric.WithDescription("Time from asking for a lock (a Processor's basket: its Add) to holding it"), metric.WithUnit("s"))
 	add(err)
@@ -100,7 +104,11 @@ func (in *instruments) record(e batchlock.Event) {
 	case batchlock.EventFailed:
 		in.acquisitions.Add(ctx, 1, outcome(Outcome(e.Err)))
 	case batchlock.EventConflict:
-		in.conflicts.Add(ctx, 1)
+		if e.Err != nil {
+			in.refusals.Add(ctx, 1) // a TryEach basket's: everyday, not a failure
+		} else {
+			in.conflicts.Add(ctx, 1)
+		}
 	case batchlock.EventRenewed:
 		in.renewals.Add(ctx, 1)
 		in.margin.Record(ctx, e.Duration.Seconds())

@@ -12,9 +12,9 @@ import (
 	"github.com/batchlock/batchlock/batchlockotel"
 )
 
-// A refused TryEach basket is counted as a conflict, apart from the
-// acquisitions: a healthy batch processor's refusals do not look like
-// failed calls.
+// A refused TryEach basket is counted as a refusal, apart from the
+// acquisitions and the calls' conflicts: a healthy batch processor's
+// refusals look neither like failed calls nor like contended locks.
 func TestRefusalsAreCountedApart(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	observe, err := batchlockotel.Observer(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
@@ -24,6 +24,7 @@ func TestRefusalsAreCountedApart(t *testing.T) {
 		observe(batchlock.Event{Kind: batchlock.EventConflict, Keys: []string{"sku:1"}, Conflict: conflict.Keys, Err: conflict})
 	}
 	observe(batchlock.Event{Kind: batchlock.EventFailed, Keys: []string{"sku:2"}, Err: conflict})
+	observe(batchlock.Event{Kind: batchlock.EventConflict, Keys: []string{"sku:3"}, Conflict: []string{"sku:3"}}) // a Lock's
 
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(t.Context(), &rm))
@@ -37,5 +38,5 @@ func TestRefusalsAreCountedApart(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, map[string]int64{"batchlock.conflicts": 3, "batchlock.acquisitions": 1}, sums)
+	assert.Equal(t, map[string]int64{"batchlock.refusals": 3, "batchlock.conflicts": 1, "batchlock.acquisitions": 1}, sums)
 }

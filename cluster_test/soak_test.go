@@ -341,7 +341,7 @@ func (s *soak) observe(e batchlock.Event) {
 	if (refused || e.Kind == batchlock.EventFailed) && strings.HasPrefix(e.Owner, eachOwners) {
 		s.checkRolledBack(e.Owner, slices.Clone(e.Keys), time.Now())
 	}
-	if e.Kind != batchlock.EventConflict {
+	if e.Kind != batchlock.EventConflict || refused {
 		return
 	}
 	s.mu.Lock()
