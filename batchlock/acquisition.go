@@ -59,7 +59,9 @@ func (c *Client) lock(ctx context.Context, keys []string, lc lockConfig, wait bo
 
 	l := c.newLock(ctx, lc, userKeys, groups)
 	l.units = counted
-	start := time.Now()
+	// start is where the wait the events report begins: the call, or a
+	// Processor basket's Add.
+	start := cmp.Or(lc.since, time.Now())
 	returned := false
 	defer func() {
 		if !returned {
@@ -103,11 +105,11 @@ func (c *Client) lock(ctx context.Context, keys []string, lc lockConfig, wait bo
 	}
 	if err != nil {
 		l.leaveGates()
-		l.emit(Event{Kind: EventFailed, Duration: time.Since(cmp.Or(lc.since, start)), Err: err})
+		l.emit(Event{Kind: EventFailed, Duration: time.Since(start), Err: err})
 		returned = true
 		return nil, err
 	}
-	c.handOut(l, lc, cmp.Or(lc.since, start))
+	c.handOut(l, lc, start)
 	returned = true
 	return l, nil
 }
