@@ -1041,6 +1041,8 @@ var refHeads = map[string]string{
 	NameCrossFloorProcessor: "the cross-process floor's",
 	NameDecrementFloor:      "the decrement floor's",
 	NameDecrementFloorLoop:  "its per-basket form's",
+	NameHoldFloor:           "the hold floor's",
+	NameHoldFloorLoop:       "its per-basket form's",
 	NameTryEachProcessor:    "the exclusive Processor's",
 }
 

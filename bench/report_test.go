@@ -540,24 +540,33 @@ func TestSaleTargets(t *testing.T) {
 		goal          string
 		reached       bool
 		found         string
+		holdFloor     bool // the hold floors ran too
 	}{
 		{"0.9x the floor at 1.2x its CPU", result(NameCountedProcessor, 900, 120*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, true,
-			"900 orders/s against 1000: 0.90x; masters' CPU per order 120 µs against 100 µs: 1.20x"},
-		{"0.9x the floor at 1.3x its CPU", result(NameCountedProcessor, 900, 130*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, false, ""},
-		{"0.7x the floor", result(NameCountedProcessor, 700, 100*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, false, ""},
+			"900 orders/s against 1000: 0.90x; masters' CPU per order 120 µs against 100 µs: 1.20x", false},
+		{"0.9x the floor at 1.3x its CPU", result(NameCountedProcessor, 900, 130*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, false, "", false},
+		{"0.7x the floor", result(NameCountedProcessor, 700, 100*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, false, "", false},
 		{"10x the exclusive Processor", result(NameCountedProcessor, 1000, 100*time.Microsecond), result(NameCountedLoop, 900, 0), exclusiveGoal, true,
-			"1000 orders/s against 100: 10.0x"},
-		{"5x the exclusive Processor", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 900, 0), exclusiveGoal, false, ""},
+			"1000 orders/s against 100: 10.0x", false},
+		{"5x the exclusive Processor", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 900, 0), exclusiveGoal, false, "", false},
 		{"per basket 0.8x the floor's", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 640, 150*time.Microsecond), basketGoal, true,
-			"640 orders/s against 800: 0.80x; masters' CPU per order 150 µs against 100 µs: 1.50x"},
-		{"per basket 0.5x the floor's", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 400, 100*time.Microsecond), basketGoal, false, ""},
-		{"a mix not run", result(NameCountedProcessor, 1000, 100*time.Microsecond), result(NameCountedLoop, 900, 0), zipfGoal, false, "not measured"},
+			"640 orders/s against 800: 0.80x; masters' CPU per order 150 µs against 100 µs: 1.50x", false},
+		{"per basket 0.5x the floor's", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 400, 100*time.Microsecond), basketGoal, false, "", false},
+		{"a mix not run", result(NameCountedProcessor, 1000, 100*time.Microsecond), result(NameCountedLoop, 900, 0), zipfGoal, false, "not measured", false},
+		{"beside the hold floor", result(NameCountedProcessor, 500, 200*time.Microsecond), result(NameCountedLoop, 900, 0), floorGoal, false,
+			"500 orders/s against 1000: 0.50x; masters' CPU per order 200 µs against 100 µs: 2.00x (the hold floor on the same run: 700 orders/s, 0.70x; 150 µs, 1.50x)", true},
+		{"per basket beside the hold floor's", result(NameCountedProcessor, 500, 100*time.Microsecond), result(NameCountedLoop, 400, 100*time.Microsecond), basketGoal, false,
+			"400 orders/s against 800: 0.50x; masters' CPU per order 100 µs against 100 µs: 1.00x (the hold floor on the same run: 600 orders/s, 0.75x; 120 µs, 1.20x)", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Report{Batch: DefaultBatch, Sales: []BatchRun{{Config: BatchLoad{Mix: MixFlash}.On(DefaultBatch), Results: []BatchResult{
+			results := []BatchResult{
 				result(NameDecrementFloor, 1000, 100*time.Microsecond), tc.counted, result(NameTryEachProcessor, 100, 300*time.Microsecond),
 				result(NameDecrementFloorLoop, 800, 100*time.Microsecond), tc.loop,
-			}}}}
+			}
+			if tc.holdFloor {
+				results = append(results, result(NameHoldFloor, 700, 150*time.Microsecond), result(NameHoldFloorLoop, 600, 120*time.Microsecond))
+			}
+			r := Report{Batch: DefaultBatch, Sales: []BatchRun{{Config: BatchLoad{Mix: MixFlash}.On(DefaultBatch), Results: results}}}
 			var got *Target
 			for _, st := range r.saleTargets() {
 				if st.Goal == tc.goal {

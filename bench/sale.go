@@ -23,8 +23,11 @@ import (
 var (
 	//go:embed floor/decrement.lua
 	decrementSource string
+	//go:embed floor/hold.lua
+	holdSource string
 
 	decrement = redis.NewScript(decrementSource)
+	holdFloor = redis.NewScript(holdSource)
 )
 
 // The sale workload's mixes: a flash sale, one SKU in 30% of the orders
@@ -127,9 +130,31 @@ func NewDecrementFloorKind(rdbs []*redis.ClusterClient, workers int) BatchKind {
 	if workers > 0 {
 		name = NameDecrementFloorLoop
 	}
+	return countFloorKind(name, rdbs, workers, false)
+}
+
+// NewHoldFloorKind is the hold floor, the least that counted holds with
+// leases and tokens cost: the decrement floor's calls, each key's units
+// also kept as a hold (a key of its own with a lease, holding a token from
+// its count's fencing counter), then, once the tick's stock is written,
+// per master one more call that sells the holds of the baskets taken.
+// What a lock does besides (owners, queues, reentrancy, units back from a
+// hold whose lease ended) is left out.
+// With workers above 0 it is the per-basket form, as the decrement floor's,
+// each basket's holds sold alone too.
+func NewHoldFloorKind(rdbs []*redis.ClusterClient, workers int) BatchKind {
+	name := NameHoldFloor
+	if workers > 0 {
+		name = NameHoldFloorLoop
+	}
+	return countFloorKind(name, rdbs, workers, true)
+}
+
+// countFloorKind is the decrement floor (holds false) or the hold floor.
+func countFloorKind(name string, rdbs []*redis.ClusterClient, workers int, holds bool) BatchKind {
 	return BatchKind{Name: name,
 		New: func(i int, stock *orders.Stock) orders.Ticker {
-			return &decrementFloor{rdb: rdbs[i], stock: stock, workers: workers}
+			return &decrementFloor{name: name, rdb: rdbs[i], stock: stock, workers: workers, holds: holds, processor: i}
 		},
 		Prepare: func(ctx context.Context, stock *orders.Stock) error {
 			stock.WriteConcurrently()
@@ -153,12 +178,13 @@ func NewDecrementFloorKind(rdbs []*redis.ClusterClient, workers int) BatchKind {
 			counts := make([]*redis.StringCmd, len(states))
 			for i, st := range states {
 				counts[i] = pipe.GetDel(ctx, countKey(stock.Key(st.SKU)))
+				pipe.Del(ctx, countKey(stock.Key(st.SKU))+"fence")
 			}
 			_, _ = pipe.Exec(ctx)
 			for i, st := range states {
 				n, err := counts[i].Int64()
 				if err != nil {
-					return fmt.Errorf("%s: the count of %s: %w", NameDecrementFloor, st.SKU, err)
+					return fmt.Errorf("%s: the count of %s: %w", name, st.SKU, err)
 				}
 				if n != st.Remaining {
 					a.Add(orders.Capacity, st.SKU, "count %d, %d units remaining", n, st.Remaining)
@@ -169,14 +195,22 @@ func NewDecrementFloorKind(rdbs []*redis.ClusterClient, workers int) BatchKind {
 	}
 }
 
-// countKey is the decrement floor's count of the SKU whose stock is in
-// stockKey.
-func countKey(stockKey string) string { return "count:" + stockKey }
+// countKey is the count floors' count of the SKU whose stock is in
+// stockKey: a hashtag of its own, so that the hold floor's holds and
+// fencing counter of it share its slot.
+func countKey(stockKey string) string { return "{count:" + stockKey + "}" }
+
+// holdLease is the hold floor's lease, the Client's default.
+const holdLease = 30 * time.Second
 
 type decrementFloor struct {
-	rdb     *redis.ClusterClient
-	stock   *orders.Stock
-	workers int // 0: the whole tick at once
+	name      string
+	rdb       *redis.ClusterClient
+	stock     *orders.Stock
+	workers   int  // 0: the whole tick at once
+	holds     bool // the hold floor
+	processor int  // in the hold ids
+	ticks     int  // in the hold ids
 }
 
 func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orders.Fulfilled, []int, error) {
@@ -188,14 +222,19 @@ func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orde
 		baskets[i] = slices.Sorted(maps.Keys(units[i]))
 		all[i] = i
 	}
+	f.ticks++
+	holds := make([]string, len(batch))
+	for i := range holds {
+		holds[i] = fmt.Sprintf("h:%d:%d:%d", f.processor, f.ticks, i)
+	}
 	asked := time.Now()
 	refused := make([]bool, len(batch))
 	var err error
 	if f.workers == 0 {
-		err = f.sell(ctx, baskets, units, all, refused)
+		err = f.sell(ctx, baskets, units, holds, all, refused)
 	} else {
 		errs := make([]error, len(batch))
-		each(f.workers, len(batch), func(i int) { errs[i] = f.sell(ctx, baskets, units, []int{i}, refused) })
+		each(f.workers, len(batch), func(i int) { errs[i] = f.sell(ctx, baskets, units, holds, []int{i}, refused) })
 		err = errors.Join(errs...)
 	}
 	if err != nil {
@@ -207,51 +246,45 @@ func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orde
 			taken = append(taken, i)
 		}
 	}
-	return f.stock.FulfilTaken(ctx, batch, taken, time.Since(asked), func(int, int) int64 { return 0 }, 0), nil, nil
+	out := f.stock.FulfilTaken(ctx, batch, taken, time.Since(asked), func(int, int) int64 { return 0 }, 0)
+	if f.holds && f.workers == 0 && len(taken) > 0 {
+		err = f.sellHolds(ctx, baskets, units, holds, taken)
+	} else if f.holds {
+		errs := make([]error, len(taken))
+		each(f.workers, len(taken), func(n int) { errs[n] = f.sellHolds(ctx, baskets, units, holds, taken[n:n+1]) })
+		err = errors.Join(errs...)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, nil, nil
 }
 
 // sell sells the baskets at which (indices into baskets), one call per
 // master, and gives back the parts of those refused on another master;
 // it marks the refused in refused, which calls on other baskets share.
-func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []map[string]int64, which []int, refused []bool) error {
+// The hold floor takes them as holds (holds: by basket, its hold id).
+func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []map[string]int64, holds []string, which []int, refused []bool) error {
 	masters, err := partsByMaster(ctx, f.rdb, baskets, which)
 	if err != nil {
 		return err
 	}
-	call := func(m int, sold func(b int) bool, sign int64) *floorCall {
-		var args []any
-		for _, part := range masters[m] {
-			if !sold(part.basket) {
-				continue
-			}
-			n := 0
-			for _, g := range part.groups {
-				n += len(g.Keys)
-			}
-			args = append(args, part.basket, n)
-			for _, g := range part.groups {
-				for _, k := range g.Keys {
-					args = append(args, k, sign*units[part.basket][k])
-				}
-			}
-		}
-		if args == nil {
-			return nil
-		}
-		return masterCall(masters[m][0].groups, args)
+	script, op, back := decrement, "", "back"
+	if f.holds {
+		script, op = holdFloor, "take"
 	}
 	calls := make([]*floorCall, len(masters))
 	for m := range masters {
-		calls[m] = call(m, func(int) bool { return true }, 1)
+		calls[m] = f.call(masters[m], units, holds, func(int) bool { return true }, op)
 	}
-	sendCalls(ctx, f.rdb, decrement, calls)
+	sendCalls(ctx, f.rdb, script, calls)
 	short := map[int]bool{}                       // anywhere
 	refusedOn := make([]map[int]bool, len(calls)) // by master
 	var errs []error
 	for m, c := range calls {
 		list, err := c.Reply.Int64Slice()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: slot %d: %w", NameDecrementFloor, c.Slot, err))
+			errs = append(errs, fmt.Errorf("%s: slot %d: %w", f.name, c.Slot, err))
 			continue
 		}
 		refusedOn[m] = map[int]bool{}
@@ -265,22 +298,84 @@ func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []m
 	if len(short) == 0 {
 		return nil
 	}
-	var back []*floorCall
+	var giveBacks []*floorCall
 	for m := range masters {
-		if c := call(m, func(b int) bool { return short[b] && !refusedOn[m][b] }, -1); c != nil {
-			back = append(back, c)
+		if c := f.call(masters[m], units, holds, func(b int) bool { return short[b] && !refusedOn[m][b] }, back); c != nil {
+			giveBacks = append(giveBacks, c)
 		}
 	}
-	sendCalls(ctx, f.rdb, decrement, back)
-	for _, c := range back {
+	sendCalls(ctx, f.rdb, script, giveBacks)
+	for _, c := range giveBacks {
 		if err := c.Reply.Err(); err != nil {
-			return fmt.Errorf("%s: giving back on slot %d: %w", NameDecrementFloor, c.Slot, err)
+			return fmt.Errorf("%s: giving back on slot %d: %w", f.name, c.Slot, err)
 		}
 	}
 	for b := range short {
 		refused[b] = true
 	}
 	return nil
+}
+
+// sellHolds turns the hold floor's holds of the baskets at taken into a
+// sale, one call per master.
+func (f *decrementFloor) sellHolds(ctx context.Context, baskets [][]string, units []map[string]int64, holds []string, taken []int) error {
+	masters, err := partsByMaster(ctx, f.rdb, baskets, taken)
+	if err != nil {
+		return err
+	}
+	calls := make([]*floorCall, len(masters))
+	for m := range masters {
+		calls[m] = f.call(masters[m], units, holds, func(int) bool { return true }, "sell")
+	}
+	sendCalls(ctx, f.rdb, holdFloor, calls)
+	for _, c := range calls {
+		gone, err := c.Reply.Int64Slice()
+		if err == nil && len(gone) > 0 {
+			err = fmt.Errorf("the holds of %d baskets gone", len(gone))
+		}
+		if err != nil {
+			return fmt.Errorf("%s: selling on slot %d: %w", f.name, c.Slot, err)
+		}
+	}
+	return nil
+}
+
+// call is the call on one master, of its parts of the baskets for which
+// sold says so: op and the lease first for the hold floor ("back" alone
+// gives back the decrement floor's parts: their units negated); nil when
+// there are none.
+func (f *decrementFloor) call(parts []basketPart, units []map[string]int64, holds []string, sold func(b int) bool, op string) *floorCall {
+	var args []any
+	sign := int64(1)
+	if op == "back" && !f.holds {
+		sign = -1
+	}
+	for _, part := range parts {
+		if !sold(part.basket) {
+			continue
+		}
+		n := 0
+		for _, g := range part.groups {
+			n += len(g.Keys)
+		}
+		if f.holds && args == nil {
+			args = append(args, op, holdLease.Milliseconds())
+		}
+		args = append(args, part.basket)
+		if f.holds {
+			args = append(args, holds[part.basket])
+		}
+		args = append(args, n)
+		for _, g := range part.groups {
+			for _, k := range g.Keys {
+				args = append(args, k, sign*units[part.basket][k])
+			}
+		}
+	}
+	if args == nil {
+		return nil
+	}
+	return masterCall(parts[0].groups, args)
 }
 
 // partsByMaster splits the baskets at admitted (indices into baskets) by
@@ -329,10 +424,11 @@ func (r Report) sales(p func(string, ...any)) {
 	p("The **decrement floor** is the least that reserving counts across shards costs: each SKU's units in a count of its own, spread as lock keys are, and per tick one script call per master that checks and decrements, all or none, each basket's counts there, then one call per master giving back the parts of the baskets refused on another master; the sale is the decrement. ")
 	p("batchlock's **Processor in units** takes each order's lines in units of their SKUs (`Basket.Units`: counted holds), writes the stock of the orders taken with every holder of a SKU at once, and sells the tick's units with one `ConsumeEach`; the **exclusive Processor** is the batch workload's, each SKU locked by one order at a time. ")
 	p("The **per-basket** forms take each basket alone on %d goroutines a processor: the decrement floor's calls for one basket, and batchlock's `Lock` in units, then `Consume`. ", r.Batch.LoopWorkers)
+	p("The **hold floor** is the least that counted holds with leases and tokens cost: the decrement floor's calls, each key's units also kept as a hold (a key of its own in the count's slot, expiring with a lease, holding a token from the count's fencing counter), and once the tick's stock is written, per master one more call selling the tick's holds (deleting them); what a lock does besides (owners, queues, reentrancy, units back from a hold whose lease ended) is left out. ")
 	p("Each kind's stock is audited at the end; the counted kinds' capacities (or counts) must equal the stock left. ")
 	p("With %s processors at once, each kind gets %d turns of %v under each load, alternating.\n", joinInts(r.Batch.Processors), r.Batch.Rounds, r.Batch.Slice)
 	for _, run := range r.Sales {
-		run.section(p, NameDecrementFloor, NameDecrementFloorLoop, NameTryEachProcessor)
+		run.section(p, NameDecrementFloor, NameDecrementFloorLoop, NameHoldFloor, NameHoldFloorLoop, NameTryEachProcessor)
 	}
 }
 
@@ -353,8 +449,7 @@ func (r Report) saleTargets() []Target {
 				l.Mix.Name, n, saleShare, saleCPU), Found: "not measured"}
 			if c, ok := compareOrders(res.OrderResult, run.result(NameDecrementFloor, n).OrderResult); ok {
 				t.Reached = c.share >= saleShare && c.cpu <= saleCPU
-				t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.2fx; masters' CPU per order %d µs against %d µs: %.2fx",
-					res.PerSecond(), c.ref.PerSecond(), c.share, res.CPUPerOrder().Microseconds(), c.ref.CPUPerOrder().Microseconds(), c.cpu)
+				t.Found = c.sale() + holdFloorOf(run.result(NameHoldFloor, n), c.ref)
 			}
 			ts = append(ts, t)
 			t = Target{Goal: fmt.Sprintf("sale, %s mix, %d processor(s): in units at least %.0fx the exclusive Processor's orders/s", l.Mix.Name, n, saleExclusive),
@@ -370,13 +465,31 @@ func (r Report) saleTargets() []Target {
 				l.Mix.Name, n, DefaultBatch.LoopWorkers, saleShare), Found: "not measured"}
 			if c, ok := compareOrders(res.OrderResult, run.result(NameDecrementFloorLoop, n).OrderResult); ok {
 				t.Reached = c.share >= saleShare
-				t.Found = fmt.Sprintf("%.0f orders/s against %.0f: %.2fx; masters' CPU per order %d µs against %d µs: %.2fx",
-					res.PerSecond(), c.ref.PerSecond(), c.share, res.CPUPerOrder().Microseconds(), c.ref.CPUPerOrder().Microseconds(), c.cpu)
+				t.Found = c.sale() + holdFloorOf(run.result(NameHoldFloorLoop, n), c.ref)
 			}
 			ts = append(ts, t)
 		}
 	}
 	return ts
+}
+
+// sale gives the orders/s and the masters' CPU per order of both, and the
+// ratios.
+func (c ordersComparison) sale() string {
+	return fmt.Sprintf("%.0f orders/s against %.0f: %.2fx; masters' CPU per order %d µs against %d µs: %.2fx",
+		c.res.PerSecond(), c.ref.PerSecond(), c.share, c.res.CPUPerOrder().Microseconds(), c.ref.CPUPerOrder().Microseconds(), c.cpu)
+}
+
+// holdFloorOf says where the hold floor's result hf stands against ref, a
+// decrement floor's, for a target set against ref: the least a counted
+// hold costs, which no lock with leases goes below; empty when not
+// measured.
+func holdFloorOf(hf BatchResult, ref OrderResult) string {
+	c, ok := compareOrders(hf.OrderResult, ref)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf(" (the hold floor on the same run: %.0f orders/s, %.2fx; %d µs, %.2fx)", hf.PerSecond(), c.share, hf.CPUPerOrder().Microseconds(), c.cpu)
 }
 
 // SaleMarkdown is the sale workload's section and targets alone.

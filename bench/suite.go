@@ -58,6 +58,8 @@ const (
 	NameCountedProcessor   = "batchlock-counted"
 	NameCountedOneSlot     = NameCountedProcessor + OneSlotSuffix
 	NameDecrementFloorLoop = "decrement-floor-per-basket"
+	NameHoldFloor          = "hold-floor"
+	NameHoldFloorLoop      = "hold-floor-per-basket"
 	NameCountedLoop        = "batchlock-counted-per-basket"
 )
 
@@ -99,6 +101,8 @@ var labels = map[string]string{
 	NameCountedOneSlot:     "batchlock Processor in units, every lock key in one slot (one space)",
 	NameDecrementFloorLoop: "decrement floor per basket: each basket sold alone (a call per master it touches) on 16 goroutines",
 	NameCountedLoop:        "batchlock per basket: Lock in units on 16 goroutines, then Consume each",
+	NameHoldFloor:          "hold floor: the decrement floor's calls, each key's units kept as a hold (SET PX of a token from an INCRBY), and per master one call selling the tick's holds (DEL)",
+	NameHoldFloorLoop:      "hold floor per basket: each basket taken and sold alone (the hold floor's calls per master it touches) on 16 goroutines",
 }
 
 // Label is the name a reader of the report sees.
@@ -131,7 +135,8 @@ type Suite struct {
 	Batches []BatchKind
 	// Sales: the decrement floor, batchlock's Processor taking units and
 	// taking the SKUs exclusively, then the per-basket forms of the floor
-	// and of batchlock in units; as many processors as Batches.
+	// and of batchlock in units, then the hold floor and its per-basket
+	// form; as many processors as Batches.
 	Sales []BatchKind
 
 	closers []func() error
@@ -244,12 +249,13 @@ func NewSuite(options func() *redis.ClusterOptions) (*Suite, error) {
 	s.Batches = []BatchKind{NewBatchFloorKind(floors), NewCrossFloorKind(crossFloors, ""), NewProcessorKind(each, DefaultBatch.Tick, ""),
 		NewTryLockLoopKind(loop, DefaultBatch.LoopWorkers), NewCrossFloorKind(crossOneSlot, OneSlotSpace), NewProcessorKind(eachOneSlot, DefaultBatch.Tick, OneSlotSpace)}
 	decrementFloors, decrementLoops := make([]*redis.ClusterClient, processors), make([]*redis.ClusterClient, processors)
+	holdFloors, holdLoops := make([]*redis.ClusterClient, processors), make([]*redis.ClusterClient, processors)
 	for i := range decrementFloors {
-		decrementFloors[i], decrementLoops[i] = client(), client()
+		decrementFloors[i], decrementLoops[i], holdFloors[i], holdLoops[i] = client(), client(), client(), client()
 	}
 	s.Sales = []BatchKind{NewDecrementFloorKind(decrementFloors, 0), NewCountedProcessorKind(counted, DefaultBatch.Tick, ""),
 		NewProcessorKind(each, DefaultBatch.Tick, ""), NewDecrementFloorKind(decrementLoops, DefaultBatch.LoopWorkers),
-		NewCountedLoopKind(countedLoop, DefaultBatch.LoopWorkers)}
+		NewCountedLoopKind(countedLoop, DefaultBatch.LoopWorkers), NewHoldFloorKind(holdFloors, 0), NewHoldFloorKind(holdLoops, DefaultBatch.LoopWorkers)}
 
 	var handedOff atomic.Int64
 	waiter, err := renewed(NameBatchlock, batchlock.WithObserver(func(e batchlock.Event) {

@@ -102,6 +102,22 @@ func BenchmarkScript(b *testing.B) {
 				mustRun(b, decrement.Run(b.Context(), rdb, []string{"{a}count:0"}, args...))
 			})
 		})
+		// The hold floor's take and sale of n counts: the decrement floor's
+		// work, each key's units also kept as a hold with a lease and a
+		// token, then sold.
+		b.Run(fmt.Sprintf("hold-floor/keys=%d", n), func(b *testing.B) {
+			hold := floorScript(b, "hold.lua")
+			var pairs []any
+			for j := range n {
+				mustRun(b, rdb.Do(b.Context(), "SET", fmt.Sprintf("{a}count:%d", j), 1<<40))
+				pairs = append(pairs, fmt.Sprintf("{a}count:%d", j), 1)
+			}
+			srv.measure(b, n, func(i int, _ []string) {
+				id := fmt.Sprintf("h:%016x", i)
+				mustRun(b, hold.Run(b.Context(), rdb, []string{"{a}count:0"}, append([]any{"take", 10000, 0, id, n}, pairs...)...))
+				mustRun(b, hold.Run(b.Context(), rdb, []string{"{a}count:0"}, append([]any{"sell", 10000, 0, id, n}, pairs...)...))
+			})
+		})
 		// A refused call: every key held by another owner, as a "try"
 		// finds them (it lists each conflict and who holds it); it leaves
 		// the keys as they were, so every iteration meets the same ones.
