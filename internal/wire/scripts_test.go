@@ -254,6 +254,11 @@ func sameValue(t *testing.T, want, got string) {
 	if wo == wire.CountedOwner || wo == wire.SharedOwner {
 		wo = ownerField(wo, g[2])
 	}
+	// A shared key's earliest end is a time; a counted key's units are not.
+	if wo[:1] == wire.CountedOwner {
+		assert.Equal(t, wo, g[3], "owner of %q", got)
+		return
+	}
 	assert.True(t, wo[:1] == g[3][:1] && near(wo[1:], g[3][1:]), "owner of %q, want %q", got, wo)
 }
 
@@ -820,6 +825,145 @@ func TestScriptCounted(t *testing.T) {
 			plain:  map[string]string{"units:{a}:k": "15", "cancel:{a}:c:1": "15 6"},
 			script: wire.CapacityScript, keys: capacityKeys, args: []any{"add", 5, 60000},
 			reply: []any{int64(1), int64(15), int64(6)}, plainAfter: map[string]string{"units:{a}:k": "15"}},
+	})
+}
+
+// unitsBasket is one basket of tryeach.lua on the slot of fence:{a}: owner,
+// hold, its keys and their modes ("n": units of it, from the units in
+// order, of the capacity "units:{a}:" and the key; "s" shared; "x").
+func unitsBasket(owner, hold string, keys []string, modes string, units ...int64) []any {
+	slot := []any{"fence:{a}", len(keys), modes}
+	for _, k := range keys {
+		slot = append(slot, k)
+	}
+	for i, k := range keys {
+		if modes[i] == wire.ModeCounted {
+			slot = append(slot, units[0], "units:{a}:"+k)
+			units = units[1:]
+		}
+	}
+	return append([]any{owner, hold, len(slot)}, slot...)
+}
+
+// tryEachUnits is tryeach.lua's arguments for baskets (unitsBasket's), in
+// mode (with "s": the modes are said).
+func tryEachUnits(mode string, baskets ...[]any) []any {
+	args := []any{1000, mode + "s", "cancel:{a}:h:call"}
+	for _, b := range baskets {
+		args = append(args, b...)
+	}
+	return args
+}
+
+// A TryEach call's lines in units that join a key are written once a key,
+// at the end of the call or before a key is read the long way (see
+// attempt.lua): what the call leaves is what joining them one by one
+// leaves. A basket refused after it joined is taken out; one that must read
+// a key the long way after it joined is made again.
+func TestScriptTryEachJoinsOnce(t *testing.T) {
+	const alice = "h:a={now+60000}=alice=2"
+	plain := map[string]string{"units:{a}:k": "10", "fence:{a}": "5"}
+	k := []string{"k"}
+	runScriptCases(t, []scriptCase{
+		{name: "baskets join one key in order; one whose units do not fit reads it as the others left it",
+			plain: plain, before: map[string]string{"k": "4 - " + alice + " #"},
+			script: wire.TryEachScript, args: tryEachUnits("fresh", unitsBasket("bob", "h:b", k, "n", 3), unitsBasket("carol", "h:c", k, "n", 2),
+				unitsBasket("dan", "h:d", k, "n", 4), unitsBasket("erin", "h:e", k, "n", 1)),
+			reply: []any{[]any{int64(1), int64(6)}, []any{int64(1), int64(7)}, []any{int64(0), int64(0), int64(60000), []any{"k"}, []any{}, int64(0)},
+				[]any{int64(1), int64(9)}},
+			after: map[string]string{"k": "9 - " + alice + ",h:b={now+1000}=bob=3,h:c={now+1000}=carol=2,h:e={now+1000}=erin=1 #"}},
+		{name: "a basket refused after it joined is taken out",
+			plain: plain, before: map[string]string{"k": "4 - " + alice + " #", "held": "3 - h:z={now+60000} zed"},
+			script: wire.TryEachScript, args: tryEachUnits("fresh", unitsBasket("bob", "h:b", []string{"k", "held"}, "nx", 3),
+				unitsBasket("carol", "h:c", k, "n", 2)),
+			reply: []any{[]any{int64(0), int64(0), int64(0), []any{"held"}, []any{}, int64(0)}, []any{int64(1), int64(7)}},
+			after: map[string]string{"k": "7 - " + alice + ",h:c={now+1000}=carol=2 #", "held": "3 - h:z={now+60000} zed"}},
+		{name: "a basket that reads a key the long way after it joined is made again",
+			plain: plain, before: map[string]string{"k": "4 - " + alice + " #", "mine": "3 - h:z= bob"},
+			script: wire.TryEachScript, args: tryEachUnits("first", unitsBasket("bob", "h:b", []string{"k", "mine"}, "nx", 3),
+				unitsBasket("carol", "h:c", k, "n", 2)),
+			reply: []any{[]any{int64(1), int64(7), int64(3)}, []any{int64(1), int64(8)}},
+			after: map[string]string{"k": "8 - " + alice + ",h:b={now+1000}=bob=3,h:c={now+1000}=carol=2 #",
+				"mine": "3 - h:z={now+5000},h:b={now+1000} bob"}},
+		{name: "a basket made again that is refused leaves nothing",
+			plain: plain, before: map[string]string{"k": "4 - " + alice + " #", "held": "3 - h:z={now+60000} zed"},
+			script: wire.TryEachScript, args: tryEachUnits("first", unitsBasket("bob", "h:b", []string{"k", "held"}, "nx", 3),
+				unitsBasket("carol", "h:c", k, "n", 2)),
+			reply: []any{[]any{int64(0), int64(0), int64(60000), []any{"held"}, []any{}, int64(0)}, []any{int64(1), int64(8)}},
+			after: map[string]string{"k": "8 - " + alice + ",h:c={now+1000}=carol=2 #", "held": "3 - h:z={now+60000} zed"}},
+	})
+
+	rdb := wiretest.ServerClient(t)
+	ctx := t.Context()
+	// setUp writes k's value, and returns it as written.
+	setUp := func(t *testing.T, value string) string {
+		require.NoError(t, rdb.FlushAll(ctx).Err())
+		for key, v := range plain {
+			require.NoError(t, rdb.Set(ctx, key, v, 0).Err())
+		}
+		value = atTime(value, serverNow(t, rdb))
+		require.NoError(t, rdb.Set(ctx, "k", value, time.Minute).Err())
+		return value
+	}
+	t.Run("a key with holes is written whole without them", func(t *testing.T) {
+		setUp(t, "4 - "+strings.Repeat(",", 30)+alice+",,,, #2")
+		_, err := wire.TryEachScript.Run(ctx, rdb, nil, tryEachUnits("fresh", unitsBasket("bob", "h:b", k, "n", 3))...).Result()
+		require.NoError(t, err)
+		v, err := rdb.Get(ctx, "k").Result()
+		require.NoError(t, err)
+		assert.Regexp(t, `^6 - h:a=\d+=alice=2,h:b=\d+=bob=3 #5$`, v)
+	})
+	t.Run("a call that fails puts back what it wrote of its joins", func(t *testing.T) {
+		before := setUp(t, "4 - "+alice+" #2")
+		require.NoError(t, rdb.RPush(ctx, "units:{a}:list", "x").Err())
+		require.NoError(t, rdb.Set(ctx, "units:{a}:new", 10, 0).Err())
+		// carol's shared key is read the long way: bob's join of k and
+		// gina's of the key frank took are written first; dan's capacity
+		// is no number: the call fails.
+		_, err := wire.TryEachScript.Run(ctx, rdb, nil, tryEachUnits("fresh", unitsBasket("bob", "h:b", k, "n", 3),
+			unitsBasket("frank", "h:f", []string{"new"}, "n", 1), unitsBasket("gina", "h:g", []string{"new"}, "n", 1),
+			unitsBasket("carol", "h:c", []string{"s"}, "s"), unitsBasket("dan", "h:d", []string{"list"}, "n", 1))...).Result()
+		require.ErrorContains(t, err, "WRONGTYPE")
+		v, err := rdb.Get(ctx, "k").Result()
+		require.NoError(t, err)
+		assert.Equal(t, before, v, "bob's join taken out")
+		ttl, err := rdb.PTTL(ctx, "k").Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 50*time.Second, "the key's expiry put back")
+		assert.ErrorIs(t, rdb.Get(ctx, "s").Err(), redis.Nil, "carol's key let go")
+		assert.ErrorIs(t, rdb.Get(ctx, "new").Err(), redis.Nil, "the key frank took afresh let go")
+	})
+}
+
+// The locks of one release call that leave a key in place are written once
+// a key (see release.lua): the key then lists the others with their units,
+// or is gone when they all left; a lock sent twice in one call sells once.
+func TestScriptReleaseLeavesOnce(t *testing.T) {
+	const (
+		alice = "h:a={now+60000}=alice=2"
+		bob   = "h:b={now+60000}=bob=3"
+		carol = "h:c={now+60000}=carol=1"
+	)
+	plain := map[string]string{"units:{a}:k": "10"}
+	before := map[string]string{"k": "4 - " + alice + "," + bob + "," + carol + " #"}
+	consume := func(owners ...string) []any {
+		var args []any
+		for _, o := range owners {
+			args = append(args, consumeArgv(o, "h:"+o[:1], "k")...)
+		}
+		return args
+	}
+	runScriptCases(t, []scriptCase{
+		{name: "two of three holds consumed: the third listed with its units",
+			plain: plain, before: before, script: wire.ReleaseScript, args: consume("bob", "carol"),
+			reply: int64(0), after: map[string]string{"k": "4 - " + alice + " #"}, plainAfter: map[string]string{"units:{a}:k": "6"}},
+		{name: "every hold consumed: the key is gone",
+			plain: plain, before: before, script: wire.ReleaseScript, args: consume("alice", "bob", "carol"),
+			reply: int64(0), after: map[string]string{"k": ""}, plainAfter: map[string]string{"units:{a}:k": "4"}},
+		{name: "a lock sent twice sells once, and its second finds another's key",
+			plain: plain, before: before, script: wire.ReleaseScript, args: consume("bob", "bob"),
+			reply: []any{[]any{}, []any{}, []any{"k"}, []any{}}, after: map[string]string{"k": "4 - " + alice + "," + carol + " #"},
+			plainAfter: map[string]string{"units:{a}:k": "7"}},
 	})
 }
 

@@ -77,17 +77,24 @@ end
 -- for a key asked for otherwise), or nil and why the units cannot be had:
 -- "none" (no capacity set), "over" (more units than the capacity), or the
 -- error of reading it (moved).
+local capacities
 local function capacity(capkey, units)
   if not units then
     return nil
   end
-  local c = redis.pcall('GET', capkey)
-  if layout().failed(c) then
-    return nil, c
-  elseif not c then
-    return nil, 'none'
+  -- No script that takes units changes a capacity: read once per call.
+  capacities = capacities or {}
+  local c = capacities[capkey]
+  if not c then
+    c = redis.pcall('GET', capkey)
+    if layout().failed(c) then
+      return nil, c
+    elseif not c then
+      return nil, 'none'
+    end
+    c = tonumber(c)
+    capacities[capkey] = c
   end
-  c = tonumber(c)
   if units > c then
     return nil, 'over'
   end
@@ -169,6 +176,30 @@ local function join_quickly(key, v, shared, units, cap, token, owner, hold, leas
   return token
 end
 
+-- batches: the joins of lines in units that tryeach.lua writes once a key
+-- and call (see its batching), nil for a call that writes them at once.
+-- REDO: the reply of an attempt to make again without batches.
+local batches
+local REDO = 'redo'
+
+-- long_way is slow (of an attempt that wrote joined, undone by undo), for
+-- a key that is read: the batches are written first, so that it is read as
+-- the call left it; false (after undo) when the attempt's own joins are
+-- among them, which could not be undone once written: the attempt is made
+-- again without batches (REDO).
+local function long_way(slow, joined, undo)
+  if batches then
+    for _, j in ipairs(joined) do
+      if j.batch then
+        undo()
+        return false
+      end
+    end
+    batches.flush()
+  end
+  return slow()
+end
+
 -- take_units takes units of key (of the capacity in capkey) for hold of
 -- owner, for lease milliseconds, as attempt's main loop takes exclusive
 -- keys: afresh with token (recorded in created), or joining others'
@@ -181,15 +212,26 @@ local function take_units(key, token, units, capkey, owner, hold, lease, created
   if why then
     return nil, why
   end
+  local b = batches and batches.of(key)
+  if b then
+    return batches.join(b, units, cap, token, owner, hold, lease, joined)
+  end
   local value = counted_value(token, hold, lease, owner, units)
   local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
   if layout().failed(r) then
     return nil, r
   elseif r then
     created[#created + 1] = key
+    if batches then
+      batches.known[key] = value
+    end
     return token
   end
   local v = redis.pcall('GET', key)
+  b = batches and type(v) == 'string' and batches.of(key, v)
+  if b then
+    return batches.join(b, units, cap, token, owner, hold, lease, joined)
+  end
   local joined_token = type(v) == 'string' and join_quickly(key, v, false, units, cap, token, owner, hold, lease, joined)
   if joined_token then
     return joined_token
@@ -465,16 +507,26 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     return existing
   end
 
-  -- undo undoes what this attempt wrote.
+  -- undo undoes what this attempt wrote, and takes its joins out of the
+  -- batches.
   local function undo()
     for k = #joined, 1, -1 do
       local j = joined[k]
-      redis.call('SET', j[1], j[2], 'PXAT', j[3])
+      if j.batch then
+        batches.unjoin(j.batch)
+      else
+        redis.call('SET', j[1], j[2], 'PXAT', j[3])
+      end
     end
     for k = #created, 1, -1 do
-      redis.call('DEL', created[k])
+      local key = created[k]
+      redis.call('DEL', key)
+      if batches then
+        batches.drop(key)
+      end
     end
   end
+
 
   -- Each key: taken afresh with SET NX (the usual case), else as slow's take
   -- says. The result: the key's token, or false, the remaining lease and the
@@ -526,15 +578,27 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         units, capkey, counted = tonumber(ARGV[at]), ARGV[at + 1], counted + 1
       end
       local token, left, s
+      -- read: the long way, when the key is read that way (false: the
+      -- attempt is made again).
+      local read
       if not clear then
-        token, left, s = slow().verdict(key, shared, units, capkey)
+        read = long_way(slow, joined, undo)
+        if read then
+          token, left, s = read.verdict(key, shared, units, capkey)
+        end
       elseif units then
         token, left = take_units(key, base, units, capkey, owner, hold, lease, created, joined)
         if token == false then
-          token, left, s = slow().take(key, base, false, units, left)
+          read = long_way(slow, joined, undo)
+          if read then
+            token, left, s = read.take(key, base, false, units, left)
+          end
         end
       elseif shared then
-        token, left, s = slow().take(key, base, true)
+        read = long_way(slow, joined, undo)
+        if read then
+          token, left, s = read.take(key, base, true)
+        end
       else
         token = base
         local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
@@ -542,14 +606,19 @@ local function attempt(owner, hold, lease, mode, place, i, last)
           -- The owner holds nothing: a key there is another owner's.
           token, left = false, 0
         elseif not r then
-          token, left, s = slow().take(key, token, false)
+          read = long_way(slow, joined, undo)
+          if read then
+            token, left, s = read.take(key, token, false)
+          end
         elseif r.err then
           token, left = nil, r
         else
           created[#created + 1] = key
         end
       end
-      if token == nil then
+      if read == false then
+        return REDO
+      elseif token == nil then
         undo()
         if left == 'upgrade' then
           return {-3, key}

@@ -51,7 +51,10 @@
 -- neighbours), one that joins fills a hole as long as it or goes after the
 -- last hold, and an owner field written shorter than it was is followed by
 -- spaces. A script that reads every hold writes the value afresh, without
--- them.
+-- them. The holds that one call joins to a key in units (tryeach.lua's
+-- batches) or lets leave it so (release.lua's left) are written together,
+-- once: the joins after the last hold, or with the value written whole when
+-- it has holes.
 -- The key expires with its longest hold (PXAT), or later: a hold that
 -- leaves without the others being read (release.lua) leaves the key's
 -- expiry as it was, the end of the longest hold it listed at most, and one

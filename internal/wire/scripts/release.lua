@@ -70,15 +70,42 @@ local function alone_pattern(hold)
   return '^%d+ %- ' .. hold .. '=(%d+)=([^=]*)=(%d+) ' .. COUNTED .. '%d+$'
 end
 
+-- Holds that leave a key in place (see leave_quickly) are written once a
+-- key and call: a tick's locks let go of the keys they share in one call,
+-- and a hot key's value is as long as its many holds. left: per such key,
+-- its value as read (holds that leave keep their place in it), the holes
+-- to write (where each entry that left starts and ends), the holds that
+-- left, the units and the entries it lists after them, where its owner
+-- field starts, and whether it is counted. write_left writes them.
+local left = {}
+
+-- several: the call serves more than one lock (set with the first); a
+-- lone lock's holds are written out as they leave.
+local several
+
+-- write_left writes the holes and the owner field of the holds that left
+-- key in place, and forgets them.
+local function write_left(key)
+  local l = left[key]
+  left[key] = nil
+  for k = 1, #l.holes, 2 do
+    redis.call('SETRANGE', key, l.holes[k] - 1, commas(l.holes[k + 1] - l.holes[k] + 1))
+  end
+  if l.counted then
+    write_at(key, l.v, l.at, ' ' .. COUNTED .. string.format('%d', l.units))
+  end
+end
+
 -- leave_quickly returns what lets go of hold's live hold of owner in key,
 -- of value v, and the hold's units (0 on a key held shared): a function
 -- that deletes the key when the hold was its last, or else writes the hold
--- out in place (see layout.lua); nil when v is not a counted or shared
--- value that split reads, or the hold is not there, not owner's or not
--- live: such a value is read the long way. The others' holds are not
--- read, and the key keeps its expiry, which may be this hold's end:
--- finding the next one would read them all, and the holds of one call end
--- together, so that a tick's consume read every hold once per hold.
+-- out in place (see layout.lua) with the other holds that leave it in this
+-- call (left); nil when v is not a counted or shared value that split
+-- reads, or the hold is not there, not owner's, not live or left already:
+-- such a value is read the long way. The others' holds are not read, and
+-- the key keeps its expiry, which may be this hold's end: finding the next
+-- one would read them all, and the holds of one call end together, so that
+-- a tick's consume read every hold once per hold.
 local function leave_quickly(key, v, owner, hold, alone)
   local alone_ends, who, alone_units = string.match(v, alone)
   if alone_ends and who == owner then
@@ -105,23 +132,40 @@ local function leave_quickly(key, v, owner, hold, alone)
     units = 0
   end
   now = now or layout().now_ms()
-  if not ends or who ~= owner or tonumber(ends) <= now then
+  local l = left[key]
+  if not ends or who ~= owner or tonumber(ends) <= now or l and l.holds[hold] then
     return nil
   end
   units = tonumber(units)
-  -- Every hold has a "=": another hold is listed when one lies outside
-  -- this entry.
-  local before, after = string.find(v, '=', holds, true), string.find(v, '=', last + 1, true)
-  if before >= first and not (after and after < at) then
+  local others
+  if l then
+    l.entries = l.entries or select(2, string.gsub(string.sub(v, holds, at - 1), '[^,]+', ''))
+    others = l.entries - #l.holes / 2 - 1 > 0
+  else
+    -- Every hold has a "=": another hold is listed when one lies outside
+    -- this entry.
+    local before, after = string.find(v, '=', holds, true), string.find(v, '=', last + 1, true)
+    others = before < first or after and after < at
+  end
+  if not others then
     return function()
+      left[key] = nil
       redis.call('DEL', key)
     end, units
   end
+  if not several then
+    return function()
+      redis.call('SETRANGE', key, first - 1, commas(last - first + 1))
+      if counted then
+        write_at(key, v, at, ' ' .. COUNTED .. string.format('%d', listed - units))
+      end
+    end, units
+  end
   return function()
-    redis.call('SETRANGE', key, first - 1, commas(last - first + 1))
-    if counted then
-      write_at(key, v, at, ' ' .. COUNTED .. string.format('%d', listed - units))
-    end
+    l = l or {v = v, at = at, counted = counted, units = listed, holes = {}, holds = {}}
+    left[key] = l
+    l.holes[#l.holes + 1], l.holes[#l.holes + 2] = first, last
+    l.holds[hold], l.units = true, l.units - units
   end, units
 end
 local locks = 0
@@ -131,6 +175,7 @@ while i <= #ARGV do
   local m, n, c = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   locks = locks + 1
   local first = i + 6
+  several = several or first + m + n + 2 * c <= #ARGV
   -- consumed: the capacity key of each key whose units are consumed.
   local consumed
   for j = first + m + n, first + m + n + 2 * c - 1, 2 do
@@ -157,7 +202,8 @@ while i <= #ARGV do
     local key = ARGV[j]
     -- Read before writing: in a slot being migrated a key this script
     -- deleted is no longer local, and writing it again would fail half-way.
-    local v = redis.pcall('GET', key)
+    -- A key that holds left in place in this call is read as it was.
+    local v = left[key] and left[key].v or redis.pcall('GET', key)
     local capkey = consumed and consumed[key]
     local text = type(v) == 'string'
     local alone = text and string.sub(v, -#fresh) == fresh
@@ -176,6 +222,11 @@ while i <= #ARGV do
       note(locks, 1, key) -- gone: nothing of it is sold
     elseif v then
       local L = layout()
+      if left[key] then
+        -- Read the long way, as the call left it.
+        write_left(key)
+        v = redis.pcall('GET', key)
+      end
       if type(v) == 'table' then
         v = L.get(key) -- an error: moved (nil), not a string (false), or raised
       end
@@ -218,5 +269,8 @@ while i <= #ARGV do
     end
   end
   i = first + m + n + 2 * c
+end
+for key in pairs(left) do
+  write_left(key)
 end
 return keylists(locks)

@@ -25,26 +25,160 @@
 -- Returns {-2}: the slot of the cancel mark is not served here; nothing was
 -- changed.
 -- An error of a key fails the call: what the baskets before it wrote is
--- undone.
+-- undone. Lines in units that join a key quickly are written once a key
+-- (batching, below).
+
+-- Joins written once a call (attempt.lua's batches): a tick's baskets
+-- join the keys an earlier basket of the call took or joined, and a join
+-- written at once costs several commands and a read of the key, a hot key's
+-- value as long as its many holds. So a line in units that joins quickly
+-- (as join_quickly says) is kept in its key's batch, and each batch is
+-- written with one write (flush) at the end of the call, or before any key
+-- is read the long way, which must find it written; an attempt that would
+-- read a key the long way with joins of its own kept is undone and made
+-- again with nothing kept (REDO). Here, not in attempt.lua: the functions
+-- a script makes on every call cost as much as a small lock.
+local function batching()
+  local B = {}
+  -- of: per key, its batch (see B.of); order: the keys in the order of
+  -- their first join; known: the value of each counted key the call took
+  -- afresh, which a join reads instead of the key; originals: the value
+  -- and expiry each batch's key had before the call first wrote a batch
+  -- to it, which B.undo puts back (a key the call took afresh is deleted
+  -- by its attempt's undo).
+  local of, order, originals = {}, {}, {}
+  B.known = {}
+
+  -- B.of returns key's batch, made from its value v (the value known when
+  -- nil: a key the call took afresh), or nil when there is none, or v is
+  -- no counted value with a hold and nobody waiting.
+  function B.of(key, v)
+    local b = of[key]
+    if b then
+      return b
+    end
+    v = v or B.known[key]
+    if not v then
+      return nil
+    end
+    local gap, at, n = split(v, COUNTED)
+    if not gap then
+      return nil
+    end
+    b = {v = v, gap = gap, at = at, n = n, read = not B.known[key], entries = {}, tokens = {}, units = {}, by = {},
+      owners = {}, holds = {}}
+    of[key] = b
+    order[#order + 1] = key
+    return b
+  end
+
+  -- B.join adds hold of owner, units of it, to batch b with token, as
+  -- join_quickly would add it to the key (cap its capacity), recording it
+  -- in joined to be undone: it returns token, or false and cap when
+  -- join_quickly would not join.
+  function B.join(b, units, cap, token, owner, hold, lease, joined)
+    if b.n + units > cap or b.holds[hold] or b.owners[owner] or
+      string.find(b.v, hold .. '=', b.gap, true) or string.find(b.v, '=' .. owner .. '=', b.gap, true) then
+      return false, cap
+    end
+    local k = #b.entries + 1
+    b.entries[k] = counted_parts(hold, lease, owner, units)
+    b.tokens[k], b.units[k], b.by[k] = token, units, {hold, owner}
+    b.holds[hold], b.owners[owner], b.n, b.lease = true, true, b.n + units, lease
+    joined[#joined + 1] = {batch = b}
+    return token
+  end
+
+  -- B.unjoin takes the last join out of batch b.
+  function B.unjoin(b)
+    local k = #b.entries
+    b.holds[b.by[k][1]], b.owners[b.by[k][2]], b.n = nil, nil, b.n - b.units[k]
+    b.entries[k], b.tokens[k], b.units[k], b.by[k] = nil, nil, nil, nil
+  end
+
+  -- B.drop forgets key, which an undo deletes.
+  function B.drop(key)
+    B.known[key], of[key] = nil, nil
+  end
+
+  -- B.flush writes every batch's joins to its key, in place after its last
+  -- hold when it can (see layout.lua), else whole without holes, and
+  -- forgets the batches and the values known: the keys now hold what they
+  -- said.
+  function B.flush()
+    for _, key in ipairs(order) do
+      -- A key whose batch an undo dropped may be listed twice.
+      local b = of[key]
+      of[key] = nil
+      if b and #b.entries > 0 then
+        local v, gap, at = b.v, b.gap, b.at
+        local t = string.format('%d', b.tokens[#b.tokens])
+        local field = COUNTED .. string.format('%d', b.n)
+        local lease = tonumber(b.lease)
+        local ends = now_once() + lease
+        local expires = layout().expiry(key)
+        if b.read then
+          originals[key] = originals[key] or {v, expires}
+        end
+        local joins = table.concat(b.entries, ',')
+        local holds = gap + 3
+        local holes = string.sub(v, holds, holds) == ',' or string.sub(v, at - 1, at - 1) == ',' or
+          string.find(v, ',,', holds, true)
+        if not holes and ends <= expires and #t == gap - 1 then
+          redis.call('SETRANGE', key, 0, t)
+          write_at(key, v, at, ',' .. joins .. ' ' .. field)
+        else
+          local kept = compact(v, gap, at)
+          if kept ~= '' then
+            joins = kept .. ',' .. joins
+          end
+          redis.call('SET', key, t .. ' - ' .. joins .. ' ' .. field, 'PXAT', ends > expires and ends + lease or expires)
+        end
+      end
+    end
+    order, B.known = {}, {}
+  end
+
+  -- B.undo puts back what B.flush wrote, for a call that fails: the
+  -- batches' joins that were not written are taken out by the undo of
+  -- their attempts.
+  function B.undo()
+    for key, o in pairs(originals) do
+      redis.call('SET', key, o[1], 'PXAT', o[2])
+    end
+  end
+  return B
+end
+
 local lease, mode = ARGV[1], ARGV[2]
 local stop = cancelled(ARGV[3])
 if stop then
   return stop
 end
 
+batches = batching()
 local replies, undos = {}, {}
 local i = 4
 while i <= #ARGV do
   local owner, hold, c = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local reply, undo = attempt(owner, hold, lease, mode, 0, i + 3, i + 2 + c)
+  if reply == REDO then
+    local kept = batches
+    kept.flush()
+    batches = nil
+    reply, undo = attempt(owner, hold, lease, mode, 0, i + 3, i + 2 + c)
+    batches = kept
+  end
   if reply.err then
     for k = #undos, 1, -1 do
       undos[k]()
     end
+    batches.undo()
     return reply
   end
   undos[#undos + 1] = undo
   replies[#replies + 1] = reply
   i = i + 3 + c
 end
+batches.flush()
 return replies
