@@ -913,6 +913,36 @@ func TestScriptTryEachJoinsOnce(t *testing.T) {
 		require.NoError(t, err)
 		assert.Regexp(t, `^6 - h:a=\d+=alice=2,h:b=\d+=bob=3 #5$`, v)
 	})
+	// A call that fails undoes its writes in the reverse order of their
+	// making, the writes of its batches among them.
+	failing := func(baskets ...[]any) error {
+		baskets = append(baskets, unitsBasket("dan", "h:d", []string{"list"}, "n", 1))
+		_, err := wire.TryEachScript.Run(ctx, rdb, nil, tryEachUnits("fresh", baskets...)...).Result()
+		return err
+	}
+	t.Run("a key a failed call took afresh and batched is gone", func(t *testing.T) {
+		setUp(t, "4 - "+alice+" #2")
+		require.NoError(t, rdb.RPush(ctx, "units:{a}:list", "x").Err())
+		require.NoError(t, rdb.Set(ctx, "units:{a}:new", 10, 0).Err())
+		// The shared keys are read the long way: frank's key, then gina's
+		// join of it, are written first.
+		require.ErrorContains(t, failing(unitsBasket("frank", "h:f", []string{"new"}, "n", 1), unitsBasket("carol", "h:c", []string{"s"}, "s"),
+			unitsBasket("gina", "h:g", []string{"new"}, "n", 1), unitsBasket("hank", "h:h", []string{"s2"}, "s")), "WRONGTYPE")
+		v, err := rdb.Get(ctx, "new").Result()
+		assert.ErrorIs(t, err, redis.Nil, "the key frank took: %q", v)
+	})
+	t.Run("a key a basket made again joined at once is put back", func(t *testing.T) {
+		before := setUp(t, "4 - "+alice+" #2")
+		require.NoError(t, rdb.RPush(ctx, "units:{a}:list", "x").Err())
+		// bob's shared key is read the long way after his join of k: made
+		// again, k written at once; carol's join of it is written before
+		// hank's shared key is read.
+		require.ErrorContains(t, failing(unitsBasket("bob", "h:b", []string{"k", "s"}, "ns", 3), unitsBasket("carol", "h:c", k, "n", 2),
+			unitsBasket("hank", "h:h", []string{"s2"}, "s")), "WRONGTYPE")
+		v, err := rdb.Get(ctx, "k").Result()
+		require.NoError(t, err)
+		assert.Equal(t, before, v)
+	})
 	t.Run("a call that fails puts back what it wrote of its joins", func(t *testing.T) {
 		before := setUp(t, "4 - "+alice+" #2")
 		require.NoError(t, rdb.RPush(ctx, "units:{a}:list", "x").Err())

@@ -527,7 +527,6 @@ local function attempt(owner, hold, lease, mode, place, i, last)
     end
   end
 
-
   -- Each key: taken afresh with SET NX (the usual case), else as slow's take
   -- says. The result: the key's token, or false, the remaining lease and the
   -- state of another owner's key, or nil and the error of a key not served

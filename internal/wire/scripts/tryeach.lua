@@ -33,20 +33,18 @@
 -- written at once costs several commands and a read of the key, a hot key's
 -- value as long as its many holds. So a line in units that joins quickly
 -- (as join_quickly says) is kept in its key's batch, and each batch is
--- written with one write (flush) at the end of the call, or before any key
+-- written once (flush) at the end of the call, or before any key
 -- is read the long way, which must find it written; an attempt that would
 -- read a key the long way with joins of its own kept is undone and made
 -- again with nothing kept (REDO). Here, not in attempt.lua: the functions
--- a script makes on every call cost as much as a small lock.
-local function batching()
+-- a script makes on every call cost as much as a small lock. undos is the
+-- call's undo list, to which each flush adds its own where it comes.
+local function batching(undos)
   local B = {}
   -- of: per key, its batch (see B.of); order: the keys in the order of
   -- their first join; known: the value of each counted key the call took
-  -- afresh, which a join reads instead of the key; originals: the value
-  -- and expiry each batch's key had before the call first wrote a batch
-  -- to it, which B.undo puts back (a key the call took afresh is deleted
-  -- by its attempt's undo).
-  local of, order, originals = {}, {}, {}
+  -- afresh, which a join reads instead of the key.
+  local of, order = {}, {}
   B.known = {}
 
   -- B.of returns key's batch, made from its value v (the value known when
@@ -65,8 +63,7 @@ local function batching()
     if not gap then
       return nil
     end
-    b = {v = v, gap = gap, at = at, n = n, read = not B.known[key], entries = {}, tokens = {}, units = {}, by = {},
-      owners = {}, holds = {}}
+    b = {v = v, gap = gap, at = at, n = n, entries = {}, tokens = {}, units = {}, by = {}, owners = {}, holds = {}}
     of[key] = b
     order[#order + 1] = key
     return b
@@ -104,8 +101,10 @@ local function batching()
   -- B.flush writes every batch's joins to its key, in place after its last
   -- hold when it can (see layout.lua), else whole without holes, and
   -- forgets the batches and the values known: the keys now hold what they
-  -- said.
+  -- said. Its undo, added to undos, puts back each key's value and expiry
+  -- as they were before it (nothing else writes a batch's key meanwhile).
   function B.flush()
+    local before = {}
     for _, key in ipairs(order) do
       -- A key whose batch an undo dropped may be listed twice.
       local b = of[key]
@@ -117,14 +116,10 @@ local function batching()
         local lease = tonumber(b.lease)
         local ends = now_once() + lease
         local expires = layout().expiry(key)
-        if b.read then
-          originals[key] = originals[key] or {v, expires}
-        end
+        before[#before + 1] = {key, v, expires}
         local joins = table.concat(b.entries, ',')
-        local holds = gap + 3
-        local holes = string.sub(v, holds, holds) == ',' or string.sub(v, at - 1, at - 1) == ',' or
-          string.find(v, ',,', holds, true)
-        if not holes and ends <= expires and #t == gap - 1 then
+        -- The hole of a hold that left is two commas or more.
+        if not string.find(v, ',,', gap + 3, true) and ends <= expires and #t == gap - 1 then
           redis.call('SETRANGE', key, 0, t)
           write_at(key, v, at, ',' .. joins .. ' ' .. field)
         else
@@ -132,19 +127,17 @@ local function batching()
           if kept ~= '' then
             joins = kept .. ',' .. joins
           end
-          redis.call('SET', key, t .. ' - ' .. joins .. ' ' .. field, 'PXAT', ends > expires and ends + lease or expires)
+          redis.call('SET', key, t .. ' - ' .. joins .. ' ' .. field, 'PXAT', math.max(expires, ends + lease))
         end
       end
     end
     order, B.known = {}, {}
-  end
-
-  -- B.undo puts back what B.flush wrote, for a call that fails: the
-  -- batches' joins that were not written are taken out by the undo of
-  -- their attempts.
-  function B.undo()
-    for key, o in pairs(originals) do
-      redis.call('SET', key, o[1], 'PXAT', o[2])
+    if #before > 0 then
+      undos[#undos + 1] = function()
+        for _, o in ipairs(before) do
+          redis.call('SET', o[1], o[2], 'PXAT', o[3])
+        end
+      end
     end
   end
   return B
@@ -156,8 +149,8 @@ if stop then
   return stop
 end
 
-batches = batching()
 local replies, undos = {}, {}
+batches = batching(undos)
 local i = 4
 while i <= #ARGV do
   local owner, hold, c = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -173,7 +166,6 @@ while i <= #ARGV do
     for k = #undos, 1, -1 do
       undos[k]()
     end
-    batches.undo()
     return reply
   end
   undos[#undos + 1] = undo
