@@ -178,24 +178,15 @@ end
 
 -- batches: the joins of lines in units that tryeach.lua writes once a key
 -- and call (see its batching), nil for a call that writes them at once.
--- REDO: the reply of an attempt to make again without batches.
 local batches
-local REDO = 'redo'
 
--- long_way is slow (of an attempt that wrote joined, undone by undo), for
--- a key that is read: the batches are written first, so that it is read as
--- the call left it; false (after undo) when the attempt's own joins are
--- among them, which could not be undone once written: the attempt is made
--- again without batches (REDO).
-local function long_way(slow, joined, undo)
+-- long_way is slow, for key, which is read: its batch is written first, so
+-- that it is read as the call left it. It reads no other key, and no
+-- attempt batches a key it reads so: the other batches, the attempt's own
+-- joins among them, stay as they are.
+local function long_way(slow, key)
   if batches then
-    for _, j in ipairs(joined) do
-      if j.batch then
-        undo()
-        return false
-      end
-    end
-    batches.flush()
+    batches.flush(key)
   end
   return slow()
 end
@@ -577,27 +568,15 @@ local function attempt(owner, hold, lease, mode, place, i, last)
         units, capkey, counted = tonumber(ARGV[at]), ARGV[at + 1], counted + 1
       end
       local token, left, s
-      -- read: the long way, when the key is read that way (false: the
-      -- attempt is made again).
-      local read
       if not clear then
-        read = long_way(slow, joined, undo)
-        if read then
-          token, left, s = read.verdict(key, shared, units, capkey)
-        end
+        token, left, s = long_way(slow, key).verdict(key, shared, units, capkey)
       elseif units then
         token, left = take_units(key, base, units, capkey, owner, hold, lease, created, joined)
         if token == false then
-          read = long_way(slow, joined, undo)
-          if read then
-            token, left, s = read.take(key, base, false, units, left)
-          end
+          token, left, s = long_way(slow, key).take(key, base, false, units, left)
         end
       elseif shared then
-        read = long_way(slow, joined, undo)
-        if read then
-          token, left, s = read.take(key, base, true)
-        end
+        token, left, s = long_way(slow, key).take(key, base, true)
       else
         token = base
         local r = redis.pcall('SET', key, value, 'NX', 'PX', lease)
@@ -605,19 +584,14 @@ local function attempt(owner, hold, lease, mode, place, i, last)
           -- The owner holds nothing: a key there is another owner's.
           token, left = false, 0
         elseif not r then
-          read = long_way(slow, joined, undo)
-          if read then
-            token, left, s = read.take(key, token, false)
-          end
+          token, left, s = long_way(slow, key).take(key, token, false)
         elseif r.err then
           token, left = nil, r
         else
           created[#created + 1] = key
         end
       end
-      if read == false then
-        return REDO
-      elseif token == nil then
+      if token == nil then
         undo()
         if left == 'upgrade' then
           return {-3, key}

@@ -33,12 +33,11 @@
 -- written at once costs several commands and a read of the key, a hot key's
 -- value as long as its many holds. So a line in units that joins quickly
 -- (as join_quickly says) is kept in its key's batch, and each batch is
--- written once (flush) at the end of the call, or before any key
--- is read the long way, which must find it written; an attempt that would
--- read a key the long way with joins of its own kept is undone and made
--- again with nothing kept (REDO). Here, not in attempt.lua: the functions
--- a script makes on every call cost as much as a small lock. undos is the
--- call's undo list, to which each flush adds its own where it comes.
+-- written once (flush) at the end of the call, or before its key is read
+-- the long way, which must find it written. Here, not in attempt.lua: the
+-- functions a script makes on every call cost as much as a small lock.
+-- undos is the call's undo list, to which each flush adds its own where it
+-- comes.
 local function batching(undos)
   local B = {}
   -- of: per key, its batch (see B.of); order: the keys in the order of
@@ -98,40 +97,52 @@ local function batching(undos)
     B.known[key], of[key] = nil, nil
   end
 
-  -- B.flush writes every batch's joins to its key, in place after its last
-  -- hold when it can (see layout.lua), else whole without holes, and
-  -- forgets the batches and the values known: the keys now hold what they
-  -- said. Its undo, added to undos, puts back each key's value and expiry
-  -- as they were before it (nothing else writes a batch's key meanwhile).
-  function B.flush()
-    local before = {}
-    for _, key in ipairs(order) do
-      -- A key whose batch an undo dropped may be listed twice.
-      local b = of[key]
-      of[key] = nil
-      if b and #b.entries > 0 then
-        local v, gap, at = b.v, b.gap, b.at
-        local t = string.format('%d', b.tokens[#b.tokens])
-        local field = COUNTED .. string.format('%d', b.n)
-        local lease = tonumber(b.lease)
-        local ends = now_once() + lease
-        local expires = layout().expiry(key)
-        before[#before + 1] = {key, v, expires}
-        local joins = table.concat(b.entries, ',')
-        -- The hole of a hold that left is two commas or more.
-        if not string.find(v, ',,', gap + 3, true) and ends <= expires and #t == gap - 1 then
-          redis.call('SETRANGE', key, 0, t)
-          write_at(key, v, at, ',' .. joins .. ' ' .. field)
-        else
-          local kept = compact(v, gap, at)
-          if kept ~= '' then
-            joins = kept .. ',' .. joins
-          end
-          redis.call('SET', key, t .. ' - ' .. joins .. ' ' .. field, 'PXAT', math.max(expires, ends + lease))
-        end
-      end
+  -- write writes key's batch, in place after its last hold when it can
+  -- (see layout.lua), else whole without holes, and forgets it, adding
+  -- what puts it back to before (nothing else writes a batch's key
+  -- meanwhile).
+  local function write(key, before)
+    -- A key whose batch was written or dropped may be listed twice.
+    local b = of[key]
+    of[key] = nil
+    if not b or #b.entries == 0 then
+      return
     end
-    order, B.known = {}, {}
+    local v, gap, at = b.v, b.gap, b.at
+    local t = string.format('%d', b.tokens[#b.tokens])
+    local field = COUNTED .. string.format('%d', b.n)
+    local lease = tonumber(b.lease)
+    local ends = now_once() + lease
+    local expires = layout().expiry(key)
+    before[#before + 1] = {key, v, expires}
+    local joins = table.concat(b.entries, ',')
+    -- The hole of a hold that left is two commas or more.
+    if not string.find(v, ',,', gap + 3, true) and ends <= expires and #t == gap - 1 then
+      redis.call('SETRANGE', key, 0, t)
+      write_at(key, v, at, ',' .. joins .. ' ' .. field)
+    else
+      local kept = compact(v, gap, at)
+      if kept ~= '' then
+        joins = kept .. ',' .. joins
+      end
+      redis.call('SET', key, t .. ' - ' .. joins .. ' ' .. field, 'PXAT', math.max(expires, ends + lease))
+    end
+  end
+
+  -- B.flush writes the batch of key only, or every batch, and forgets the
+  -- values known of them: the keys now hold what they said. Its undo,
+  -- added to undos, puts them back as they were before it.
+  function B.flush(key)
+    local before = {}
+    if key then
+      write(key, before)
+      B.known[key] = nil
+    else
+      for _, k in ipairs(order) do
+        write(k, before)
+      end
+      order, B.known = {}, {}
+    end
     if #before > 0 then
       undos[#undos + 1] = function()
         for _, o in ipairs(before) do
@@ -155,13 +166,6 @@ local i = 4
 while i <= #ARGV do
   local owner, hold, c = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local reply, undo = attempt(owner, hold, lease, mode, 0, i + 3, i + 2 + c)
-  if reply == REDO then
-    local kept = batches
-    kept.flush()
-    batches = nil
-    reply, undo = attempt(owner, hold, lease, mode, 0, i + 3, i + 2 + c)
-    batches = kept
-  end
   if reply.err then
     for k = #undos, 1, -1 do
       undos[k]()
