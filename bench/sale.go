@@ -178,7 +178,9 @@ func countFloorKind(name string, rdbs []*redis.ClusterClient, workers int, holds
 			counts := make([]*redis.StringCmd, len(states))
 			for i, st := range states {
 				counts[i] = pipe.GetDel(ctx, countKey(stock.Key(st.SKU)))
-				pipe.Del(ctx, countKey(stock.Key(st.SKU))+"fence")
+				if holds {
+					pipe.Del(ctx, countKey(stock.Key(st.SKU))+"fence")
+				}
 			}
 			_, _ = pipe.Exec(ctx)
 			for i, st := range states {
@@ -222,19 +224,27 @@ func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orde
 		baskets[i] = slices.Sorted(maps.Keys(units[i]))
 		all[i] = i
 	}
-	f.ticks++
-	holds := make([]string, len(batch))
-	for i := range holds {
-		holds[i] = fmt.Sprintf("h:%d:%d:%d", f.processor, f.ticks, i)
+	var holds []string // the hold floor's, by basket
+	if f.holds {
+		f.ticks++
+		holds = make([]string, len(batch))
+		for i := range holds {
+			holds[i] = fmt.Sprintf("h:%d:%d:%d", f.processor, f.ticks, i)
+		}
 	}
 	asked := time.Now()
 	refused := make([]bool, len(batch))
+	// masters: the parts of the baskets by master, per call (one call, or
+	// one a basket), which the hold floor's sale sends again.
+	var masters [][][]basketPart
 	var err error
 	if f.workers == 0 {
-		err = f.sell(ctx, baskets, units, holds, all, refused)
+		masters = make([][][]basketPart, 1)
+		masters[0], err = f.sell(ctx, baskets, units, holds, all, refused)
 	} else {
+		masters = make([][][]basketPart, len(batch))
 		errs := make([]error, len(batch))
-		each(f.workers, len(batch), func(i int) { errs[i] = f.sell(ctx, baskets, units, holds, []int{i}, refused) })
+		each(f.workers, len(batch), func(i int) { masters[i], errs[i] = f.sell(ctx, baskets, units, holds, []int{i}, refused) })
 		err = errors.Join(errs...)
 	}
 	if err != nil {
@@ -247,15 +257,14 @@ func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orde
 		}
 	}
 	out := f.stock.FulfilTaken(ctx, batch, taken, time.Since(asked), func(int, int) int64 { return 0 }, 0)
-	if f.holds && f.workers == 0 && len(taken) > 0 {
-		err = f.sellHolds(ctx, baskets, units, holds, taken)
-	} else if f.holds {
-		errs := make([]error, len(taken))
-		each(f.workers, len(taken), func(n int) { errs[n] = f.sellHolds(ctx, baskets, units, holds, taken[n:n+1]) })
-		err = errors.Join(errs...)
-	}
-	if err != nil {
-		return nil, nil, err
+	if f.holds {
+		errs := make([]error, len(masters))
+		each(max(f.workers, 1), len(masters), func(n int) {
+			errs[n] = f.sellHolds(ctx, masters[n], units, holds, func(b int) bool { return !refused[b] })
+		})
+		if err := errors.Join(errs...); err != nil {
+			return nil, nil, err
+		}
 	}
 	return out, nil, nil
 }
@@ -264,10 +273,12 @@ func (f *decrementFloor) Tick(ctx context.Context, batch []orders.Order) ([]orde
 // master, and gives back the parts of those refused on another master;
 // it marks the refused in refused, which calls on other baskets share.
 // The hold floor takes them as holds (holds: by basket, its hold id).
-func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []map[string]int64, holds []string, which []int, refused []bool) error {
+// It returns the baskets' parts by master.
+func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []map[string]int64, holds []string, which []int,
+	refused []bool) ([][]basketPart, error) {
 	masters, err := partsByMaster(ctx, f.rdb, baskets, which)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	script, op, back := decrement, "", "back"
 	if f.holds {
@@ -293,10 +304,10 @@ func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []m
 		}
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 	if len(short) == 0 {
-		return nil
+		return masters, nil
 	}
 	var giveBacks []*floorCall
 	for m := range masters {
@@ -307,25 +318,24 @@ func (f *decrementFloor) sell(ctx context.Context, baskets [][]string, units []m
 	sendCalls(ctx, f.rdb, script, giveBacks)
 	for _, c := range giveBacks {
 		if err := c.Reply.Err(); err != nil {
-			return fmt.Errorf("%s: giving back on slot %d: %w", f.name, c.Slot, err)
+			return nil, fmt.Errorf("%s: giving back on slot %d: %w", f.name, c.Slot, err)
 		}
 	}
 	for b := range short {
 		refused[b] = true
 	}
-	return nil
+	return masters, nil
 }
 
-// sellHolds turns the hold floor's holds of the baskets at taken into a
-// sale, one call per master.
-func (f *decrementFloor) sellHolds(ctx context.Context, baskets [][]string, units []map[string]int64, holds []string, taken []int) error {
-	masters, err := partsByMaster(ctx, f.rdb, baskets, taken)
-	if err != nil {
-		return err
-	}
-	calls := make([]*floorCall, len(masters))
-	for m := range masters {
-		calls[m] = f.call(masters[m], units, holds, func(int) bool { return true }, "sell")
+// sellHolds turns the hold floor's holds of the baskets that sold says
+// were taken, of the parts by master of one take, into a sale: one call
+// per master.
+func (f *decrementFloor) sellHolds(ctx context.Context, masters [][]basketPart, units []map[string]int64, holds []string, sold func(b int) bool) error {
+	var calls []*floorCall
+	for _, parts := range masters {
+		if c := f.call(parts, units, holds, sold, "sell"); c != nil {
+			calls = append(calls, c)
+		}
 	}
 	sendCalls(ctx, f.rdb, holdFloor, calls)
 	for _, c := range calls {
