@@ -91,8 +91,8 @@ in [docs/design.md](docs/design.md#what-is-guaranteed); [docs/faults.md](docs/fa
 
 batchlock never logs. `WithObserver(fn)` hands `fn` every event (acquired, with a `Processor` basket's wait from
 `Add`; conflict, a refused `TryEach` basket's too; queued, handed off, renewed, lost, released, failed);
-`batchlockotel.Observer(meterProvider)`, `batchlockotel.Gauges(mp, client)`,
-`batchlockotel.ProcessorGauges(mp, processor)` and `batchlockotel.UnitsGauges(mp, client, keys...)` make
+`batchlockotel.Observer(meterProvider)`, `batchlockotel.Gauges(mp, client)` (its Processors' backlog
+included) and `batchlockotel.UnitsGauges(mp, client, keys...)` make
 OpenTelemetry metrics of them, `batchlockslog.Observer(logger)` logs them with `log/slog`.
 
 `redlock.New(clients)` takes the same batch lock on N independent deployments and holds it while a

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/owner"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
@@ -37,7 +38,7 @@ func bySlot(keys []string) []string {
 func lockKeys(keys []string) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = DefaultPrefix + k
+		out[i] = defaultPrefix + k
 	}
 	return out
 }
@@ -99,7 +100,7 @@ func TestTryLock(t *testing.T) {
 		{name: "a key held by another owner: conflict, nothing kept",
 			setup:    func(f *wiretest.Fake) { f.Hold("other", time.Minute, middle) },
 			wantErr:  []error{ErrNotObtained},
-			errText:  strings.TrimPrefix(middle, DefaultPrefix),
+			errText:  strings.TrimPrefix(middle, defaultPrefix),
 			wantHeld: ownedBy("other", middle)},
 		{name: "the owner's own key is joined",
 			setup:    func(f *wiretest.Fake) { f.Hold("me", time.Minute, middle) },
@@ -189,7 +190,7 @@ func TestTryLockConflictListsKeysAndReleasesGrantedGroups(t *testing.T) {
 	_, err := c.TryLock(t.Context(), basket)
 	var conflict *ConflictError
 	require.ErrorAs(t, err, &conflict)
-	assert.ElementsMatch(t, []string{order[1][len(DefaultPrefix):], order[4][len(DefaultPrefix):]}, conflict.Keys)
+	assert.ElementsMatch(t, []string{order[1][len(defaultPrefix):], order[4][len(defaultPrefix):]}, conflict.Keys)
 	assert.Equal(t, ownedBy("other", order[1], order[4]), f.Held(), "what other masters granted is given back")
 	assert.NotEmpty(t, f.Calls("release"))
 }
@@ -333,11 +334,11 @@ func TestExtend(t *testing.T) {
 		lost      bool
 	}{
 		{name: "lengthens the lease", lengthens: true},
-		{name: "a key gone: lost", before: func(f *wiretest.Fake) { f.Free(DefaultPrefix + basket[2]) }, want: []error{ErrNotHeld}, lost: true},
+		{name: "a key gone: lost", before: func(f *wiretest.Fake) { f.Free(defaultPrefix + basket[2]) }, want: []error{ErrNotHeld}, lost: true},
 		{name: "unacknowledged: lengthens nothing", before: func(f *wiretest.Fake) { f.With(func() { f.Acks = 0 }) }, want: []error{ErrNoReplicas}},
 		{name: "a master that fails: lengthens nothing",
 			before: func(f *wiretest.Fake) {
-				f.With(func() { f.Fault = failOn("extend", DefaultPrefix+basket[0], -1, false, redisErr("ERR down")) })
+				f.With(func() { f.Fault = failOn("extend", defaultPrefix+basket[0], -1, false, redisErr("ERR down")) })
 			},
 			want: []error{}},
 	} {
@@ -380,11 +381,11 @@ func TestUnlock(t *testing.T) {
 	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
 	require.NoError(t, err)
 
-	f.With(func() { f.Fault = failOn("release", DefaultPrefix+basket[1], 1, false, io.ErrClosedPipe) })
+	f.With(func() { f.Fault = failOn("release", defaultPrefix+basket[1], 1, false, io.ErrClosedPipe) })
 	err = l.Unlock(t.Context())
 	require.ErrorIs(t, err, io.ErrClosedPipe, "the release of one group failed")
 	assert.NoError(t, l.Err(), "the lock is not released yet")
-	failed, _ := wiretest.FakeMaster(t.Context(), DefaultPrefix+basket[1])
+	failed, _ := wiretest.FakeMaster(t.Context(), defaultPrefix+basket[1])
 	for _, k := range lockKeys(basket) {
 		m, _ := wiretest.FakeMaster(t.Context(), k)
 		_, held := f.Held()[k]
@@ -405,12 +406,12 @@ func TestUnlockReportsKeysTakenByAnother(t *testing.T) {
 	c, f := newFaked(t)
 	l, err := c.TryLock(t.Context(), basket, WithTTL(time.Hour))
 	require.NoError(t, err)
-	f.Free(DefaultPrefix + basket[0])
-	f.Hold("other", time.Minute, DefaultPrefix+basket[0])
+	f.Free(defaultPrefix + basket[0])
+	f.Hold("other", time.Minute, defaultPrefix+basket[0])
 	err = l.Unlock(t.Context())
 	assert.ErrorIs(t, err, ErrNotHeld)
 	assert.ErrorContains(t, err, "held by another owner")
-	assert.Equal(t, ownedBy("other", DefaultPrefix+basket[0]), f.Held(), "the other keys are released all the same")
+	assert.Equal(t, ownedBy("other", defaultPrefix+basket[0]), f.Held(), "the other keys are released all the same")
 }
 
 func TestFixedLeaseEndsTheLock(t *testing.T) {
@@ -434,7 +435,7 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	assert.NoError(t, l.Err())
 	assert.Len(t, f.Held(), len(basket)+1)
 
-	f.Free(DefaultPrefix + basket[3])
+	f.Free(defaultPrefix + basket[3])
 	select {
 	case <-l.Context().Done():
 	case <-time.After(5 * time.Second):
@@ -487,12 +488,12 @@ func TestCloseReleasesEveryLockHeld(t *testing.T) {
 	c, f = newFaked(t)
 	l, err := c.Lock(ctx, basket, WithTTL(time.Hour))
 	require.NoError(t, err)
-	f.With(func() { f.Fault = failOn("release", DefaultPrefix+basket[1], 100, false, io.ErrClosedPipe) })
+	f.With(func() { f.Fault = failOn("release", defaultPrefix+basket[1], 100, false, io.ErrClosedPipe) })
 	err = c.Close()
 	require.ErrorIs(t, err, io.ErrClosedPipe, "the failed release is Close's error")
 	assert.ErrorContains(t, err, "close: releasing")
 	assert.ErrorIs(t, l.Err(), ErrClosed)
-	assert.Contains(t, f.Held(), DefaultPrefix+basket[1], "left to its lease")
+	assert.Contains(t, f.Held(), defaultPrefix+basket[1], "left to its lease")
 }
 
 func TestDo(t *testing.T) {
@@ -502,8 +503,8 @@ func TestDo(t *testing.T) {
 		l, ok := LockFromContext(ctx)
 		require.True(t, ok)
 		assert.Positive(t, l.Token(basket[0]))
-		owner, _ := OwnerFromContext(ctx)
-		assert.Equal(t, l.Owner(), owner)
+		id, _ := owner.FromContext(ctx)
+		assert.Equal(t, l.Owner(), id)
 		inner, err := c.TryLock(ctx, basket[:2])
 		require.NoError(t, err, "reentrant inside Do")
 		require.NoError(t, inner.Unlock(ctx))
@@ -513,7 +514,7 @@ func TestDo(t *testing.T) {
 	assert.Empty(t, f.Held(), "Do unlocks")
 
 	err = c.Do(t.Context(), basket, func(ctx context.Context) error {
-		f.Free(DefaultPrefix + basket[5])
+		f.Free(defaultPrefix + basket[5])
 		<-ctx.Done()
 		return context.Cause(ctx)
 	})
@@ -525,7 +526,7 @@ func TestDo(t *testing.T) {
 // the preflight's too, and sends nothing.
 func TestCallsOnAClosedClient(t *testing.T) {
 	c, f := newFaked(t)
-	f.Hold("other", time.Minute, DefaultPrefix+basket[0])
+	f.Hold("other", time.Minute, defaultPrefix+basket[0])
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close(), "idempotent")
 	sent := len(f.Log())
@@ -537,14 +538,15 @@ func TestCallsOnAClosedClient(t *testing.T) {
 	_, heldErr := c.Held(ctx, "*")
 	_, inspectErr := c.Inspect(ctx, basket...)
 	_, forceErr := c.ForceUnlock(ctx, basket[0])
-	results, checkErr := c.Check(ctx)
+	results, preflightErr := c.Preflight(ctx)
 	assert.Empty(t, results)
-	for _, err := range []error{lockErr, tryErr, eachErr, noBasketsErr, heldErr, inspectErr, forceErr, checkErr,
+	checkErr := c.Check(ctx)
+	for _, err := range []error{lockErr, tryErr, eachErr, noBasketsErr, heldErr, inspectErr, forceErr, checkErr, preflightErr,
 		c.Do(ctx, basket, func(context.Context) error { return nil })} {
 		assert.ErrorIs(t, err, ErrClosed)
 	}
 	assert.Len(t, f.Log(), sent, "nothing sent")
-	assert.Contains(t, f.Held(), DefaultPrefix+basket[0], "another Client's key is left alone")
+	assert.Contains(t, f.Held(), defaultPrefix+basket[0], "another Client's key is left alone")
 	assert.Equal(t, ErrClosed.Error(), checkErr.Error(), "a closed Client is no failed check")
 }
 
@@ -555,9 +557,9 @@ func TestForceUnlock(t *testing.T) {
 	token := l.Token(basket[0]) // 0 once the lock ends
 	released, err := c.ForceUnlock(t.Context(), basket[0], "free")
 	require.NoError(t, err)
-	assert.Equal(t, []Released{
-		{HeldKey: HeldKey{Key: basket[0], Holders: []string{"stuck"}, Holds: 1, Token: token}, Held: true},
-		{HeldKey: HeldKey{Key: "free"}},
+	assert.Equal(t, []HeldKey{
+		{Key: basket[0], Holders: []string{"stuck"}, Holds: 1, Token: token},
+		{Key: "free"},
 	}, released)
 	// Through the holder's own Client the lock ends at once, and its other
 	// key goes too, in the background.
@@ -674,7 +676,8 @@ func TestNilContextIsInvalid(t *testing.T) {
 		"Held":        func() error { _, err := c.Held(nilCtx, "*"); return err },
 		"Inspect":     func() error { _, err := c.Inspect(nilCtx, basket...); return err },
 		"ForceUnlock": func() error { _, err := c.ForceUnlock(nilCtx, basket...); return err },
-		"Check":       func() error { _, err := c.Check(nilCtx); return err },
+		"Check":       func() error { return c.Check(nilCtx) },
+		"Preflight":   func() error { _, err := c.Preflight(nilCtx); return err },
 		"Extend":      func() error { return l.Extend(nilCtx, time.Second) },
 		"Unlock":      func() error { return l.Unlock(nilCtx) },
 	}
@@ -697,33 +700,23 @@ func TestNilContextIsInvalid(t *testing.T) {
 	}
 }
 
-// A default owner id names its process (host and pid, or WithOwnerPrefix)
-// and is fresh per call, so that two calls of one process still exclude
-// each other; an owner given with WithOwner is used as it is.
+// A default owner id names its process (host and pid) and is fresh per
+// call, so that two calls of one process still exclude each other; an
+// owner given with WithOwner is used as it is.
 func TestDefaultOwnerNamesTheProcess(t *testing.T) {
 	host, err := os.Hostname()
 	require.NoError(t, err)
-	for _, tc := range []struct {
-		name   string
-		opts   []Option
-		prefix string
-	}{
-		{"host and pid by default", nil, host + ":" + strconv.Itoa(os.Getpid()) + ":"},
-		{"WithOwnerPrefix", []Option{WithOwnerPrefix("billing-7:")}, "billing-7:"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, _ := newFaked(t, tc.opts...)
-			first, err := c.TryLock(t.Context(), basket[:1])
-			require.NoError(t, err)
-			assert.True(t, strings.HasPrefix(first.Owner(), tc.prefix), first.Owner())
-			assert.Len(t, strings.TrimPrefix(first.Owner(), tc.prefix), 16, "and a random part")
-			_, err = c.TryLock(t.Context(), basket[:1])
-			require.ErrorIs(t, err, ErrNotObtained, "another call of the process is another owner")
-			given, err := c.TryLock(t.Context(), basket[1:2], WithOwner("order-42"))
-			require.NoError(t, err)
-			assert.Equal(t, "order-42", given.Owner())
-		})
-	}
+	prefix := host + ":" + strconv.Itoa(os.Getpid()) + ":"
+	c, _ := newFaked(t)
+	first, err := c.TryLock(t.Context(), basket[:1])
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(first.Owner(), prefix), first.Owner())
+	assert.Len(t, strings.TrimPrefix(first.Owner(), prefix), 16, "and a random part")
+	_, err = c.TryLock(t.Context(), basket[:1])
+	require.ErrorIs(t, err, ErrNotObtained, "another call of the process is another owner")
+	given, err := c.TryLock(t.Context(), basket[1:2], WithOwner("order-42"))
+	require.NoError(t, err)
+	assert.Equal(t, "order-42", given.Owner())
 }
 
 // A nil *Lock, what a failed call returns, holds nothing: a deferred Unlock

@@ -701,7 +701,7 @@ func (c *Client) gateWaitEnded(ctx context.Context, key string) error {
 // upgradeAtGate is the error of an owner asking exclusively for key, which
 // it holds shared.
 func (c *Client) upgradeAtGate(key string) error {
-	return fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(key))
+	return upgradeRefused(c.names.UserKey(key))
 }
 
 // gateHolders returns, by key without the prefix, the owners holding the

@@ -44,6 +44,7 @@ type HeldKey struct {
 	Lease   time.Duration // what is left of the key's lease
 	Token   int64         // the fencing token of the ownership
 	Master  string        // the address of the master that serves the key (Held only)
+	Err     error         // why ForceUnlock could not release the key (ForceUnlock only)
 }
 
 // Held lists the keys held under the Client's prefix whose name (without the
@@ -195,15 +196,6 @@ func (c *Client) readLocks(ctx context.Context, p redis.Cmdable, lockKeys []stri
 	return out, nil
 }
 
-// Released is what ForceUnlock did to one key.
-type Released struct {
-	// HeldKey is what the key held when it was released (Lease, Master,
-	// Capacity and Free not filled in); Key alone when it was not held.
-	HeldKey
-	Held bool  // the key was held, and is now released
-	Err  error // why the key could not be released; the others are all the same
-}
-
 // heldKey is what the value s of key says: its holders, holds, waiters and
 // token.
 func heldKey(key string, s wire.LockState) HeldKey {
@@ -215,9 +207,10 @@ func heldKey(key string, s wire.LockState) HeldKey {
 // operator's tool for a holder known to be dead. A holder still alive loses
 // its lock within a renewal period (lease/3; a lock of this Client at once),
 // its tokens stale from then on. It reports, key by key in the order given,
-// what it released; a key that could not be released carries its error,
-// which is also returned. Bad keys are ErrInvalid, before anything is sent.
-func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, error) {
+// what each held when released (Lease, Master, Capacity, Free not filled
+// in): Key alone, Token 0, when it was not held; Err set when it could not
+// be released, also returned. Bad keys are ErrInvalid, before anything is sent.
+func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]HeldKey, error) {
 	if err := checkContext(ctx); err != nil {
 		return nil, err
 	}
@@ -225,7 +218,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 		return nil, invalid("no keys")
 	}
 	lockKeys := make([]string, len(keys))
-	out := make([]Released, len(keys))
+	out := make([]HeldKey, len(keys))
 	for i, k := range keys {
 		if err := c.checkKey(k, "key", i); err != nil {
 			return nil, err
@@ -268,7 +261,7 @@ func (c *Client) ForceUnlock(ctx context.Context, keys ...string) ([]Released, e
 			for n, i := range at {
 				v := r.Values[n]
 				if s, ok := wire.ParseLock(v, r.Now); ok {
-					out[i] = Released{HeldKey: heldKey(keys[i], s), Held: true}
+					out[i] = heldKey(keys[i], s)
 					for _, h := range wire.HoldsIn(v) {
 						released[h] = true
 					}

@@ -19,7 +19,7 @@ import (
 // maxExportedNames holds the names there are: issue 59 aims at 75, so
 // lower it as names go and raise it only with a reason.
 const (
-	maxExportedNames = 86
+	maxExportedNames = 78
 	maxDocLines      = 12
 	maxAllDocLines   = 280
 	maxPackageDoc    = 30

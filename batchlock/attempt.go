@@ -183,9 +183,9 @@ func (c *Client) read(cl *routing.Call, l *Lock, out *attemptOutcome, groups []g
 		return true, nil
 	case wire.AcquireUpgrade:
 		// Nothing was changed, and waiting would not help.
-		return false, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrUpgrade), c.names.UserKey(r.Key))
+		return false, upgradeRefused(c.names.UserKey(r.Key))
 	case wire.AcquireNoUnits:
-		return false, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrNoCapacity), c.names.UserKey(r.Key))
+		return false, fmt.Errorf("%w: %w", ErrNotObtained, inner(noCapacity(c.names.UserKey(r.Key))))
 	case wire.AcquireOverUnits:
 		return false, fmt.Errorf("%w: %w: %q", ErrNotObtained, inner(ErrOverCapacity), c.names.UserKey(r.Key))
 	case wire.AcquireCancelled:

@@ -17,6 +17,7 @@ import (
 	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/handoff"
 	"github.com/batchlock/batchlock/internal/lifetime"
+	"github.com/batchlock/batchlock/internal/owner"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -46,6 +47,7 @@ type Client struct {
 	taking atomic.Int64
 	// localWaits counts the calls that waited at a gate (see Stats).
 	localWaits atomic.Uint64
+	processing processing
 	// started is when the Client was made; lastRefusal is when a call was
 	// last refused in Redis, as nanoseconds after started plus one, zero
 	// before the first (see contended).
@@ -203,37 +205,26 @@ func (c *Client) route(ctx context.Context, b routing.Batch) []routing.Result {
 	return results
 }
 
-// ownerKey is the context key of ContextWithOwner.
-type ownerKey struct{}
-
 // ContextWithOwner returns a context whose Lock, TryLock and Do calls use
 // owner as their owner id unless WithOwner says otherwise. Do passes such a
 // context to its function, so that a lock taken inside it on the same keys is
 // reentrant rather than a deadlock with itself.
-func ContextWithOwner(ctx context.Context, owner string) context.Context {
-	return context.WithValue(ctx, ownerKey{}, owner)
+func ContextWithOwner(ctx context.Context, id string) context.Context {
+	return owner.NewContext(ctx, id)
 }
 
-// OwnerFromContext returns the owner id set on ctx with ContextWithOwner, so
-// that code which takes locks through several Clients (Redlock) can give
-// them all the same owner.
-func OwnerFromContext(ctx context.Context) (string, bool) {
-	owner, ok := ctx.Value(ownerKey{}).(string)
-	return owner, ok
-}
+// newOwner is an owner id of the Client's own: "host:pid:", so that tools
+// show which process holds a key, then 8 random bytes, enough that no two
+// such ids meet.
+func (c *Client) newOwner() string { return processOwner + wire.RandomID(8) }
 
-// newOwner is an owner id of the Client's own: its owner prefix, then 8
-// random bytes, enough that no two such ids meet.
-func (c *Client) newOwner() string { return c.cfg.ownerPrefix + wire.RandomID(8) }
-
-// defaultOwnerPrefix is "host:pid:", which WithOwnerPrefix replaces.
-func defaultOwnerPrefix() string {
+var processOwner = func() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
 	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
-}
+}()
 
 // keep keeps locks, every key of them taken, as the Client's, unless their
 // call's caller gave up (a context cancelled rather than past its deadline
@@ -318,6 +309,50 @@ type Stats struct {
 	// calls taking their keys now; Gated the keys whose gate a lock holds or
 	// a call waits for (zero once every lock ended).
 	Held, Waiting, Gated int
+	// Of the Client's Processors: Pending the baskets added and not taken
+	// yet (the backlog), Queued those of them waiting in their keys'
+	// queues, Ticks the ticks handed out, and the baskets ticks refused,
+	// each time, by why: an earlier basket of the tick took a key, another
+	// lock of the Client holds one, Redis refused it.
+	Pending, Queued                                   int
+	Ticks                                             uint64
+	RefusedByEarlier, RefusedByClient, RefusedInRedis uint64
+}
+
+// processing is what the Client's Processors did and keep (see Stats).
+type processing struct {
+	ticks   atomic.Uint64
+	refused [refusedBad + 1]atomic.Uint64 // by cause
+	mu      sync.Mutex
+	// open has each open Processor's backlog: its pending baskets and,
+	// of those, the queued ones.
+	open map[any]func() (pending, queued int)
+}
+
+// opened adds a Processor's backlog, closed takes it away.
+func (pr *processing) opened(p any, backlog func() (pending, queued int)) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.open == nil {
+		pr.open = map[any]func() (int, int){}
+	}
+	pr.open[p] = backlog
+}
+
+func (pr *processing) closed(p any) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	delete(pr.open, p)
+}
+
+func (pr *processing) backlog() (pending, queued int) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, b := range pr.open {
+		p, q := b()
+		pending, queued = pending+p, queued+q
+	}
+	return pending, queued
 }
 
 // Stats returns what the Client did and holds so far.
@@ -325,14 +360,21 @@ func (c *Client) Stats() Stats {
 	c.heldMu.Lock()
 	held := len(c.held)
 	c.heldMu.Unlock()
+	pending, queued := c.processing.backlog()
 	return Stats{
-		Acquires:     c.sent.acquires.Load(),
-		Releases:     c.sent.releases.Load(),
-		Extends:      c.sent.extends.Load(),
-		ForceUnlocks: c.sent.forces.Load(),
-		LocalWaits:   c.localWaits.Load(),
-		Held:         held,
-		Waiting:      int(c.taking.Load()),
-		Gated:        c.gates.Count(),
+		Pending:          pending,
+		Queued:           queued,
+		Ticks:            c.processing.ticks.Load(),
+		RefusedByEarlier: c.processing.refused[refusedEarlier].Load(),
+		RefusedByClient:  c.processing.refused[refusedGate].Load(),
+		RefusedInRedis:   c.processing.refused[refusedHeld].Load(),
+		Acquires:         c.sent.acquires.Load(),
+		Releases:         c.sent.releases.Load(),
+		Extends:          c.sent.extends.Load(),
+		ForceUnlocks:     c.sent.forces.Load(),
+		LocalWaits:       c.localWaits.Load(),
+		Held:             held,
+		Waiting:          int(c.taking.Load()),
+		Gated:            c.gates.Count(),
 	}
 }

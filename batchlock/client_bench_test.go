@@ -66,7 +66,7 @@ func BenchmarkProcessor(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	p, err := NewProcessor[int](c)
+	p, err := NewProcessor[int](c, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestCountedBadInput(t *testing.T) {
 		{"no capacity set", func() error {
 			_, err := c.TryLock(ctx, []string{"a", "z"}, WithUnits(map[string]int64{"sku:1": 1, "sku:2": 1}))
 			return err
-		}, ErrNoCapacity, `"sku:2"`},
+		}, ErrInvalid, `"sku:2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
@@ -135,7 +135,7 @@ func TestCountedBadInput(t *testing.T) {
 }
 
 // An owner that holds units joins again with no more units, and gets
-// ErrUpgrade for more units or for the key exclusively; a key it holds
+// ErrInvalid for more units or for the key exclusively; a key it holds
 // exclusively it joins in units.
 func TestCountedReentrancy(t *testing.T) {
 	c := newCounted(t, wiretest.ServerClient(t), map[string]int64{"sku:1": 10})
@@ -149,9 +149,11 @@ func TestCountedReentrancy(t *testing.T) {
 	assert.Equal(t, int64(10), inspectOne(t, c, "sku:1").Capacity, "the inner hold had no units to sell")
 
 	_, err = c.Lock(ctx, nil, WithUnits(map[string]int64{"sku:1": 4}), WithOwner("o"))
-	require.ErrorIs(t, err, ErrUpgrade, "more units than it holds")
+	require.ErrorIs(t, err, ErrInvalid, "more units than it holds")
+	assert.ErrorContains(t, err, "held shared or in units by this owner")
 	_, err = c.Lock(ctx, []string{"sku:1"}, WithOwner("o"))
-	require.ErrorIs(t, err, ErrUpgrade, "the key exclusively")
+	require.ErrorIs(t, err, ErrInvalid, "the key exclusively")
+	assert.ErrorContains(t, err, "held shared or in units by this owner")
 	require.NoError(t, outer.Unlock(ctx))
 
 	excl, err := c.Lock(ctx, []string{"sku:1"}, WithOwner("o"))
@@ -318,7 +320,7 @@ func TestDoConsumes(t *testing.T) {
 // sells a tick's units in one call, and Done has nothing left to let go of
 // those consumed.
 func TestProcessorCountedBaskets(t *testing.T) {
-	c, p := newReplica(t, wiretest.ServerClient(t))
+	c, p := newReplica(t, wiretest.ServerClient(t), 0)
 	ctx := t.Context()
 	require.NoError(t, c.SetCapacity(ctx, "sku:hot", 10))
 	for i := range 6 {
@@ -334,7 +336,7 @@ func TestProcessorCountedBaskets(t *testing.T) {
 	assert.Equal(t, []string{"order:0", "order:1", "order:2"}, itemsOf(tick), "9 units of 10 fit, 12 do not")
 	require.Len(t, tick.Failed, 2, "a basket of a key with no capacity, or too little, is dropped alone")
 	assert.Equal(t, "no capacity", tick.Failed[0].Item)
-	require.ErrorIs(t, tick.Failed[0].Err, ErrNoCapacity)
+	require.ErrorIs(t, tick.Failed[0].Err, ErrInvalid)
 	assert.Equal(t, "sold out", tick.Failed[1].Item)
 	require.ErrorIs(t, tick.Failed[1].Err, ErrOverCapacity)
 	assert.Empty(t, inspectOne(t, c, "order:x").Holders)
@@ -352,7 +354,7 @@ func TestProcessorCountedBaskets(t *testing.T) {
 	require.Len(t, tick.Baskets, 1, "3 of the 4 left fit")
 	assert.Contains(t, []string{"order:3", "order:4", "order:5"}, tick.Baskets[0].Item)
 	require.NoError(t, tick.Done(ctx))
-	assert.Equal(t, 2, p.Stats().Pending)
+	assert.Equal(t, 2, p.c.Stats().Pending)
 }
 
 // A hold whose lease ran out sells nothing: Consume says so.

@@ -15,17 +15,17 @@ var (
 	// ErrLockLost: a held lock ended while its holder counted on it (a lease ran out, a key was taken
 	// or deleted behind its back, its Client closed).
 	ErrLockLost = errors.New("batchlock: lock lost")
+	// ErrMaxHold is wrapped, with ErrLockLost, by the end of a lock held for its WithMaxHold.
+	ErrMaxHold = errors.New("batchlock: held for its longest hold")
 	// ErrNotHeld: an Unlock or Extend found keys without this lock's hold, or the lock released.
 	ErrNotHeld = errors.New("batchlock: not held")
-	// ErrInvalid is wrapped by every error about bad input, returned before anything is sent.
+	// ErrInvalid is wrapped by every error about a bad call, nothing taken: bad input, refused
+	// before anything is sent; found in Redis (with ErrNotObtained), units of a key with no
+	// capacity set, or a key asked for exclusively, or for more units, that its owner holds shared
+	// or in units (two owners waiting so would wait for each other).
 	ErrInvalid = errors.New("batchlock: invalid argument")
 	// ErrNoReplicas: fewer replicas than WithReplicas asks for acknowledged in time; rolled back.
 	ErrNoReplicas = errors.New("batchlock: not acknowledged by enough replicas")
-	// ErrUpgrade (with ErrNotObtained, at once): a key asked for exclusively, or for more units, that
-	// its owner holds shared or in units; two owners waiting so would wait for each other.
-	ErrUpgrade = errors.New("batchlock: held shared or in units by this owner, asked for more")
-	// ErrNoCapacity: units asked of a key with no capacity set (Client.SetCapacity); nothing taken.
-	ErrNoCapacity = errors.New("batchlock: no capacity set")
 	// ErrOverCapacity: more units asked than a key's capacity, refused at once, or a capacity
 	// change that would leave fewer than the units held; nothing taken or changed.
 	ErrOverCapacity = errors.New("batchlock: more units than the capacity")
@@ -85,6 +85,17 @@ func ended(ctx context.Context) error {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// upgradeRefused is the error of an owner asking exclusively, or for more
+// units, for key, which it holds shared or in units.
+func upgradeRefused(key string) error {
+	return fmt.Errorf("%w: %w: held shared or in units by this owner, asked for more: %q", ErrNotObtained, inner(ErrInvalid), key)
+}
+
+// noCapacity is the error of units asked of key, which has no capacity set.
+func noCapacity(key string) error {
+	return fmt.Errorf("%w: no capacity set: %q", ErrInvalid, key)
 }
 
 // describeKeys names the first few keys of a list, for error messages.

@@ -29,9 +29,9 @@ func TestErrorsSayBatchlockOnce(t *testing.T) {
 		{"held for its longest hold, then unlocked", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
 			l, err := c.Lock(t.Context(), []string{"a"}, WithMaxHold(5*time.Millisecond))
 			require.NoError(t, err)
-			<-l.Context().Done()
+			<-l.Done()
 			return []error{l.Err(), l.Unlock(t.Context())}
-		}, []error{ErrLockLost}, false},
+		}, []error{ErrLockLost, ErrMaxHold}, false},
 		{"released by Close", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
 			l, err := c.Lock(t.Context(), []string{"a"})
 			require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestErrorsSayBatchlockOnce(t *testing.T) {
 			require.NoError(t, err)
 			_, atGates := c.TryLock(t.Context(), []string{"a"}, WithOwner("r1"))
 			return []error{inRedis, atGates}
-		}, []error{ErrNotObtained, ErrUpgrade}, true},
+		}, []error{ErrNotObtained, ErrInvalid}, true},
 		{"a context done before the call", func(t *testing.T, c *Client, _ *wiretest.Fake) []error {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()

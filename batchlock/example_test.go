@@ -80,7 +80,7 @@ func ExampleWithUnits() {
 	l, err := locks.Lock(ctx, []string{"order:7"}, batchlock.WithUnits(map[string]int64{"sku:hot": 2, "sku:9": 1}),
 		batchlock.WithWait(5*time.Second))
 	if err != nil {
-		log.Fatal(err) // ErrNoCapacity: sku:9 has none set
+		log.Fatal(err) // ErrInvalid: sku:9 has no capacity set
 	}
 	// Write the sale to the store of record, fenced by l.Token("sku:hot"),
 	// then sell the units: the capacities go down by 2 and 1.
@@ -197,15 +197,15 @@ func ExampleClient_Do_errors() {
 	}
 }
 
-// retryable says whether a retry can cure err, an error of Do. ErrUpgrade,
-// ErrNoCapacity, ErrOverCapacity and ErrNoReplicas also match
+// retryable says whether a retry can cure err, an error of Do. ErrInvalid
+// found in Redis, ErrOverCapacity and ErrNoReplicas also match
 // ErrNotObtained, and a WithWait that runs out matches
 // context.DeadlineExceeded: the order of the cases matters.
 func retryable(ctx context.Context, err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, batchlock.ErrInvalid), errors.Is(err, batchlock.ErrUpgrade), errors.Is(err, batchlock.ErrNoCapacity):
+	case errors.Is(err, batchlock.ErrInvalid):
 		// A bug in the call: bad keys or options, an owner that holds a key shared
 		// asking for it exclusively, units of a key with no capacity.
 		return false
@@ -244,7 +244,7 @@ func ExampleProcessor() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	p, err := batchlock.NewProcessor[order](locks) // one per replica: ticks of up to 256 baskets
+	p, err := batchlock.NewProcessor[order](locks, 0) // one per replica: ticks of up to 256 baskets
 	if err != nil {
 		log.Fatal(err)
 	}

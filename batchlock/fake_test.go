@@ -5,8 +5,12 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/routing"
+	"github.com/batchlock/batchlock/internal/wire"
 	"github.com/batchlock/batchlock/internal/wire/wiretest"
 )
+
+// defaultPrefix is the prefix of the tests' Clients.
+const defaultPrefix = string(wire.DefaultPrefix)
 
 // newFaked returns a Client whose scripts run against a wiretest.Fake of three
 // masters (by slot range); waiting calls poll (there is no pub/sub).

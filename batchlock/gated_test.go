@@ -66,7 +66,7 @@ func TestTryLockRefusedInProcess(t *testing.T) {
 // Locks of one owner pass each other's gates (reentrancy); readers of
 // different owners share a key; a waiting writer is not overtaken by later
 // readers, but an owner already reading gets in; an owner reading a key that
-// asks for it exclusively is refused at once with ErrUpgrade. On a real
+// asks for it exclusively is refused at once with ErrInvalid. On a real
 // server, whose scripts know shared keys (the fake does not).
 func TestGatesFollowTheKeysRules(t *testing.T) {
 	c, err := New(wiretest.ServerClient(t))
@@ -86,7 +86,8 @@ func TestGatesFollowTheKeysRules(t *testing.T) {
 	reader2, err := c.TryLock(ctx, nil, WithShared(key...), WithOwner("r2"))
 	require.NoError(t, err, "readers share")
 	_, err = c.TryLock(ctx, key, WithOwner("r1"))
-	require.ErrorIs(t, err, ErrUpgrade)
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "held shared or in units by this owner")
 
 	writer := make(chan *Lock, 1)
 	go func() {
@@ -94,7 +95,7 @@ func TestGatesFollowTheKeysRules(t *testing.T) {
 		assert.NoError(t, err)
 		writer <- l
 	}()
-	require.Eventually(t, func() bool { return c.gates.Queued(DefaultPrefix+key[0]) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.gates.Queued(defaultPrefix+key[0]) == 1 }, 5*time.Second, time.Millisecond)
 	_, err = c.TryLock(ctx, nil, WithShared(key...), WithOwner("r3"))
 	require.ErrorIs(t, err, ErrNotObtained, "a later reader does not overtake the waiting writer")
 	again, err := c.TryLock(ctx, nil, WithShared(key...), WithOwner("r1"))
@@ -128,7 +129,7 @@ func TestGatesEndWithTheirLock(t *testing.T) {
 		opts []LockOption
 		end  func()
 	}{
-		{"lost", nil, func() { f.Free(DefaultPrefix + basket[3]) }},
+		{"lost", nil, func() { f.Free(defaultPrefix + basket[3]) }},
 		{"force-unlocked", nil, func() {
 			_, err := c.ForceUnlock(ctx, basket[0])
 			require.NoError(t, err)
@@ -205,7 +206,7 @@ func TestHandOffCostsOneMoreCall(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = waiter.Close() })
 	ctx := t.Context()
-	first := bySlot(basket)[0][len(DefaultPrefix):]
+	first := bySlot(basket)[0][len(defaultPrefix):]
 	held, err := holder.Lock(ctx, []string{first})
 	require.NoError(t, err)
 
@@ -230,7 +231,7 @@ func TestHandOffCostsOneMoreCall(t *testing.T) {
 }
 
 // A call that reaches the head of a gate's queue asking to upgrade a key its
-// owner now reads is answered with ErrUpgrade at once, and the waiters
+// owner now reads is answered with ErrInvalid at once, and the waiters
 // behind it go on: it may not wait there, as it would wait for itself.
 func TestUpgradeAtTheHeadOfTheQueueIsRefused(t *testing.T) {
 	c, _ := newFaked(t)
@@ -273,7 +274,8 @@ func TestUpgradeAtTheHeadOfTheQueueIsRefused(t *testing.T) {
 	r := <-oReads
 	require.NoError(t, r.err)
 	upgrade := <-oWrites
-	require.ErrorIs(t, upgrade.err, ErrUpgrade, "at the head, behind its own owner's read")
+	require.ErrorIs(t, upgrade.err, ErrInvalid, "at the head, behind its own owner's read")
+	assert.ErrorContains(t, upgrade.err, "held shared or in units by this owner")
 	require.NoError(t, r.l.Unlock(ctx))
 	last := <-after
 	require.NoError(t, last.err, "the waiter behind it goes on")

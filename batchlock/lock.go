@@ -11,6 +11,7 @@ import (
 	"github.com/batchlock/batchlock/internal/gates"
 	"github.com/batchlock/batchlock/internal/lease"
 	"github.com/batchlock/batchlock/internal/lifetime"
+	"github.com/batchlock/batchlock/internal/owner"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -96,7 +97,7 @@ func (c *Client) ownerFor(ctx context.Context, lc lockConfig) string {
 	if lc.ownerSet {
 		return lc.owner
 	}
-	if o, ok := OwnerFromContext(ctx); ok && o != "" {
+	if o, ok := owner.FromContext(ctx); ok && o != "" {
 		return o
 	}
 	return c.newOwner()
@@ -134,6 +135,9 @@ func (l *Lock) Context() context.Context {
 	}
 	return l.life.Context()
 }
+
+// Done is closed when the lock is released or lost: Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 
 // Err returns nil while the lock is held, then the cause of Context.
 func (l *Lock) Err() error {
@@ -408,7 +412,7 @@ func (l *Lock) endAtMaxHold(d time.Duration) {
 	ended := l.released || l.Err() != nil
 	l.unlocking.Unlock()
 	if !ended {
-		l.end(endLetGo, fmt.Errorf("%w: held for its longest hold, %v", ErrLockLost, d))
+		l.end(endLetGo, fmt.Errorf("%w: %w, %v", ErrLockLost, inner(ErrMaxHold), d))
 	}
 }
 

@@ -14,10 +14,6 @@ import (
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
-// DefaultPrefix is the prefix of the keys batchlock writes, unless
-// WithPrefix gives another.
-const DefaultPrefix = "batchlock:"
-
 // maxEachKeys bounds the keys of all the baskets of one TryEach call
 // together, repeats counted: past it the call is ErrInvalid. Lock, TryLock
 // and Do take a batch of any size.
@@ -66,18 +62,17 @@ type Setting interface {
 }
 
 type config struct {
-	prefix      string
-	ownerPrefix string
-	lease       time.Duration
-	maxHold     maxHold
-	observer    func(Event)
-	ack         routing.Ack
-	pollMax     time.Duration
-	pubsub      bool
+	prefix   string
+	lease    time.Duration
+	maxHold  maxHold
+	observer func(Event)
+	ack      routing.Ack
+	pollMax  time.Duration
+	pubsub   bool
 }
 
 func defaultConfig() config {
-	return config{prefix: DefaultPrefix, ownerPrefix: defaultOwnerPrefix(), lease: defaultLease, pollMax: defaultPollMax, pubsub: true}
+	return config{prefix: string(wire.DefaultPrefix), lease: defaultLease, pollMax: defaultPollMax, pubsub: true}
 }
 
 func (c *config) validate() error {
@@ -199,13 +194,6 @@ func WithPrefix(prefix string) Option {
 	return optionFunc(func(c *config) { c.prefix = prefix })
 }
 
-// WithOwnerPrefix sets how the owner ids the Client makes start, so that
-// tools show which process holds a key; 16 random hex digits follow.
-// Default "host:pid:".
-func WithOwnerPrefix(prefix string) Option {
-	return optionFunc(func(c *config) { c.ownerPrefix = prefix })
-}
-
 // WithLease sets the lease of locks taken without WithTTL: the watchdog
 // renews them every lease/3, and one not renewed in time is lost. Default
 // 30s.
@@ -233,7 +221,7 @@ func WithoutPubSub() Option {
 }
 
 // WithMaxHold caps how long a lock is held: d after it was handed out it
-// ends, lost (ErrLockLost), however it was renewed, and its keys go to
+// ends, lost (ErrLockLost with ErrMaxHold), however it was renewed, and its keys go to
 // their waiters. d <= 0 is ErrInvalid. Default: no cap.
 func WithMaxHold(d time.Duration) Setting {
 	m := maxHold{d, true}
@@ -271,7 +259,7 @@ func WithOwner(owner string) LockOption {
 // WithShared takes keys shared, in the same call as its own keys (taken
 // exclusively): readers share a key and its token, a writer excludes every
 // other owner, later readers queue behind a waiting writer, and an owner
-// that holds a key shared and asks for it exclusively gets ErrUpgrade.
+// that holds a key shared and asks for it exclusively gets ErrInvalid.
 // Default: no key shared.
 func WithShared(keys ...string) LockOption {
 	return lockOptionFunc(func(c *lockConfig) { c.shared = append(c.shared, keys...) })
@@ -284,7 +272,7 @@ func WithShared(keys ...string) LockOption {
 // free is refused, or waits in the key's queue, where small requests do not
 // pass a big one; one asking for more than the capacity fails at once with
 // ErrOverCapacity (sold out). An owner holding units of a key that asks for
-// more, or for the key exclusively, gets ErrUpgrade. Lock.Consume turns the
+// more, or for the key exclusively, gets ErrInvalid. Lock.Consume turns the
 // units into a sale. Default: no key counted.
 func WithUnits(units map[string]int64) LockOption {
 	return lockOptionFunc(func(c *lockConfig) {

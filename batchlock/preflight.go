@@ -18,7 +18,7 @@ import (
 	"github.com/batchlock/batchlock/internal/wire"
 )
 
-// The checks of Check, in the order each master has them, then those
+// The checks of Preflight, in the order each master has them, then those
 // across the masters and of the client.
 const (
 	checkVersion        = "server version"
@@ -34,10 +34,10 @@ const (
 	checkClientOpts     = "client settings"
 )
 
-// CheckResult is one check of Check (its name in Check, as Check's doc
-// lists them): on one master, or across them or on the client (Node
-// empty). Err is nil when it passed, and names the setting otherwise;
-// Warning marks an Err that is a risk to know of rather than a fault.
+// CheckResult is one check of Preflight: on one master, or across them or
+// on the client (Node empty). Err is nil when it passed, and names the
+// setting otherwise; Warning marks an Err that is a risk to know of rather
+// than a fault, which Check passes.
 type CheckResult struct {
 	Check   string
 	Node    string
@@ -48,19 +48,13 @@ type CheckResult struct {
 	Found string
 }
 
-// Check checks, on every master, what batchlock relies on: "server version"
-// (Redis 7.0 or newer, or Valkey), "cross-slot scripts", "sharded pub/sub",
-// "maxmemory-policy" noeviction, "client eviction" and "fence durability"
-// (warnings), "cluster state", "replicas online" (as WithReplicas asks);
-// then "clocks" (within 500ms), "one cluster" (the seeds) and "client
-// settings" (go-redis's). It returns a result per check and master, by
-// address, and every failure joined, naming node and setting (warnings
-// pass): a readiness probe. It sends reads, a script reading two keys, a
-// message.
-func (c *Client) Check(ctx context.Context) ([]CheckResult, error) {
-	results, err := c.checks(ctx)
+// Check runs Preflight and returns nil when every check passed or only
+// warned, else every failure joined, each naming its node and check: a
+// readiness probe.
+func (c *Client) Check(ctx context.Context) error {
+	results, err := c.Preflight(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var errs []error
 	for _, r := range results {
@@ -72,12 +66,19 @@ func (c *Client) Check(ctx context.Context) ([]CheckResult, error) {
 			}
 		}
 	}
-	return results, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
-// checks is Check's results, or the error that kept the Client from
-// making them (ErrClosed, a bad context).
-func (c *Client) checks(ctx context.Context) ([]CheckResult, error) {
+// Preflight checks, on every master, what batchlock relies on: "server
+// version" (Redis 7.0 or newer, or Valkey), "cross-slot scripts", "sharded
+// pub/sub", "maxmemory-policy" noeviction, "client eviction" and "fence
+// durability" (warnings), "cluster state", "replicas online" (as
+// WithReplicas asks); then "clocks" (within 500ms), "one cluster" (the
+// seeds) and "client settings" (go-redis's). It returns a result per check
+// and master, by address, or the error that kept it from checking
+// (ErrClosed, a bad context). It sends reads, a script reading two keys, a
+// message.
+func (c *Client) Preflight(ctx context.Context) ([]CheckResult, error) {
 	ctx, end, err := c.begin(ctx)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package batchlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -35,11 +36,9 @@ type Processor[T any] struct {
 	// closed, settled is closed when it reaches zero.
 	busy   int
 	closed bool
-	ticked uint64
 	// holding is how long the Processor's ticks have lately held their
 	// keys, from Next to Done (a moving average; zero before the first).
 	holding time.Duration
-	refused [refusedBad + 1]uint64 // by cause
 	settled chan struct{}
 	wake    chan struct{} // a basket may be ready: a Next that waits looks again
 
@@ -107,8 +106,8 @@ type Tick[T any] struct {
 	Baskets []Taken[T]
 	// Failed are baskets that no tick will take, each with its Err and no
 	// Lock: one that asks for units of a key with no capacity set
-	// (ErrNoCapacity), or for more than its capacity (ErrOverCapacity:
-	// sold out).
+	// (ErrInvalid), or for more than its capacity (ErrOverCapacity: sold
+	// out).
 	Failed []Taken[T]
 	done   sync.Once
 	at     time.Time // handed out
@@ -123,41 +122,30 @@ type Taken[T any] struct {
 	Err    error
 }
 
-// ProcessorOption configures a Processor.
-type ProcessorOption interface{ applyProcessor(*processorConfig) }
-
-type processorConfig struct{ tick int }
-
-type processorOptionFunc func(*processorConfig)
-
-func (f processorOptionFunc) applyProcessor(c *processorConfig) { f(c) }
-
-// WithTick sets how many baskets a tick offers at most, the oldest ready
-// ones; n < 1 is ErrInvalid. Default 256.
-func WithTick(n int) ProcessorOption {
-	return processorOptionFunc(func(c *processorConfig) { c.tick = n })
-}
-
-// defaultTick is a Processor's tick unless WithTick says otherwise.
+// defaultTick is a Processor's tick when NewProcessor is given 0.
 const defaultTick = 256
 
 // NewProcessor returns a Processor of c for baskets of items T, whose locks
-// take c's defaults (New's options). Close it before c.
-func NewProcessor[T any](c *Client, opts ...ProcessorOption) (*Processor[T], error) {
+// take c's defaults (New's options). A tick offers at most tick baskets,
+// the oldest ready ones: 0 is 256, below 0 ErrInvalid. Close it before c.
+func NewProcessor[T any](c *Client, tick int) (*Processor[T], error) {
 	if c == nil {
 		return nil, invalid("a nil Client")
 	}
-	cfg := processorConfig{tick: defaultTick}
-	for _, o := range opts {
-		o.applyProcessor(&cfg)
+	if tick < 0 {
+		return nil, invalid("tick of %d baskets: want 0 (the default) or more", tick)
 	}
-	if cfg.tick < 1 {
-		return nil, invalid("tick of %d baskets: want at least 1", cfg.tick)
-	}
+	tick = cmp.Or(tick, defaultTick)
 	// A queued basket's Lock has an owner of its own (see Processor).
 	closing, close := context.WithCancel(ContextWithOwner(context.Background(), ""))
-	return &Processor[T]{c: c, tick: cfg.tick, held: map[string]int{}, ticks: map[*Tick[T]]struct{}{},
-		settled: make(chan struct{}), wake: make(chan struct{}, 1), closing: closing, close: close}, nil
+	p := &Processor[T]{c: c, tick: tick, held: map[string]int{}, ticks: map[*Tick[T]]struct{}{},
+		settled: make(chan struct{}), wake: make(chan struct{}, 1), closing: closing, close: close}
+	c.processing.opened(p, func() (pending, queued int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.pending) + len(p.won), p.queued
+	})
+	return p, nil
 }
 
 // Add queues item's basket, after every basket added before it. A bad
@@ -221,26 +209,6 @@ func (p *Processor[T]) Add(item T, b Basket) error {
 	p.pending = append(p.pending, pb)
 	p.signal()
 	return nil
-}
-
-// ProcessorStats is what a Processor did and keeps, for metrics and tests.
-type ProcessorStats struct {
-	Pending int    // baskets added and not taken yet: the backlog
-	Queued  int    // of those, baskets waiting in their keys' queues
-	Ticks   uint64 // ticks handed out
-	// Refused count the baskets ticks refused, each time, by why: an
-	// earlier basket of the tick took a key, another lock of the Client
-	// holds one, Redis refused it (a key held there, or waited for: by
-	// another Client, or this Processor's queued basket).
-	RefusedByEarlier, RefusedByClient, RefusedInRedis uint64
-}
-
-// Stats returns what the Processor did and keeps so far.
-func (p *Processor[T]) Stats() ProcessorStats {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return ProcessorStats{Pending: len(p.pending) + len(p.won), Queued: p.queued, Ticks: p.ticked, RefusedByEarlier: p.refused[refusedEarlier],
-		RefusedByClient: p.refused[refusedGate], RefusedInRedis: p.refused[refusedHeld]}
 }
 
 // Next waits until some basket can be taken, and returns a tick of those
@@ -315,7 +283,7 @@ func (p *Processor[T]) offer() (won *Tick[T], offer []*pendingBasket[T], until t
 	p.won = nil
 	if won != nil {
 		p.ticks[won] = struct{}{}
-		p.ticked++
+		p.c.processing.ticks.Add(1)
 		p.busy++
 		return won, nil, time.Time{}, nil
 	}
@@ -449,7 +417,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 		return tick, nil
 	}
 	p.ticks[tick] = struct{}{}
-	p.ticked++
+	p.c.processing.ticks.Add(1)
 	return tick, nil
 }
 
@@ -459,7 +427,7 @@ func (p *Processor[T]) take(ctx context.Context, offer []*pendingBasket[T]) (*Ti
 // with p.mu held.
 func (p *Processor[T]) wait(pb *pendingBasket[T], r refusal, first map[string]*pendingBasket[T], now time.Time, keepingUp bool) {
 	pb.waitsFor, pb.readyAt = nil, time.Time{}
-	p.refused[r.cause]++
+	p.c.processing.refused[r.cause].Add(1)
 	if r.cause == refusedHeld {
 		if pb.refusals++; pb.refusals >= queueAfter && p.queued < maxQueued && !p.closed {
 			p.queue(pb)
@@ -695,6 +663,7 @@ func (p *Processor[T]) Close(ctx context.Context) ([]T, error) {
 	}
 	p.pending, p.won, p.unreleased = nil, nil, nil
 	p.mu.Unlock()
+	p.c.processing.closed(p)
 	// What fails here goes at the end of its lease; Close reports the
 	// ticks' Dones alone.
 	_ = p.c.UnlockEach(ctx, won)

@@ -15,11 +15,11 @@ import (
 // newReplica is a Client of its own on rdb (a process of a replicated
 // batch processor), with a Processor of string items, both closed at the
 // test's end. It polls every 10 s: what comes sooner was woken.
-func newReplica(t *testing.T, rdb redis.UniversalClient, opts ...ProcessorOption) (*Client, *Processor[string]) {
+func newReplica(t *testing.T, rdb redis.UniversalClient, tick int) (*Client, *Processor[string]) {
 	t.Helper()
 	c, err := New(rdb, WithPrefix(t.Name()+":"), WithPollInterval(10*time.Second))
 	require.NoError(t, err)
-	p, err := NewProcessor[string](c, opts...)
+	p, err := NewProcessor[string](c, tick)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, _ = p.Close(context.Background())
@@ -48,11 +48,32 @@ func nothingFor(t *testing.T, p *Processor[string], d time.Duration, msg string)
 	}
 }
 
+// A Processor of no Client, or of a tick below 0, is refused, naming it.
+func TestNewProcessorBadInput(t *testing.T) {
+	c, _ := newFaked(t)
+	for _, tc := range []struct {
+		name string
+		c    *Client
+		tick int
+		want string
+	}{
+		{"no Client", nil, 0, "a nil Client"},
+		{"a tick below 0", c, -1, "tick of -1 baskets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewProcessor[string](tc.c, tc.tick)
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Nil(t, p)
+		})
+	}
+}
+
 // A tick takes every basket that is free, the oldest first; one refused by
 // an earlier basket of the tick waits, without a call, until that basket's
 // tick is done, and is then taken at once.
 func TestProcessorTakesWhatIsFreeAndWakesOnDone(t *testing.T) {
-	_, p := newReplica(t, wiretest.ServerClient(t))
+	_, p := newReplica(t, wiretest.ServerClient(t), 0)
 	require.NoError(t, p.Add("ab", Basket{Keys: []string{"a", "b"}}))
 	require.NoError(t, p.Add("bc", Basket{Keys: []string{"b", "c"}}))
 	require.NoError(t, p.Add("d", Basket{Keys: []string{"d"}, Shared: []string{"promo"}}))
@@ -62,7 +83,7 @@ func TestProcessorTakesWhatIsFreeAndWakesOnDone(t *testing.T) {
 	first, err := p.Next(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"ab", "d"}, itemsOf(first))
-	assert.Equal(t, 1, p.Stats().Pending)
+	assert.Equal(t, 1, p.c.Stats().Pending)
 	nothingFor(t, p, 50*time.Millisecond, "bc waits for b")
 	require.NoError(t, first.Done(ctx))
 	second, err := p.Next(ctx)
@@ -70,7 +91,7 @@ func TestProcessorTakesWhatIsFreeAndWakesOnDone(t *testing.T) {
 	assert.Equal(t, []string{"bc"}, itemsOf(second))
 	assert.Positive(t, second.Baskets[0].Waited)
 	require.NoError(t, second.Done(ctx))
-	assert.Zero(t, p.Stats().Pending)
+	assert.Zero(t, p.c.Stats().Pending)
 }
 
 // A basket refused in Redis, by another Client's key, is not offered again
@@ -78,7 +99,7 @@ func TestProcessorTakesWhatIsFreeAndWakesOnDone(t *testing.T) {
 // once the key is free. The keys of a basket in one slot go in one call.
 func TestProcessorRefusedInRedisWaits(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
-	c, p := newReplica(t, rdb)
+	c, p := newReplica(t, rdb, 0)
 	ctx := t.Context()
 	other, err := New(rdb, WithPrefix(t.Name()+":"))
 	require.NoError(t, err)
@@ -94,7 +115,7 @@ func TestProcessorRefusedInRedisWaits(t *testing.T) {
 		got <- tick
 	}()
 	began := time.Now()
-	require.Eventually(t, func() bool { return p.Stats().RefusedInRedis >= 6 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return p.c.Stats().RefusedInRedis >= 6 }, 5*time.Second, time.Millisecond)
 	// Its retries after refusals 1 to 5 waited at least half of 2, 4, 8,
 	// 16 and 32 ms (the backoff's lower half), never at once.
 	assert.GreaterOrEqual(t, time.Since(began), 31*time.Millisecond, "refused, it waited between its tries")
@@ -128,7 +149,7 @@ func TestProcessorRefusedInRedisBacksOffAsLongAsTicksHold(t *testing.T) {
 		{"ticks of 5 ms, the Processor behind: doubling on", []time.Duration{5 * time.Millisecond}, true, 6, 32 * time.Millisecond, 64 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, p := newReplica(t, wiretest.ServerClient(t))
+			_, p := newReplica(t, wiretest.ServerClient(t), 0)
 			for _, d := range tc.ticks {
 				p.heldFor(d)
 			}
@@ -159,7 +180,7 @@ func TestProcessorBehindBacksOffAsItDoubles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := wiretest.ServerClient(t)
-			_, p := newReplica(t, rdb, WithTick(2))
+			_, p := newReplica(t, rdb, 2)
 			other, err := New(rdb, WithPrefix(t.Name()+":"))
 			require.NoError(t, err)
 			defer other.Close()
@@ -186,7 +207,7 @@ func TestProcessorBehindBacksOffAsItDoubles(t *testing.T) {
 					_ = tick.Done(context.WithoutCancel(ctx))
 				}
 			}()
-			require.Eventually(t, func() bool { return p.Stats().RefusedInRedis >= 1 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return p.c.Stats().RefusedInRedis >= 1 }, 5*time.Second, time.Millisecond)
 			p.mu.Lock()
 			old := p.pending[0]
 			refusedAt, left := time.Now(), old.readyAt
@@ -213,7 +234,7 @@ func TestProcessorClose(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	defer c.Close()
-	p, err := NewProcessor[string](c)
+	p, err := NewProcessor[string](c, 0)
 	require.NoError(t, err)
 	ctx := t.Context()
 	other, err := New(rdb, WithPrefix(t.Name()+":"))
@@ -228,7 +249,7 @@ func TestProcessorClose(t *testing.T) {
 	tick, err := p.Next(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, itemsOf(tick))
-	require.Eventually(t, func() bool { return p.Stats().RefusedInRedis > 0 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return p.c.Stats().RefusedInRedis > 0 }, time.Second, time.Millisecond)
 	closed := make(chan []string)
 	go func() {
 		left, err := p.Close(ctx)
@@ -255,9 +276,9 @@ func TestProcessorClose(t *testing.T) {
 // nothing held and hands the basket back.
 func TestProcessorQueuesABasketRefusedOverAndOver(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
-	holder, _ := newReplica(t, rdb)
-	other, _ := newReplica(t, rdb)
-	_, p := newReplica(t, rdb)
+	holder, _ := newReplica(t, rdb, 0)
+	other, _ := newReplica(t, rdb, 0)
+	_, p := newReplica(t, rdb, 0)
 	ctx := t.Context()
 	next := func() <-chan *Tick[string] {
 		out := make(chan *Tick[string], 1)
@@ -270,14 +291,14 @@ func TestProcessorQueuesABasketRefusedOverAndOver(t *testing.T) {
 		}()
 		return out
 	}
-	queued := func() bool { return p.Stats().Queued == 1 }
+	queued := func() bool { return p.c.Stats().Queued == 1 }
 
 	l, err := holder.Lock(ctx, []string{"a"})
 	require.NoError(t, err)
 	require.NoError(t, p.Add("a", Basket{Keys: []string{"a"}, Shared: []string{"promo"}}))
 	ticks := next()
 	require.Eventually(t, queued, 10*time.Second, time.Millisecond)
-	assert.GreaterOrEqual(t, p.Stats().RefusedInRedis, uint64(queueAfter))
+	assert.GreaterOrEqual(t, p.c.Stats().RefusedInRedis, uint64(queueAfter))
 	// Queued in the Processor first, then in Redis by its Lock.
 	require.Eventually(t, func() bool {
 		h, err := other.Inspect(ctx, "a")
@@ -295,7 +316,7 @@ func TestProcessorQueuesABasketRefusedOverAndOver(t *testing.T) {
 	require.NoError(t, reader.Unlock(ctx))
 	nothingFor(t, p, 50*time.Millisecond, "a again waits for the queued basket's tick")
 	require.NoError(t, tick.Done(ctx))
-	assert.Zero(t, p.Stats().Queued)
+	assert.Zero(t, p.c.Stats().Queued)
 	again, err := p.Next(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a again"}, itemsOf(again))
@@ -325,7 +346,7 @@ func TestProcessorQueuesABasketRefusedOverAndOver(t *testing.T) {
 
 // Close ends every Next, those that wait included.
 func TestProcessorCloseEndsEveryNext(t *testing.T) {
-	_, p := newReplica(t, wiretest.ServerClient(t))
+	_, p := newReplica(t, wiretest.ServerClient(t), 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	errs := make(chan error, 2)
@@ -349,8 +370,8 @@ func TestProcessorCloseEndsEveryNext(t *testing.T) {
 // hands the basket back.
 func TestProcessorQueuedBasketOfAClosedClient(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
-	holder, _ := newReplica(t, rdb)
-	c, p := newReplica(t, rdb)
+	holder, _ := newReplica(t, rdb, 0)
+	c, p := newReplica(t, rdb, 0)
 	ctx := t.Context()
 	l, err := holder.Lock(ctx, []string{"a"})
 	require.NoError(t, err)
@@ -361,11 +382,11 @@ func TestProcessorQueuedBasketOfAClosedClient(t *testing.T) {
 		_, err := p.Next(waiting)
 		done <- err
 	}()
-	require.Eventually(t, func() bool { return p.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return p.c.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
 	stop()
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.NoError(t, l.Unlock(ctx))
-	require.Eventually(t, func() bool { s := p.Stats(); return s.Queued == 0 && s.Pending == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s := p.c.Stats(); return s.Queued == 0 && s.Pending == 1 }, 10*time.Second, time.Millisecond)
 
 	require.NoError(t, c.Close())
 	_, err = p.Next(ctx)
@@ -402,7 +423,7 @@ func TestProcessorAcquiredEventsTellTheWaitFromAdd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb := wiretest.ServerClient(t)
-			other, _ := newReplica(t, rdb)
+			other, _ := newReplica(t, rdb, 0)
 			acquired := make(chan Event, 8)
 			c, err := New(rdb, WithPrefix(t.Name()+":"), WithPollInterval(10*time.Second),
 				WithObserver(func(e Event) {
@@ -411,7 +432,7 @@ func TestProcessorAcquiredEventsTellTheWaitFromAdd(t *testing.T) {
 					}
 				}))
 			require.NoError(t, err)
-			p, err := NewProcessor[string](c)
+			p, err := NewProcessor[string](c, 0)
 			require.NoError(t, err)
 			t.Cleanup(func() {
 				_, _ = p.Close(context.Background())
@@ -429,7 +450,7 @@ func TestProcessorAcquiredEventsTellTheWaitFromAdd(t *testing.T) {
 				ticks <- tick
 			}()
 			if tc.queued {
-				require.Eventually(t, func() bool { return p.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
+				require.Eventually(t, func() bool { return p.c.Stats().Queued == 1 }, 10*time.Second, time.Millisecond)
 			}
 			nothingFor(t, p, 50*time.Millisecond, "a is held")
 			held := time.Since(added)

@@ -85,7 +85,7 @@ func TestRecheckReadsTheKey(t *testing.T) {
 		{"asked shared, granted to us and another reader", "9 - h:me=" + later + "g=me,h:r=" + later + "g=r *", handedOver, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			key := DefaultPrefix + "recheck:" + wire.RandomID(4)
+			key := defaultPrefix + "recheck:" + wire.RandomID(4)
 			if tc.value != "" {
 				require.NoError(t, rdb.Set(ctx, key, tc.value, time.Minute).Err())
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/owner"
 	"github.com/batchlock/batchlock/internal/routing"
 	"github.com/batchlock/batchlock/internal/wire"
 )
@@ -19,7 +20,7 @@ import (
 // an earlier basket wins a key over a later one. locks[i] is basket i's Lock,
 // with its own owner, or nil where basket i was refused, holding nothing
 // (EventConflict says why). err is set only where the call failed as a whole
-// (bad input, ctx, Redis, ErrUpgrade, ErrNoReplicas): then nothing of it is
+// (ErrInvalid, ctx, Redis, ErrNoReplicas): then nothing of it is
 // held. It never waits, nor takes a key a waiter is queued for, and costs one
 // call per master, one more where a basket spanning masters was refused.
 func (c *Client) TryEach(ctx context.Context, baskets [][]string, opts ...LockOption) (locks []*Lock, err error) {
@@ -113,8 +114,8 @@ func (c *Client) tryEach(ctx context.Context, lc lockConfig, baskets []eachBaske
 	}
 
 	start := time.Now()
-	owner, _ := OwnerFromContext(ctx)
-	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, hold: wire.NewHold(), fresh: !lc.ownerSet && owner == "", explain: explain,
+	ctxOwner, _ := owner.FromContext(ctx)
+	t := &eachCall{c: c, ctx: ctx, lc: lc, baskets: baskets, hold: wire.NewHold(), fresh: !lc.ownerSet && ctxOwner == "", explain: explain,
 		locks: make([]*Lock, len(baskets)), refused: make([]bool, len(baskets)), sent: make([]bool, len(baskets))}
 	returned := false
 	defer func() {
@@ -475,8 +476,11 @@ func (t *eachCall) args(parts []routing.Part, of []eachPart, lockOf, at []int, l
 }
 
 // badUnits are the replies that make a basket of counted keys bad, by
-// status, with their errors.
-var badUnits = map[int64]error{wire.AcquireNoUnits: ErrNoCapacity, wire.AcquireOverUnits: ErrOverCapacity}
+// status, with their errors' makers.
+var badUnits = map[int64]func(key string) error{
+	wire.AcquireNoUnits:   noCapacity,
+	wire.AcquireOverUnits: func(key string) error { return fmt.Errorf("%w: %q", ErrOverCapacity, key) },
+}
 
 // redisRefusal is why Redis refused a basket: its conflicts, and the
 // longest lease left of the keys held.
@@ -528,7 +532,7 @@ func (t *eachCall) read(cl *routing.Call, of []eachPart, lockOf, at []int,
 			// A bad basket, refused alone: the call goes on.
 			key := c.names.UserKey(r.Key)
 			why.conflict.Keys = append(why.conflict.Keys, key)
-			why.err = fmt.Errorf("%w: %q", bad, key)
+			why.err = bad(key)
 			refused[i] = why
 			continue
 		}

@@ -68,13 +68,13 @@ func TestTryEachEarlierBasketsWin(t *testing.T) {
 		}
 		assert.Greater(t, time.Until(l.ValidUntil()), 15*time.Second)
 	}
-	n, err := rdb.Exists(ctx, DefaultPrefix+"a", DefaultPrefix+"b", DefaultPrefix+"c", DefaultPrefix+"d").Result()
+	n, err := rdb.Exists(ctx, defaultPrefix+"a", defaultPrefix+"b", defaultPrefix+"c", defaultPrefix+"d").Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, n)
 
 	require.NoError(t, c.UnlockEach(ctx, locks), "nil entries are skipped")
 	assert.EqualValues(t, 1, c.Stats().Releases, "one call for every lock")
-	n, err = rdb.Exists(ctx, DefaultPrefix+"a", DefaultPrefix+"b", DefaultPrefix+"c", DefaultPrefix+"d").Result()
+	n, err = rdb.Exists(ctx, defaultPrefix+"a", defaultPrefix+"b", defaultPrefix+"c", defaultPrefix+"d").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n)
 	for _, l := range []*Lock{locks[0], locks[2]} {
@@ -93,7 +93,7 @@ func TestTryEachMeetsOtherLocks(t *testing.T) {
 	c, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	other, err := New(rdb, WithOwnerPrefix("other:"))
+	other, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = other.Close() })
 	ctx := t.Context()
@@ -252,7 +252,7 @@ func TestUnlockEach(t *testing.T) {
 }
 
 // An owner that holds a key shared and asks for it exclusively in a basket
-// fails the call as a whole with ErrUpgrade (at the gate, before anything
+// fails the call as a whole with ErrInvalid (at the gate, before anything
 // is sent), whatever baskets come after it, and leaves nothing held.
 func TestTryEachUpgradeFailsTheCall(t *testing.T) {
 	rdb := wiretest.ServerClient(t)
@@ -265,7 +265,8 @@ func TestTryEachUpgradeFailsTheCall(t *testing.T) {
 	gated := c.Stats().Gated
 
 	locks, err := c.TryEach(ctx, [][]string{{"a"}, {"k"}, {"x"}}, WithOwner("o"))
-	require.ErrorIs(t, err, ErrUpgrade)
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "held shared or in units by this owner")
 	require.ErrorIs(t, err, ErrNotObtained)
 	assert.Nil(t, locks)
 	assert.Equal(t, gated, c.Stats().Gated, "no gate of the call is left")
@@ -328,7 +329,7 @@ func (h *tryEachFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // "busy" that another Client holds, and a Client of the test's.
 func withBusyKey(t *testing.T, fault func(busy *Lock) *tryEachFault) (*Client, *Lock) {
 	rdb := wiretest.ServerClient(t)
-	other, err := New(rdb, WithOwnerPrefix("other:"))
+	other, err := New(rdb)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = other.Close() })
 	busy, err := other.Lock(t.Context(), []string{"busy"})

@@ -11,56 +11,37 @@ import (
 	"github.com/batchlock/batchlock/batchlock"
 )
 
-// Gauges registers, for c, gauges read from c.Stats at each collection:
-//
-//	batchlock.locks.held       locks c handed out that have not ended
-//	batchlock.calls.waiting    Lock, TryLock and Do calls of c taking their keys
-//
-// Unregister the returned registration before closing c.
-func Gauges(mp metric.MeterProvider, c *batchlock.Client) (metric.Registration, error) {
-	m := mp.Meter(ScopeName)
-	held, err1 := m.Int64ObservableGauge("batchlock.locks.held", metric.WithDescription("Locks handed out and not ended"), metric.WithUnit("{lock}"))
-	waiting, err2 := m.Int64ObservableGauge("batchlock.calls.waiting", metric.WithDescription("Lock calls taking their keys"), metric.WithUnit("{call}"))
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("batchlockotel: creating gauges: %w", err)
-	}
-	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		s := c.Stats()
-		o.ObserveInt64(held, int64(s.Held))
-		o.ObserveInt64(waiting, int64(s.Waiting))
-		return nil
-	}, held, waiting)
-	if err != nil {
-		return nil, fmt.Errorf("batchlockotel: registering gauges: %w", err)
-	}
-	return reg, nil
-}
-
-// ProcessorGauges registers, for p, instruments read from p.Stats at each
+// Gauges registers, for c, instruments read from c.Stats at each
 // collection:
 //
-//	batchlock.processor.pending    baskets added and not taken: the backlog
+//	batchlock.locks.held           locks c handed out that have not ended
+//	batchlock.calls.waiting        Lock, TryLock and Do calls of c taking their keys
+//	batchlock.processor.pending    baskets added to c's Processors and not taken: the backlog
 //	batchlock.processor.queued     of those, baskets waiting in their keys' queues
 //	batchlock.processor.ticks      counter of ticks handed out
 //	batchlock.processor.refusals   counter of baskets refused, by cause: earlier (a basket
 //	                               of the tick), client (another lock of the Client), redis
 //
-// Each basket's wait from Add to its lock is Observer's
-// batchlock.wait.duration. Unregister the returned registration
-// before closing p.
-func ProcessorGauges[T any](mp metric.MeterProvider, p *batchlock.Processor[T]) (metric.Registration, error) {
+// Each Processor basket's wait from Add to its lock is Observer's
+// batchlock.wait.duration. Unregister the returned registration before
+// closing c.
+func Gauges(mp metric.MeterProvider, c *batchlock.Client) (metric.Registration, error) {
 	m := mp.Meter(ScopeName)
-	pending, err1 := m.Int64ObservableGauge("batchlock.processor.pending", metric.WithDescription("Baskets added and not taken"), metric.WithUnit("{basket}"))
-	queued, err2 := m.Int64ObservableGauge("batchlock.processor.queued", metric.WithDescription("Baskets waiting in their keys' queues"), metric.WithUnit("{basket}"))
-	ticks, err3 := m.Int64ObservableCounter("batchlock.processor.ticks", metric.WithDescription("Ticks handed out"), metric.WithUnit("{tick}"))
-	refusals, err4 := m.Int64ObservableCounter("batchlock.processor.refusals", metric.WithDescription("Baskets refused, by cause"), metric.WithUnit("{basket}"))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return nil, fmt.Errorf("batchlockotel: creating processor gauges: %w", err)
+	held, err1 := m.Int64ObservableGauge("batchlock.locks.held", metric.WithDescription("Locks handed out and not ended"), metric.WithUnit("{lock}"))
+	waiting, err2 := m.Int64ObservableGauge("batchlock.calls.waiting", metric.WithDescription("Lock calls taking their keys"), metric.WithUnit("{call}"))
+	pending, err3 := m.Int64ObservableGauge("batchlock.processor.pending", metric.WithDescription("Baskets added and not taken"), metric.WithUnit("{basket}"))
+	queued, err4 := m.Int64ObservableGauge("batchlock.processor.queued", metric.WithDescription("Baskets waiting in their keys' queues"), metric.WithUnit("{basket}"))
+	ticks, err5 := m.Int64ObservableCounter("batchlock.processor.ticks", metric.WithDescription("Ticks handed out"), metric.WithUnit("{tick}"))
+	refusals, err6 := m.Int64ObservableCounter("batchlock.processor.refusals", metric.WithDescription("Baskets refused, by cause"), metric.WithUnit("{basket}"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return nil, fmt.Errorf("batchlockotel: creating gauges: %w", err)
 	}
 	cause := func(c string) metric.ObserveOption { return metric.WithAttributes(attribute.String("cause", c)) }
 	byEarlier, byClient, inRedis := cause("earlier"), cause("client"), cause("redis")
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		s := p.Stats()
+		s := c.Stats()
+		o.ObserveInt64(held, int64(s.Held))
+		o.ObserveInt64(waiting, int64(s.Waiting))
 		o.ObserveInt64(pending, int64(s.Pending))
 		o.ObserveInt64(queued, int64(s.Queued))
 		o.ObserveInt64(ticks, int64(s.Ticks))
@@ -68,9 +49,9 @@ func ProcessorGauges[T any](mp metric.MeterProvider, p *batchlock.Processor[T]) 
 		o.ObserveInt64(refusals, int64(s.RefusedByClient), byClient)
 		o.ObserveInt64(refusals, int64(s.RefusedInRedis), inRedis)
 		return nil
-	}, pending, queued, ticks, refusals)
+	}, held, waiting, pending, queued, ticks, refusals)
 	if err != nil {
-		return nil, fmt.Errorf("batchlockotel: registering processor gauges: %w", err)
+		return nil, fmt.Errorf("batchlockotel: registering gauges: %w", err)
 	}
 	return reg, nil
 }

@@ -304,7 +304,7 @@ func runScaleBatches(ctx context.Context, clients []*batchlock.Client, baskets [
 	defer cancel()
 	processors := make([]*batchlock.Processor[int], len(clients))
 	for i, c := range clients {
-		p, err := batchlock.NewProcessor[int](c)
+		p, err := batchlock.NewProcessor[int](c, 0)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -22,7 +22,8 @@ import (
 func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	c, _ := newLocker(t, newClient(t), batchlock.WithReplicas(1, time.Second))
-	results, err := c.Check(ctx)
+	require.NoError(t, c.Check(ctx))
+	results, err := c.Preflight(ctx)
 	require.NoError(t, err)
 	masters, err := sharedCluster(t).Masters(ctx)
 	require.NoError(t, err)
@@ -62,7 +63,8 @@ func TestCheckPassesOnAHealthyCluster(t *testing.T) {
 	want = append(want, " clocks", " one cluster", " client settings")
 	for range 3 {
 		var got []string
-		results, _ := c.Check(ctx)
+		results, err := c.Preflight(ctx)
+		require.NoError(t, err)
 		for _, r := range results {
 			got = append(got, r.Node+" "+r.Check)
 		}
@@ -92,7 +94,9 @@ func TestCheckRefusesSeedsOfTwoClusters(t *testing.T) {
 			t.Cleanup(func() { _ = rdb.Close() })
 			c, _ := newLocker(t, rdb)
 			var seeds error
-			results, err := c.Check(ctx)
+			results, err := c.Preflight(ctx)
+			require.NoError(t, err)
+			err = c.Check(ctx)
 			for _, r := range results {
 				if r.Check == "one cluster" {
 					seeds = r.Err
@@ -122,7 +126,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 			_, err := cl.Do(ctx, masters[0].Addr, "CONFIG", "SET", "maxmemory-policy", policy)
 			require.NoError(t, err)
 			c, _ := newLocker(t, cl.Client())
-			_, err = c.Check(ctx)
+			err = c.Check(ctx)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), masters[0].Addr+": maxmemory-policy")
 			assert.Contains(t, err.Error(), policy)
@@ -137,7 +141,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		rdb := redis.NewClusterClient(opts)
 		t.Cleanup(func() { _ = rdb.Close() })
 		c, _ := newLocker(t, rdb)
-		_, err := c.Check(ctx)
+		err := c.Check(ctx)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "client settings: MaxRetries 3")
 		assert.Contains(t, err.Error(), "ContextTimeoutEnabled is off")
@@ -155,7 +159,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		rdb := redis.NewClusterClient(opts)
 		t.Cleanup(func() { _ = rdb.Close() })
 		evictable, _ := newLocker(t, rdb)
-		_, err = evictable.Check(ctx)
+		err = evictable.Check(ctx)
 		require.NoError(t, err, "a warning does not fail Check")
 		assert.Equal(t, []string{masters[0].Addr + ": maxmemory-clients 1073741824 may evict the connections waiters listen on: start from ClusterOptions, whose OnConnect keeps them (CLIENT NO-EVICT on)"},
 			warnings(ctx, evictable, "client eviction"))
@@ -179,7 +183,7 @@ func TestCheckReportsEachProblem(t *testing.T) {
 		t.Cleanup(func() { _ = cl.Restart(context.Background(), replica.Addr) })
 		c, _ := newLocker(t, cl.Client(), batchlock.WithReplicas(1, time.Second))
 		require.Eventually(t, func() bool {
-			_, err := c.Check(ctx)
+			err := c.Check(ctx)
 			return err != nil && strings.Contains(err.Error(), masters[1].Addr+": replicas online: 0 online")
 		}, 20*time.Second, 50*time.Millisecond, "the master reports its replica gone")
 	})
@@ -213,10 +217,10 @@ func TestCommandCheck(t *testing.T) {
 	assert.Contains(t, out, "FAIL  replicas online")
 }
 
-// warnings are the warnings of check in c's Check, as "node: message".
+// warnings are the warnings of check in c's Preflight, as "node: message".
 func warnings(ctx context.Context, c *batchlock.Client, check string) []string {
 	var out []string
-	results, _ := c.Check(ctx)
+	results, _ := c.Preflight(ctx)
 	for _, r := range results {
 		if r.Check == check && r.Warning {
 			out = append(out, r.Node+": "+r.Err.Error())

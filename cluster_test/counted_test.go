@@ -166,7 +166,7 @@ func TestProcessorReplicasOnCountedKeys(t *testing.T) {
 			var wg sync.WaitGroup
 			for r := range 3 {
 				replica := peerOf(t, newClient(t), prefix)
-				p, err := batchlock.NewProcessor[map[string]int64](replica)
+				p, err := batchlock.NewProcessor[map[string]int64](replica, 0)
 				require.NoError(t, err)
 				rng := rand.New(rand.NewPCG(uint64(r), 1))
 				for i := range 300 {

@@ -30,7 +30,7 @@ func TestWaitingAndRenewalEvents(t *testing.T) {
 		events = append(events, e)
 		mu.Unlock()
 	}))
-	kinds := func(kind batchlock.EventKind) []batchlock.Event {
+	kinds := func(kind string) []batchlock.Event {
 		mu.Lock()
 		defer mu.Unlock()
 		var out []batchlock.Event

@@ -48,7 +48,7 @@ func TestFixedTTLIsNotRenewedAndEndsTheLock(t *testing.T) {
 	l, err := c.Lock(ctx, []string{"ttl-a", "ttl-b"}, batchlock.WithTTL(300*time.Millisecond))
 	require.NoError(t, err)
 	select {
-	case <-l.Context().Done():
+	case <-l.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("Done did not close when the fixed lease ran out")
 	}
@@ -265,7 +265,7 @@ func TestCloseEndsAndReleasesEveryLock(t *testing.T) {
 	rdb := newClient(t)
 	prefix := testPrefix(t)
 	var mu sync.Mutex
-	told := map[batchlock.EventKind]int{}
+	told := map[string]int{}
 	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix), batchlock.WithObserver(func(e batchlock.Event) {
 		mu.Lock()
 		defer mu.Unlock()

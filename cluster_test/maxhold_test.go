@@ -46,12 +46,13 @@ func TestMaxHoldEndsTheLock(t *testing.T) {
 				waiter <- w
 			}()
 			select {
-			case <-l.Context().Done():
+			case <-l.Done():
 			case <-time.After(10 * time.Second):
 				t.Fatal("the lock was not ended at its longest hold")
 			}
 			assert.GreaterOrEqual(t, time.Since(granted), capped, "not before its longest hold")
 			assert.ErrorIs(t, l.Err(), batchlock.ErrLockLost)
+			assert.ErrorIs(t, l.Err(), batchlock.ErrMaxHold)
 			assert.ErrorContains(t, l.Err(), "held for its longest hold")
 			assert.ErrorContains(t, context.Cause(l.Context()), "held for its longest hold")
 

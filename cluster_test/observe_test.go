@@ -159,7 +159,7 @@ func collect(t *testing.T, reader sdkmetric.Reader) []metricdata.Metrics {
 }
 
 // A Processor's instruments: its backlog and refusals by cause from its
-// Stats, each basket's wait from Add to its lock from the observer (in
+// Client's Stats, each basket's wait from Add to its lock from the observer (in
 // batchlock.wait.duration, as every call's).
 func TestMetricsOfAProcessor(t *testing.T) {
 	reader, mp := newMeters(t)
@@ -167,9 +167,9 @@ func TestMetricsOfAProcessor(t *testing.T) {
 	require.NoError(t, err)
 	rdb := newClient(t)
 	c, prefix := newLocker(t, rdb, batchlock.WithObserver(observe))
-	p, err := batchlock.NewProcessor[string](c)
+	p, err := batchlock.NewProcessor[string](c, 0)
 	require.NoError(t, err)
-	reg, err := batchlockotel.ProcessorGauges(mp, p)
+	reg, err := batchlockotel.Gauges(mp, c)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Unregister() })
 	ctx := ctxTimeout(t, 30*time.Second)

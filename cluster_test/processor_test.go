@@ -21,7 +21,7 @@ import (
 func TestProcessorRefusesABadBasketAlone(t *testing.T) {
 	rdb := newClient(t)
 	c, prefix := newLocker(t, rdb)
-	p, err := batchlock.NewProcessor[string](c)
+	p, err := batchlock.NewProcessor[string](c, 0)
 	require.NoError(t, err)
 	ctx := ctxTimeout(t, 30*time.Second)
 	require.NoError(t, p.Add("a", batchlock.Basket{Keys: spread(5, "bad-a")}))
@@ -70,7 +70,7 @@ func TestProcessorBasketsNeverShareAKey(t *testing.T) {
 	var wg sync.WaitGroup
 	for r := range replicas {
 		c := peerOf(t, rdb, prefix)
-		p, err := batchlock.NewProcessor[string](c, batchlock.WithTick(8))
+		p, err := batchlock.NewProcessor[string](c, 8)
 		require.NoError(t, err)
 		rng := rand.New(rand.NewPCG(uint64(r), 9))
 		for i := range baskets {
@@ -111,7 +111,7 @@ func TestProcessorBasketsNeverShareAKey(t *testing.T) {
 						}
 					}
 					taken += len(tick.Baskets)
-					left := p.Stats().Pending
+					left := c.Stats().Pending
 					mu.Unlock()
 					assert.NoError(t, tick.Done(ctx))
 					if left == 0 {
@@ -137,7 +137,7 @@ func TestProcessorCloseHandsBackAndReleases(t *testing.T) {
 	rdb := newClient(t)
 	prefix := testPrefix(t)
 	var mu sync.Mutex
-	told := map[batchlock.EventKind]int{}
+	told := map[string]int{}
 	c, err := batchlock.New(rdb, batchlock.WithPrefix(prefix), batchlock.WithObserver(func(e batchlock.Event) {
 		mu.Lock()
 		told[e.Kind]++
@@ -145,7 +145,7 @@ func TestProcessorCloseHandsBackAndReleases(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	p, err := batchlock.NewProcessor[int](c, batchlock.WithTick(1))
+	p, err := batchlock.NewProcessor[int](c, 1)
 	require.NoError(t, err)
 	ctx := ctxTimeout(t, 30*time.Second)
 	for i := range 3 {
@@ -182,7 +182,7 @@ func TestProcessorBasketsKeepTheirModes(t *testing.T) {
 	c, prefix := newLocker(t, rdb)
 	reader := peerOf(t, rdb, prefix)
 	ctx := ctxTimeout(t, 30*time.Second)
-	p, err := batchlock.NewProcessor[string](c)
+	p, err := batchlock.NewProcessor[string](c, 0)
 	require.NoError(t, err)
 	require.NoError(t, p.Add("reads", batchlock.Basket{Keys: []string{"{m}sku:1"}, Shared: []string{"{m}promo"}}))
 	require.NoError(t, p.Add("writes", batchlock.Basket{Keys: []string{"{m}sku:2", "{m}promo"}}))
@@ -209,7 +209,7 @@ func TestProcessorBasketsKeepTheirModes(t *testing.T) {
 	require.NoError(t, c.Close())
 
 	again := peerOf(t, rdb, prefix)
-	p2, err := batchlock.NewProcessor[string](again)
+	p2, err := batchlock.NewProcessor[string](again, 0)
 	require.NoError(t, err)
 	require.NoError(t, p2.Add("again", batchlock.Basket{Keys: []string{"{m}sku:2", "{m}promo"}}))
 	tick, err := p2.Next(ctx)
@@ -242,13 +242,14 @@ func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
 			var others sync.WaitGroup
 			var ticks atomic.Int64
 			for r := range 3 {
-				small, err := batchlock.NewProcessor[int](peerOf(t, rdb, prefix))
+				peer := peerOf(t, rdb, prefix)
+				small, err := batchlock.NewProcessor[int](peer, 0)
 				require.NoError(t, err)
 				others.Go(func() {
 					defer func() { _, _ = small.Close(context.Background()) }()
 					rng := rand.New(rand.NewPCG(uint64(r), 1))
 					for {
-						for small.Stats().Pending < 32 {
+						for peer.Stats().Pending < 32 {
 							require.NoError(t, small.Add(0, batchlock.Basket{Keys: []string{keys[rng.IntN(len(keys))]}}))
 						}
 						tick, err := small.Next(othersCtx)
@@ -263,14 +264,14 @@ func TestProcessorBigBasketAmongSmallOnes(t *testing.T) {
 			}
 			require.Eventually(t, func() bool { return ticks.Load() >= 20 }, 30*time.Second, time.Millisecond, "the others keep every key busy")
 			ticks.Store(0)
-			big, err := batchlock.NewProcessor[string](c)
+			big, err := batchlock.NewProcessor[string](c, 0)
 			require.NoError(t, err)
 			require.NoError(t, big.Add("big", batchlock.Basket{Keys: keys}))
 			tick, err := big.Next(ctx)
 			stop()
 			others.Wait()
 			require.NoError(t, err, "the big basket was admitted")
-			t.Logf("admitted after %d ticks of the others, %v, %+v", ticks.Load(), tick.Baskets[0].Waited, big.Stats())
+			t.Logf("admitted after %d ticks of the others, %v, %+v", ticks.Load(), tick.Baskets[0].Waited, c.Stats())
 			assert.Less(t, ticks.Load(), int64(2000), "admitted within a bounded number of the others' ticks")
 			require.NoError(t, tick.Done(ctx))
 			_, err = big.Close(ctx)
@@ -312,7 +313,8 @@ func TestProcessorsRecoverFromAStall(t *testing.T) {
 			stalled := make(chan struct{})
 			var wg sync.WaitGroup
 			for r := range replicas {
-				p, err := batchlock.NewProcessor[int](peerOf(t, rdb, prefix), batchlock.WithTick(64))
+				peer := peerOf(t, rdb, prefix)
+				p, err := batchlock.NewProcessor[int](peer, 64)
 				require.NoError(t, err)
 				fed := make(chan struct{})
 				wg.Go(func() { // the flow of baskets: 100 a second
@@ -331,7 +333,7 @@ func TestProcessorsRecoverFromAStall(t *testing.T) {
 					taken, didStall := 0, false
 					for taken < perReplica {
 						tick, err := p.Next(ctx)
-						if !assert.NoError(t, err, "replica %d, %d taken, %+v", r, taken, p.Stats()) {
+						if !assert.NoError(t, err, "replica %d, %d taken, %+v", r, taken, peer.Stats()) {
 							return
 						}
 						for _, b := range tick.Baskets {
@@ -349,7 +351,7 @@ func TestProcessorsRecoverFromAStall(t *testing.T) {
 						taken += len(tick.Baskets)
 					}
 					<-fed
-					assert.Zero(t, p.Stats().Pending)
+					assert.Zero(t, peer.Stats().Pending)
 					_, err := p.Close(ctx)
 					assert.NoError(t, err)
 				})
@@ -381,7 +383,7 @@ func TestProcessorLetsGoOfATickWhoseDoneFailed(t *testing.T) {
 	master, err := cl.MasterOfSlot(ctx, hashtag.Slot(prefix+keys[0]))
 	require.NoError(t, err)
 
-	p, err := batchlock.NewProcessor[int](c)
+	p, err := batchlock.NewProcessor[int](c, 0)
 	require.NoError(t, err)
 	require.NoError(t, p.Add(1, batchlock.Basket{Keys: keys}))
 	tick, err := p.Next(ctx)

@@ -493,7 +493,8 @@ func TestRedlockSharedKeys(t *testing.T) {
 	assert.Equal(t, []string{"promo:1"}, conflict.Keys)
 
 	_, err = c.Lock(ctx, []string{"promo:1"}, batchlock.WithOwner("reader"))
-	require.ErrorIs(t, err, batchlock.ErrUpgrade)
+	require.ErrorIs(t, err, batchlock.ErrInvalid)
+	assert.ErrorContains(t, err, "held shared or in units by this owner")
 	require.NoError(t, ctx.Err(), "refused at once, not retried until the context ended")
 
 	require.NoError(t, a.Unlock(ctx))

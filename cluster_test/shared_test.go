@@ -146,7 +146,7 @@ func TestWaitingWriterIsNotOvertakenByReaders(t *testing.T) {
 
 // An owner's holds are reentrant across modes: a key it holds exclusively
 // it gets shared too, the key staying exclusive; a key it holds shared it
-// cannot take exclusively (ErrUpgrade, at once, even for a waiting Lock),
+// cannot take exclusively (ErrInvalid, at once, even for a waiting Lock),
 // and nothing of the refused call is left held.
 func TestSharedReentrancyAcrossModes(t *testing.T) {
 	c, prefix := newLocker(t, newClient(t))
@@ -175,7 +175,8 @@ func TestSharedReentrancyAcrossModes(t *testing.T) {
 			lock = c.Lock
 		}
 		_, err := lock(ctx, keys, owner)
-		require.ErrorIs(t, err, batchlock.ErrUpgrade, "wait %v", wait)
+		require.ErrorIs(t, err, batchlock.ErrInvalid, "wait %v", wait)
+		assert.ErrorContains(t, err, "held shared or in units by this owner")
 		require.ErrorIs(t, err, batchlock.ErrNotObtained)
 		assert.Contains(t, err.Error(), strconv.Quote(keys[5]))
 		for _, h := range heldKeys(t, c, keys...) {

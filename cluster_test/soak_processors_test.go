@@ -44,7 +44,7 @@ func (s *soak) processor(i int) {
 		s.mu.Lock()
 		sc := s.clients[i%len(s.clients)]
 		s.mu.Unlock()
-		p, err := batchlock.NewProcessor[soakOrder](sc.c, batchlock.WithTick(1+rng.IntN(32)))
+		p, err := batchlock.NewProcessor[soakOrder](sc.c, 1+rng.IntN(32))
 		if err != nil {
 			s.problem("NewProcessor: %v", err)
 			return
@@ -68,8 +68,9 @@ func (s *soak) processor(i int) {
 
 // tick feeds p and runs its ticks until its Client closes or the run ends.
 func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakOrder]) {
+	pending := 0 // added and not in a tick yet
 	for s.running() {
-		for p.Stats().Pending < soakPending {
+		for ; pending < soakPending; pending++ {
 			basket := s.basket(rng)
 			if rng.IntN(2) == 0 {
 				basket = s.spaceBasket(rng)
@@ -89,7 +90,7 @@ func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakO
 		cancel()
 		s.count(s.ops, "Processor.Next")
 		s.outcome("Processor.Next", err)
-		if p.Stats().Queued > 0 {
+		if sc.c.Stats().Queued > 0 {
 			s.count(s.outcomes, "Processor.Next with a basket queued")
 		}
 		switch {
@@ -98,6 +99,7 @@ func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakO
 		case err != nil:
 			continue
 		}
+		pending -= len(t.Baskets) + len(t.Failed)
 		held := make([]*holding, len(t.Baskets))
 		tokens := make([]map[string]int64, len(t.Baskets))
 		for i, b := range t.Baskets {

@@ -318,7 +318,7 @@ var soakLeases = []time.Duration{300 * time.Millisecond, time.Second, 3 * time.S
 func (s *soak) newClient(i int) *soakClient {
 	lease := soakLeases[i%len(soakLeases)]
 	c, err := batchlock.New(s.rdbs[i%len(s.rdbs)], batchlock.WithPrefix(s.prefix), batchlock.WithLease(lease),
-		batchlock.WithObserver(s.observe), batchlock.WithOwnerPrefix(eachOwners))
+		batchlock.WithObserver(s.observe))
 	require.NoError(s.t, err)
 	s.mu.Lock()
 	s.every = append(s.every, c)
@@ -326,10 +326,16 @@ func (s *soak) newClient(i int) *soakClient {
 	return &soakClient{c: c, lease: lease}
 }
 
-// eachOwners starts the owners the soak's Clients make themselves: those of
-// the baskets of TryEach and the Processors (every other call names its
-// owner).
-const eachOwners = "soak-each:"
+// eachOwners starts the owners the soak's Clients make themselves, "host:pid:":
+// those of the baskets of TryEach and the Processors (every other call names
+// its owner).
+var eachOwners = func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
+}()
 
 // observe ends the calls marked to end at their next conflict, right when
 // the conflict is found: what comes next is a rollback (TryLock), a

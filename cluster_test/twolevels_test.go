@@ -280,7 +280,7 @@ func TestWaitAtAGateRenewsTheKeysHeld(t *testing.T) {
 }
 
 // A waiter granted its key, that then finds a later key of its group held
-// shared by its own owner in the process (ErrUpgrade at the gate), fails
+// shared by its own owner in the process (ErrInvalid at the gate), fails
 // leaving nothing: the key granted to it is released at once, not kept
 // until the grant lapses.
 func TestUpgradeAtAGateAfterAHandOffReleasesTheGrant(t *testing.T) {
@@ -302,7 +302,8 @@ func TestUpgradeAtAGateAfterAHandOffReleasesTheGrant(t *testing.T) {
 	require.NoError(t, err, "y's gate was given back while the call waits for x")
 	require.NoError(t, held.Unlock(ctx))
 	err = <-failed
-	require.ErrorIs(t, err, batchlock.ErrUpgrade)
+	require.ErrorIs(t, err, batchlock.ErrInvalid)
+	assert.ErrorContains(t, err, "held shared or in units by this owner")
 	l, err := q.TryLock(ctx, []string{x})
 	require.NoError(t, err, "x, handed to the call that failed, is free again at once")
 	require.NoError(t, l.Unlock(ctx))

@@ -36,7 +36,7 @@ func TestSingleNodeClientOnAClusterNodeIsRefused(t *testing.T) {
 	}
 	assert.Empty(t, lockKeysUnder(t, newClient(t), prefix), "nothing is left held")
 
-	_, err := c.Check(ctx)
+	err := c.Check(ctx)
 	require.Error(t, err, "Check, a readiness probe, reports it")
 	assert.Contains(t, err.Error(), "cluster state: cluster_enabled:1")
 	assert.Contains(t, err.Error(), "redis.NewClusterClient")

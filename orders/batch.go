@@ -88,7 +88,8 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 	r := newRecorder()
 	start := time.Now()
 	size := tickSize(b.Size)
-	p, err := batchlock.NewProcessor[int](b.Locker, batchlock.WithTick(size))
+	before := b.Locker.Stats() // the Locker may have run Processors before
+	p, err := batchlock.NewProcessor[int](b.Locker, size)
 	if err != nil {
 		for _, o := range orders {
 			r.record(o, Outcome{}, err, nil)
@@ -129,7 +130,7 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 	}
 	stalled := b.Stall.For == 0
 	for done := 0; done < len(orders); {
-		for ticks.Rate == 0 && next < len(orders) && p.Stats().Pending < size {
+		for ticks.Rate == 0 && next < len(orders) && b.Locker.Stats().Pending < size {
 			add(next)
 			next++
 		}
@@ -161,8 +162,9 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 		}
 	}
 	r.backlog(len(left), overdue)
-	st := p.Stats()
-	r.refusals(int(st.RefusedByEarlier + st.RefusedByClient + st.RefusedInRedis))
+	st := b.Locker.Stats()
+	r.refusals(int(st.RefusedByEarlier + st.RefusedByClient + st.RefusedInRedis -
+		before.RefusedByEarlier - before.RefusedByClient - before.RefusedInRedis))
 	return r.result(time.Since(start))
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/internal/backoff"
 	"github.com/batchlock/batchlock/internal/lease"
+	"github.com/batchlock/batchlock/internal/owner"
 )
 
 // Lock takes every key on a majority of the deployments, trying again after
@@ -42,8 +43,8 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []batchlock.LockO
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
-	owner, chosen := batchlock.OwnerFromContext(ctx)
-	chosen = chosen && owner != ""
+	id, chosen := owner.FromContext(ctx)
+	chosen = chosen && id != ""
 	for attempt := 0; ; attempt++ {
 		// Every deployment gets the same owner. Unless the caller chose
 		// one, each attempt takes a fresh one: a later attempt must not join
@@ -51,9 +52,9 @@ func (c *Client) lock(ctx context.Context, keys []string, opts []batchlock.LockO
 		// keep them alive. Given first, so that the caller's WithOwner, if
 		// any, wins.
 		if !chosen {
-			owner = rand.Text()
+			id = rand.Text()
 		}
-		l, err := c.attempt(ctx, keys, append([]batchlock.LockOption{batchlock.WithOwner(owner)}, opts...))
+		l, err := c.attempt(ctx, keys, append([]batchlock.LockOption{batchlock.WithOwner(id)}, opts...))
 		if err == nil || !wait || final(err) {
 			return l, err
 		}
@@ -110,7 +111,7 @@ func (c *Client) attempt(ctx context.Context, keys []string, opts []batchlock.Lo
 
 // final reports an error that another attempt would meet again.
 func final(err error) bool {
-	return errors.Is(err, batchlock.ErrInvalid) || errors.Is(err, batchlock.ErrClosed) || errors.Is(err, batchlock.ErrUpgrade)
+	return errors.Is(err, batchlock.ErrInvalid) || errors.Is(err, batchlock.ErrClosed)
 }
 
 // notObtained explains a refusal by a majority: the keys held by others on

@@ -52,12 +52,11 @@ func runCheck(ctx context.Context, e *cli.Env, o *checkOptions, args []string) e
 	}
 	defer closeAll()
 	failed, warned := 0, 0
-	// Check's order is stable (the masters by address, each with its
+	// Preflight's order is stable (the masters by address, each with its
 	// checks in one order, then the clocks, the seeds, the client), so the
-	// results are printed under their node as they come; its error joins
-	// the failures printed, unless no check could be made.
-	results, err := locks.Check(ctx)
-	if results == nil {
+	// results are printed under their node as they come.
+	results, err := locks.Preflight(ctx)
+	if err != nil {
 		return err
 	}
 	group := ""

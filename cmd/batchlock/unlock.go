@@ -58,7 +58,7 @@ func runUnlock(ctx context.Context, e *cli.Env, o *unlockOptions, keys []string)
 	for _, r := range released {
 		switch {
 		case r.Err != nil:
-		case r.Held:
+		case r.Token != 0:
 			fmt.Fprintf(e.Stdout, "released %s: owner %s, %s, token %d\n", r.Key, strings.Join(r.Holders, ","), cli.Plural(r.Holds, "hold"), r.Token)
 		default:
 			fmt.Fprintf(e.Stdout, "not held %s\n", r.Key)

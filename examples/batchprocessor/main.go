@@ -111,7 +111,7 @@ func run(ctx context.Context, rdb *redis.ClusterClient, incoming []order) (summa
 	}
 	defer cleanUp(rdb, skus)
 
-	p, err := batchlock.NewProcessor[order](locks, batchlock.WithTick(tickSize))
+	p, err := batchlock.NewProcessor[order](locks, tickSize)
 	if err != nil {
 		return summary{}, err
 	}
@@ -152,7 +152,7 @@ func run(ctx context.Context, rdb *redis.ClusterClient, incoming []order) (summa
 		}
 		done += len(tick.Baskets)
 	}
-	st := p.Stats()
+	st := locks.Stats() // its one Processor's
 	sum.refusals = int(st.RefusedByEarlier + st.RefusedByClient + st.RefusedInRedis)
 	if _, err := p.Close(ctx); err != nil {
 		return sum, err

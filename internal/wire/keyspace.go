@@ -15,6 +15,10 @@ const (
 	UnitsName  = "units:{"
 )
 
+// DefaultPrefix is the prefix of a Client not given WithPrefix, and the
+// command's.
+const DefaultPrefix Keyspace = "batchlock:"
+
 // Keyspace is a Client's prefix, and the one place names are made from it
 // or user keys read back from lock keys: no caller slices the prefix.
 type Keyspace string

@@ -20,7 +20,7 @@ func TestOneLine(t *testing.T) {
 }
 
 // The prefix: --prefix when given (even empty), else $BATCHLOCK_PREFIX
-// when not empty, else batchlock.DefaultPrefix.
+// when not empty, else batchlock's default.
 func TestPrefixFlagOrEnv(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/batchlock/batchlock/batchlock"
+	"github.com/batchlock/batchlock/internal/wire"
 )
 
 // connectTimeout bounds the first contact with a cluster.
@@ -38,7 +39,7 @@ type ClusterFlags struct {
 // Define defines --addrs and --prefix on fs.
 func (f *ClusterFlags) Define(fs *flag.FlagSet) {
 	fs.StringVar(&f.addrs, "addrs", "", "cluster seeds, comma-separated (default $"+EnvClusterAddrs+")")
-	fs.Var(&f.prefix, "prefix", "lock key `prefix`, as given to batchlock.WithPrefix (default $"+envPrefix+", else "+batchlock.DefaultPrefix+")")
+	fs.Var(&f.prefix, "prefix", "lock key `prefix`, as given to batchlock.WithPrefix (default $"+envPrefix+", else "+string(wire.DefaultPrefix)+")")
 }
 
 // Open returns a batchlock Client, with the prefix and opts, on the
@@ -60,7 +61,7 @@ func (f *ClusterFlags) Prefix() string {
 }
 
 // prefixFlag is --prefix: given (even empty), it wins; else
-// $BATCHLOCK_PREFIX, when set and not empty; else batchlock.DefaultPrefix.
+// $BATCHLOCK_PREFIX, when set and not empty; else batchlock's default, "batchlock:".
 type prefixFlag struct {
 	value string
 	set   bool
@@ -82,7 +83,7 @@ func (p *prefixFlag) resolve() (prefix, from string) {
 	if env := os.Getenv(envPrefix); env != "" {
 		return env, "$" + envPrefix
 	}
-	return batchlock.DefaultPrefix, ""
+	return string(wire.DefaultPrefix), ""
 }
 
 // parseAddrs splits a comma-separated list of host:port seeds.
