@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/batchlock/batchlock/batchlock"
@@ -107,9 +108,11 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 			}
 		}()
 	}
+	var refused atomic.Int64 // orders whose Add failed
 	add := func(i int) {
 		if err := p.Add(i, b.basket(orders[i])); err != nil {
 			r.record(orders[i], Outcome{}, err, nil)
+			refused.Add(1)
 		}
 	}
 	arrivals := make(chan struct{})
@@ -130,7 +133,8 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 	}
 	stalled := b.Stall.For == 0
 	for done := 0; done < len(orders); {
-		for ticks.Rate == 0 && next < len(orders) && b.Locker.Stats().Pending < size {
+		// Closed loop: a tick's worth waiting, those added and not handed out.
+		for ticks.Rate == 0 && next < len(orders) && next-done-int(refused.Load()) < size {
 			add(next)
 			next++
 		}
