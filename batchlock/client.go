@@ -47,6 +47,8 @@ type Client struct {
 	taking atomic.Int64
 	// localWaits counts the calls that waited at a gate (see Stats).
 	localWaits atomic.Uint64
+	// processing counts what the Client's Processors did and keep (see
+	// Stats).
 	processing processing
 	// started is when the Client was made; lastRefusal is when a call was
 	// last refused in Redis, as nanoseconds after started plus one, zero
@@ -216,15 +218,15 @@ func ContextWithOwner(ctx context.Context, id string) context.Context {
 // newOwner is an owner id of the Client's own: "host:pid:", so that tools
 // show which process holds a key, then 8 random bytes, enough that no two
 // such ids meet.
-func (c *Client) newOwner() string { return processOwner + wire.RandomID(8) }
+func (c *Client) newOwner() string { return processOwner() + wire.RandomID(8) }
 
-var processOwner = func() string {
+var processOwner = sync.OnceValue(func() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
 	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
-}()
+})
 
 // keep keeps locks, every key of them taken, as the Client's, unless their
 // call's caller gave up (a context cancelled rather than past its deadline
@@ -309,9 +311,9 @@ type Stats struct {
 	// calls taking their keys now; Gated the keys whose gate a lock holds or
 	// a call waits for (zero once every lock ended).
 	Held, Waiting, Gated int
-	// Of the Client's Processors: Pending the baskets added and not taken
-	// yet (the backlog), Queued those of them waiting in their keys'
-	// queues, Ticks the ticks handed out, and the baskets ticks refused,
+	// Of the Client's open Processors: Pending the baskets added and not
+	// taken yet (the backlog), Queued those of them waiting in their keys'
+	// queues; of all its Processors: Ticks the ticks handed out, and the baskets ticks refused,
 	// each time, by why: an earlier basket of the tick took a key, another
 	// lock of the Client holds one, Redis refused it.
 	Pending, Queued                                   int

@@ -120,7 +120,7 @@ func TestCountedBadInput(t *testing.T) {
 		{"no capacity set", func() error {
 			_, err := c.TryLock(ctx, []string{"a", "z"}, WithUnits(map[string]int64{"sku:1": 1, "sku:2": 1}))
 			return err
-		}, ErrInvalid, `"sku:2"`},
+		}, ErrInvalid, `no capacity set: "sku:2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
@@ -337,6 +337,7 @@ func TestProcessorCountedBaskets(t *testing.T) {
 	require.Len(t, tick.Failed, 2, "a basket of a key with no capacity, or too little, is dropped alone")
 	assert.Equal(t, "no capacity", tick.Failed[0].Item)
 	require.ErrorIs(t, tick.Failed[0].Err, ErrInvalid)
+	assert.ErrorContains(t, tick.Failed[0].Err, `no capacity set: "sku:none"`)
 	assert.Equal(t, "sold out", tick.Failed[1].Item)
 	require.ErrorIs(t, tick.Failed[1].Err, ErrOverCapacity)
 	assert.Empty(t, inspectOne(t, c, "order:x").Holders)

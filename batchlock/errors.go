@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/batchlock/batchlock/internal/owner"
 	"github.com/batchlock/batchlock/internal/routing"
 )
 
@@ -20,9 +21,9 @@ var (
 	// ErrNotHeld: an Unlock or Extend found keys without this lock's hold, or the lock released.
 	ErrNotHeld = errors.New("batchlock: not held")
 	// ErrInvalid is wrapped by every error about a bad call, nothing taken: bad input, refused
-	// before anything is sent; found in Redis (with ErrNotObtained), units of a key with no
-	// capacity set, or a key asked for exclusively, or for more units, that its owner holds shared
-	// or in units (two owners waiting so would wait for each other).
+	// before anything is sent; found in Redis, units of a key with no capacity set, or a key asked
+	// for exclusively, or for more units, that its owner holds shared or in units (two owners
+	// waiting so would wait for each other); a Lock's or TryLock's also matches ErrNotObtained.
 	ErrInvalid = errors.New("batchlock: invalid argument")
 	// ErrNoReplicas: fewer replicas than WithReplicas asks for acknowledged in time; rolled back.
 	ErrNoReplicas = errors.New("batchlock: not acknowledged by enough replicas")
@@ -90,7 +91,7 @@ func invalid(format string, args ...any) error {
 // upgradeRefused is the error of an owner asking exclusively, or for more
 // units, for key, which it holds shared or in units.
 func upgradeRefused(key string) error {
-	return fmt.Errorf("%w: %w: held shared or in units by this owner, asked for more: %q", ErrNotObtained, inner(ErrInvalid), key)
+	return fmt.Errorf("%w: %w: %w: %q", ErrNotObtained, inner(ErrInvalid), owner.ErrUpgrade, key)
 }
 
 // noCapacity is the error of units asked of key, which has no capacity set.

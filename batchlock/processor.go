@@ -127,7 +127,8 @@ const defaultTick = 256
 
 // NewProcessor returns a Processor of c for baskets of items T, whose locks
 // take c's defaults (New's options). A tick offers at most tick baskets,
-// the oldest ready ones: 0 is 256, below 0 ErrInvalid. Close it before c.
+// the oldest ready ones: 0 is 256, below 0 ErrInvalid. Close it before c:
+// until then it counts in c's Stats.
 func NewProcessor[T any](c *Client, tick int) (*Processor[T], error) {
 	if c == nil {
 		return nil, invalid("a nil Client")

@@ -222,6 +222,30 @@ func TestProcessorBehindBacksOffAsItDoubles(t *testing.T) {
 	}
 }
 
+// A Client's Stats count the backlog of its open Processors, and the ticks
+// of all of them, a closed one's too.
+func TestStatsCountTheClientsProcessors(t *testing.T) {
+	c, first := newReplica(t, wiretest.ServerClient(t), 0)
+	second, err := NewProcessor[string](c, 0)
+	require.NoError(t, err)
+	require.NoError(t, first.Add("a", Basket{Keys: []string{"a"}}))
+	require.NoError(t, second.Add("b", Basket{Keys: []string{"b"}}))
+	require.NoError(t, second.Add("c", Basket{Keys: []string{"c"}}))
+	assert.Equal(t, 3, c.Stats().Pending)
+	tick, err := second.Next(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, tick.Done(t.Context()))
+	assert.Equal(t, 1, c.Stats().Pending, "the tick took the second's two")
+	left, err := first.Close(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, left)
+	stats := c.Stats()
+	assert.Zero(t, stats.Pending, "a closed Processor's backlog is handed back, not counted")
+	assert.Equal(t, uint64(1), stats.Ticks, "a tick counts after Close")
+	_, err = second.Close(t.Context())
+	require.NoError(t, err)
+}
+
 // Close hands back the baskets not taken, waits for the tick out, leaves
 // the places, and tells no loss; Add and Next then say ErrClosed.
 func TestProcessorClose(t *testing.T) {

@@ -198,7 +198,7 @@ func TestAcquireFoundElsewhereAfterALostReplyRollsBack(t *testing.T) {
 // returns.
 func TestObserverPanicLeavesNothing(t *testing.T) {
 	for _, kind := range []string{EventAcquired, EventConflict, EventQueued, EventHandedOff} {
-		t.Run(string(kind), func(t *testing.T) {
+		t.Run(kind, func(t *testing.T) {
 			rdb := wiretest.ServerClient(t)
 			var panicking atomic.Bool
 			c, err := New(rdb, WithObserver(func(e Event) {

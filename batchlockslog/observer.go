@@ -27,7 +27,7 @@ func Observer(logger *slog.Logger) func(batchlock.Event) {
 			return
 		}
 		attrs := []slog.Attr{
-			slog.String("event", string(e.Kind)),
+			slog.String("event", e.Kind),
 			slog.String("owner", e.Owner),
 			slog.Int("keys", len(e.Keys)),
 			slog.Any("sample", e.Keys[:min(len(e.Keys), sampleKeys)]),
@@ -41,6 +41,6 @@ func Observer(logger *slog.Logger) func(batchlock.Event) {
 		if e.Err != nil {
 			attrs = append(attrs, slog.String("error", e.Err.Error()))
 		}
-		logger.LogAttrs(ctx, level, "batchlock "+string(e.Kind), attrs...)
+		logger.LogAttrs(ctx, level, "batchlock "+e.Kind, attrs...)
 	}
 }

@@ -344,8 +344,8 @@ func (s *soak) outcome(kind string, err error) {
 		class = "no replicas"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		class = "context ended"
-	case errors.Is(err, batchlock.ErrInvalid):
-		class = "invalid (an upgrade)"
+	case errors.Is(err, batchlock.ErrInvalid) && strings.Contains(err.Error(), "held shared or in units by this owner"):
+		class = "upgrade refused"
 	case errors.Is(err, batchlock.ErrNotObtained):
 		class = "not obtained"
 	case errors.Is(err, batchlock.ErrNotHeld):

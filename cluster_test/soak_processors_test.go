@@ -49,12 +49,17 @@ func (s *soak) processor(i int) {
 			s.problem("NewProcessor: %v", err)
 			return
 		}
+		added := 0
 		for _, o := range handedBack {
-			if err := p.Add(o, o.basket()); err != nil && !errors.Is(err, batchlock.ErrClosed) {
-				s.problem("Add of a basket handed back: %v", err)
+			if err := p.Add(o, o.basket()); err != nil {
+				if !errors.Is(err, batchlock.ErrClosed) {
+					s.problem("Add of a basket handed back: %v", err)
+				}
+				continue
 			}
+			added++
 		}
-		s.tick(rng, sc, p)
+		s.tick(rng, sc, p, added)
 		ended, cancel := context.WithCancel(s.t.Context())
 		cancel()
 		left, err := p.Close(ended)
@@ -66,9 +71,9 @@ func (s *soak) processor(i int) {
 	}
 }
 
-// tick feeds p and runs its ticks until its Client closes or the run ends.
-func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakOrder]) {
-	pending := 0 // added and not in a tick yet
+// tick feeds p, which has pending baskets added and not in a tick yet,
+// and runs its ticks until its Client closes or the run ends.
+func (s *soak) tick(rng *rand.Rand, sc *soakClient, p *batchlock.Processor[soakOrder], pending int) {
 	for s.running() {
 		for ; pending < soakPending; pending++ {
 			basket := s.basket(rng)

@@ -83,7 +83,8 @@ func (b *Batched) basket(o Order) batchlock.Basket {
 // that failed as a whole again itself); cfg.Done is called after each
 // order, cfg.Admitted after each tick with baskets. The result's Backlog
 // is the orders added and not done when the run ended (Overdue as Result
-// says), its Refusals the baskets the Processor's ticks refused.
+// says), its Refusals the baskets the Processor's ticks refused (read from
+// b.Locker's Stats: no other Processor of b.Locker may run meanwhile).
 func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cfg RunConfig) Result {
 	cfg = cfg.withDefaults()
 	r := newRecorder()
@@ -132,7 +133,7 @@ func RunBatched(ctx context.Context, b *Batched, orders []Order, ticks Ticks, cf
 		close(arrivals)
 	}
 	stalled := b.Stall.For == 0
-	for done := 0; done < len(orders); {
+	for done := 0; done+int(refused.Load()) < len(orders); {
 		// Closed loop: a tick's worth waiting, those added and not handed out.
 		for ticks.Rate == 0 && next < len(orders) && next-done-int(refused.Load()) < size {
 			add(next)

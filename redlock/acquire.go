@@ -109,9 +109,12 @@ func (c *Client) attempt(ctx context.Context, keys []string, opts []batchlock.Lo
 	return nil, notObtained(len(until), errs)
 }
 
-// final reports an error that another attempt would meet again.
+// final reports an error that another attempt would meet again: bad input,
+// an upgrade, a closed Client. A key with no capacity set on one deployment
+// is not: the others may grant the lock.
 func final(err error) bool {
-	return errors.Is(err, batchlock.ErrInvalid) || errors.Is(err, batchlock.ErrClosed)
+	return errors.Is(err, batchlock.ErrInvalid) && !errors.Is(err, batchlock.ErrNotObtained) ||
+		errors.Is(err, owner.ErrUpgrade) || errors.Is(err, batchlock.ErrClosed)
 }
 
 // notObtained explains a refusal by a majority: the keys held by others on

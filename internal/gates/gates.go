@@ -231,7 +231,7 @@ func (sh *gateShard) leave(key string, gt *gate, owner string, shared bool) {
 
 // admitQueued lets in the waiters at the head of gt's queue that may go in
 // now, in order, and answers those that now ask to upgrade a key they read
-// (they may not wait: see batchlock.ErrInvalid); called with sh.mu held.
+// (they may not wait: see owner.ErrUpgrade); called with sh.mu held.
 func (sh *gateShard) admitQueued(key string, gt *gate) {
 	for len(gt.queue) > 0 {
 		w := gt.queue[0]

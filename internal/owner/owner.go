@@ -1,9 +1,18 @@
 // Package owner carries a lock owner id in a context, for batchlock's
 // ContextWithOwner and for redlock, which gives the locks it takes through
-// several Clients one owner.
+// several Clients one owner; and says when an owner asked for more than it
+// holds.
 package owner
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// ErrUpgrade is wrapped, with batchlock.ErrInvalid, by the refusal of a key
+// asked for exclusively, or for more units, that its owner holds shared or
+// in units: redlock gives up on it, as every deployment would refuse it.
+var ErrUpgrade = errors.New("held shared or in units by this owner, asked for more")
 
 type key struct{}
 
