@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,15 +216,7 @@ func ContextWithOwner(ctx context.Context, id string) context.Context {
 // newOwner is an owner id of the Client's own: "host:pid:", so that tools
 // show which process holds a key, then 8 random bytes, enough that no two
 // such ids meet.
-func (c *Client) newOwner() string { return processOwner() + wire.RandomID(8) }
-
-var processOwner = sync.OnceValue(func() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
-})
+func (c *Client) newOwner() string { return owner.Process() + wire.RandomID(8) }
 
 // keep keeps locks, every key of them taken, as the Client's, unless their
 // call's caller gave up (a context cancelled rather than past its deadline

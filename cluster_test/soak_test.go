@@ -20,6 +20,7 @@ import (
 
 	"github.com/batchlock/batchlock/batchlock"
 	"github.com/batchlock/batchlock/hashtag"
+	"github.com/batchlock/batchlock/internal/owner"
 	"github.com/batchlock/batchlock/localcluster"
 )
 
@@ -326,16 +327,10 @@ func (s *soak) newClient(i int) *soakClient {
 	return &soakClient{c: c, lease: lease}
 }
 
-// eachOwners starts the owners the soak's Clients make themselves, "host:pid:":
-// those of the baskets of TryEach and the Processors (every other call names
-// its owner).
-var eachOwners = func() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
-}()
+// eachOwners starts the owners the soak's Clients make themselves: those of
+// the baskets of TryEach and the Processors (every other call names its
+// owner).
+var eachOwners = owner.Process()
 
 // observe ends the calls marked to end at their next conflict, right when
 // the conflict is found: what comes next is a rollback (TryLock), a

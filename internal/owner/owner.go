@@ -7,7 +7,20 @@ package owner
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+	"sync"
 )
+
+// Process is how the owner ids a Client makes start, "host:pid:", so that
+// tools show which process holds a key; read once, when first needed.
+var Process = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid()) + ":"
+})
 
 // ErrUpgrade is wrapped, with batchlock.ErrInvalid, by the refusal of a key
 // asked for exclusively, or for more units, that its owner holds shared or
